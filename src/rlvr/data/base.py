@@ -1,0 +1,44 @@
+"""The task protocol: a deterministic stream of training problems, a fixed held-out split, a scorer.
+
+A :class:`Problem` carries the user message only; the trainer applies the chat template later.
+Tasks build that message as ``prompt_template.format(question=...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_PROMPT_TEMPLATE = (
+    "{question}\nThink step by step if needed, then give the final answer on the last line as "
+    "'Answer: <number>'."
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, and
+    the reference ``answer`` as a string (e.g. "71")."""
+
+    id: str
+    prompt: str
+    answer: str
+
+
+class Task(Protocol):
+    """What the trainer needs from a source of problems."""
+
+    name: str
+
+    def train_problem(self, index: int) -> Problem:
+        """The training problem at sampler position ``index`` (0, 1, 2, ... unbounded); a pure
+        function of the task's seed and ``index``."""
+        ...
+
+    def eval_problems(self) -> list[Problem]:
+        """The held-out split: fixed, deterministic, disjoint from every training problem."""
+        ...
+
+    def score(self, completion: str, problem: Problem) -> float:
+        """Reward of ``completion`` for ``problem``: 1.0 if correct, 0.0 otherwise."""
+        ...

@@ -1,0 +1,111 @@
+"""Verifiable rewards: pull the final answer out of a model completion and compare it numerically.
+
+Conventions: ``extract_answer`` returns the answer *string* as written by the model (or None),
+``parse_number`` turns such a string into a float (or None), and ``numeric_reward`` is the
+binary reward the tasks use: 1.0 if the completion's final answer equals the reference, else 0.0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_PUNCT = ".,;:!?"
+# A number as models write it: "\frac{3}{4}", "-1,234.5", "3/4", "42". A sign is only taken when
+# it does not follow a word character or a closing bracket, so "10-3" yields 10 and 3, not -3.
+_NUMBER = re.compile(
+    r"-?\\[dt]?frac\{\s*-?\d+\s*\}\{\s*\d+\s*\}"
+    r"|(?:(?<![\w)\]}])[-+])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
+)
+_MARKER = re.compile(r"(?:final\s+answer|answer)\s*(?::|is\b:?)", re.IGNORECASE)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_DECIMAL = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_FRACTION = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
+_LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last balanced, non-empty ``\\boxed{...}`` (nested braces allowed), or None."""
+    for m in reversed(list(_BOXED.finditer(text))):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            content = text[m.end() : i - 1].strip().rstrip(_PUNCT).strip()
+            if content:
+                return content
+    return None
+
+
+def _after_marker(text: str) -> str | None:
+    """The answer after the last "Answer:"-style marker: the first number on the first non-empty
+    line after it, else that line stripped of trailing punctuation; None if nothing follows."""
+    markers = list(_MARKER.finditer(text))
+    if not markers:
+        return None
+    rest = text[markers[-1].end() :].strip()
+    line = rest.split("\n", 1)[0]
+    number = _NUMBER.search(line)
+    if number:
+        return number.group()
+    line = line.strip().rstrip(_PUNCT).strip()
+    return line or None
+
+
+def extract_answer(text: str) -> str | None:
+    """Extract the final answer from a completion, or None if there is none.
+
+    Priority: the content of the last ``\\boxed{...}``; else what follows the last "Answer:",
+    "Final answer:" or "The answer is" (its first number, or the rest of that line); else the last
+    number in the text. Trailing punctuation is stripped.
+    """
+    for found in (_last_boxed(text), _after_marker(text)):
+        if found is not None:
+            return found
+    numbers = _NUMBER.findall(text)
+    return numbers[-1] if numbers else None
+
+
+def parse_number(s: str) -> float | None:
+    """Parse a number as models write it, or None.
+
+    Accepts "1,234" (thousands commas), "-3.5", "3/4", "\\frac{3}{4}", "$42$" (math dollars) and
+    "42." (trailing punctuation). Anything else, including "nan" and "inf", gives None.
+    """
+    s = s.strip().strip("$").strip().rstrip(_PUNCT).strip()
+    if _DECIMAL.fullmatch(s):
+        return float(s.replace(",", ""))
+    m = _FRACTION.fullmatch(s) or _LATEX_FRAC.fullmatch(s)
+    if m is None:
+        return None
+    if m.re is _LATEX_FRAC:
+        sign, num, den = m.groups()
+        num_value, den_value = parse_number(sign + num.strip()), parse_number(den)
+    else:
+        num_value, den_value = float(m.group(1)), float(m.group(2))
+    if num_value is None or den_value is None or den_value == 0:
+        return None
+    return num_value / den_value
+
+
+def numeric_match(
+    completion: str, answer: str, rel_tol: float = 1e-6, abs_tol: float = 1e-9
+) -> bool:
+    """True if the final answer extracted from ``completion`` equals the reference ``answer``.
+
+    Both sides are compared as numbers (``math.isclose`` with the given tolerances); if either is
+    not a number, the stripped strings must be identical.
+    """
+    predicted = extract_answer(completion)
+    if predicted is None:
+        return False
+    p, a = parse_number(predicted), parse_number(answer)
+    if p is None or a is None:
+        return predicted.strip() == answer.strip()
+    return math.isclose(p, a, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def numeric_reward(completion: str, answer: str) -> float:
+    """Binary reward: 1.0 if ``numeric_match(completion, answer)``, else 0.0."""
+    return 1.0 if numeric_match(completion, answer) else 0.0

@@ -1,0 +1,53 @@
+"""Next-token sampling: temperature, top-k, top-p (nucleus), greedy. Pure functions on logits."""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.rollout.base import SamplingParams
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf.
+
+    Args:
+        logits: [B, V] temperature-scaled logits.
+        top_k: keep the k largest (0 = all).
+        top_p: keep the smallest set of tokens whose probability mass reaches ``top_p``
+            (Holtzman et al. 2020); the most likely token is always kept.
+    Returns:
+        [B, V] filtered logits.
+    """
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        mass_before = probs.cumsum(-1) - probs  # mass of strictly more likely tokens
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row.
+
+    Args:
+        logits: [B, V] raw next-token logits (any float dtype; computed in fp32).
+    Returns:
+        tokens [B] long, and logprobs [B]: log-prob of each token under the temperature-scaled
+        distribution before top-k/top-p truncation (the policy the trainer optimises); greedy
+        decoding (temperature 0) reports log-probs at temperature 1.
+    """
+    logits = logits.float()
+    if params.temperature <= 0:
+        tokens = logits.argmax(-1)
+        return tokens, logits.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+    scaled = logits / params.temperature
+    filtered = filter_logits(scaled, params.top_k, params.top_p)
+    tokens = torch.multinomial(filtered.softmax(-1), 1, generator=generator)[:, 0]
+    return tokens, scaled.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]

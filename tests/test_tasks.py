@@ -1,0 +1,249 @@
+"""Arithmetic and file tasks: determinism, disjoint splits, correct answers, loading errors."""
+
+import json
+import re
+
+import datasets
+import pytest
+
+from rlvr.data import (
+    DEFAULT_PROMPT_TEMPLATE,
+    TASKS,
+    ArithmeticTask,
+    FileTask,
+    Problem,
+    make_task,
+)
+from rlvr.data.arithmetic import is_held_out
+
+LEVELS = [1, 2, 3, 4, 5]
+QUESTION = re.compile(r"^What is (.+)\?\n")
+
+
+def expression(problem: Problem) -> str:
+    """The expression string of an arithmetic problem's prompt."""
+    m = QUESTION.match(problem.prompt)
+    assert m, problem.prompt
+    return m.group(1)
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def test_prompt_uses_default_template() -> None:
+    p = ArithmeticTask(level=2, seed=0).train_problem(0)
+    expr = expression(p)
+    assert p.prompt == DEFAULT_PROMPT_TEMPLATE.format(question=f"What is {expr}?")
+    assert p.prompt.endswith("as 'Answer: <number>'.")
+    assert p.id == "arith-L2-train-0"
+
+
+def test_custom_template() -> None:
+    p = ArithmeticTask(level=1, prompt_template="Q: {question} A:").train_problem(3)
+    assert re.fullmatch(r"Q: What is \d \+ \d\? A:", p.prompt)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_determinism_by_seed(level: int) -> None:
+    a, b, c = (ArithmeticTask(level=level, seed=s, n_eval=20) for s in (0, 0, 1))
+    train_a = [a.train_problem(i) for i in range(50)]
+    assert train_a == [b.train_problem(i) for i in range(50)]
+    assert train_a != [c.train_problem(i) for i in range(50)]
+    assert a.eval_problems() == b.eval_problems()
+    if level > 1:
+        assert a.eval_problems() != c.eval_problems()
+
+
+def test_train_problem_is_pure_function_of_index() -> None:
+    task = ArithmeticTask(level=3, seed=7)
+    later = task.train_problem(1234)
+    for i in range(20):
+        task.train_problem(i)
+    assert ArithmeticTask(level=3, seed=7).train_problem(1234) == later == task.train_problem(1234)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_train_eval_disjoint(level: int) -> None:
+    task = ArithmeticTask(level=level, seed=0)
+    train = {expression(task.train_problem(i)) for i in range(2000)}
+    held = {expression(p) for p in task.eval_problems()}
+    assert held and train
+    assert not train & held
+    assert all(is_held_out(e) for e in held)
+    assert not any(is_held_out(e) for e in train)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_answers_match_python_arithmetic(level: int) -> None:
+    task = ArithmeticTask(level=level, seed=3)
+    problems = [task.train_problem(i) for i in range(300)] + task.eval_problems()
+    for p in problems:
+        expr = expression(p)
+        assert re.fullmatch(r"[\d+\-* ()]+", expr)
+        assert p.answer == str(eval(expr))  # our own generated string: safe
+
+
+def test_level_shapes() -> None:
+    def exprs(level: int) -> list[str]:
+        task = ArithmeticTask(level=level, seed=0, n_eval=0)
+        return [expression(task.train_problem(i)) for i in range(300)]
+
+    assert all(re.fullmatch(r"\d \+ \d", e) for e in exprs(1))
+    assert all(re.fullmatch(r"[1-9]\d [+-] [1-9]\d", e) for e in exprs(2))
+    level3 = exprs(3)
+    assert all(re.fullmatch(r"[1-9]\d \* [2-9]|[1-9]\d\d \+ [1-9]\d\d", e) for e in level3)
+    assert any("*" in e for e in level3) and any("+" in e for e in level3)
+    for e in exprs(4):
+        assert "(" not in e and len(re.findall(r" [+\-*] ", e)) == 2
+        assert all(1 <= int(n) <= 20 for n in re.findall(r"\d+", e))
+    for e in exprs(5):
+        assert "(" in e and len(re.findall(r" [+\-*] ", e)) in (3, 4)
+        assert all(1 <= int(n) <= 12 for n in re.findall(r"\d+", e))
+
+
+@pytest.mark.parametrize("level", [2, 3, 4, 5])
+def test_eval_size_and_uniqueness(level: int) -> None:
+    task = ArithmeticTask(level=level, seed=0, n_eval=150)
+    problems = task.eval_problems()
+    assert len(problems) == 150
+    assert len({expression(p) for p in problems}) == 150
+    assert [p.id for p in problems] == [f"arith-L{level}-eval-{i}" for i in range(150)]
+    assert task.eval_problems() == problems
+
+
+def test_level1_eval_is_exhausted() -> None:
+    all_expressions = {f"{a} + {b}" for a in range(10) for b in range(10)}
+    held = {e for e in all_expressions if is_held_out(e)}
+    assert 5 <= len(held) <= 20
+    task = ArithmeticTask(level=1, seed=0, n_eval=200)
+    assert {expression(p) for p in task.eval_problems()} == held
+    assert len(task.eval_problems()) == len(held)
+
+
+def test_score_uses_numeric_reward() -> None:
+    task = ArithmeticTask(level=2, seed=0)
+    p = task.train_problem(0)
+    assert task.score(f"Let me compute.\nAnswer: {p.answer}", p) == 1.0
+    assert task.score(f"\\boxed{{{int(p.answer) + 1}}}", p) == 0.0
+    assert task.score("I don't know", p) == 0.0
+
+
+def test_arithmetic_errors() -> None:
+    with pytest.raises(ValueError, match="level"):
+        ArithmeticTask(level=6)
+    with pytest.raises(ValueError, match="index"):
+        ArithmeticTask(level=1).train_problem(-1)
+
+
+# ---------------------------------------------------------------- files
+
+
+def write_jsonl(path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def qa_rows(n: int) -> list[dict]:
+    return [{"question": f"What is {i} + 1?", "solution": i + 1} for i in range(n)]
+
+
+def test_file_task_jsonl_with_column_mapping(tmp_path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", qa_rows(20))
+    task = FileTask(
+        path, prompt_column="question", answer_column="solution", prompt_template="Q: {question}"
+    )
+    assert task.name == "file"
+    evals = task.eval_problems()
+    assert len(evals) == 2  # round(0.1 * 20)
+    train = [task.train_problem(i) for i in range(18)]
+    rows = {int(p.id.rsplit("-", 1)[1]) for p in train}
+    held = {int(p.id.rsplit("-", 1)[1]) for p in evals}
+    assert rows | held == set(range(20)) and not rows & held
+    p = train[0]
+    row = int(p.id.rsplit("-", 1)[1])
+    assert p == Problem(f"file-train-{row}", f"Q: What is {row} + 1?", str(row + 1))
+    assert task.score(f"Answer: {row + 1}", p) == 1.0
+    assert task.score(f"Answer: {row + 2}", p) == 0.0
+
+
+def test_file_task_epochs_and_determinism(tmp_path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", qa_rows(10))
+    task = FileTask(path, "question", "solution", eval_fraction=0.2, seed=5)
+    ids = [task.train_problem(i).id for i in range(24)]
+    assert len(set(ids[:8])) == 8 and set(ids[:8]) == set(ids[8:16])  # each epoch: every row once
+    assert ids[:8] != ids[8:16]  # reshuffled per epoch
+    other = FileTask(path, "question", "solution", eval_fraction=0.2, seed=5)
+    assert [other.train_problem(i).id for i in reversed(range(24))] == ids[::-1]
+    assert other.eval_problems() == task.eval_problems()
+    reseeded = FileTask(path, "question", "solution", eval_fraction=0.2, seed=6)
+    assert [reseeded.train_problem(i).id for i in range(24)] != ids
+
+
+def test_file_task_n_eval_and_no_eval(tmp_path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", qa_rows(40))
+    task = FileTask(path, "question", "solution", eval_fraction=0.25, n_eval=3)
+    assert len(task.eval_problems()) == 3
+    train = {task.train_problem(i).id for i in range(30)}
+    assert len(train) == 30  # the 7 held-out rows beyond n_eval are not trained on
+    assert not FileTask(path, "question", "solution", eval_fraction=0.0).eval_problems()
+
+
+def test_file_task_csv_split_column(tmp_path) -> None:
+    path = tmp_path / "d.csv"
+    path.write_text(
+        "prompt,answer,split\n"
+        "What is 1 + 1?,2,train\n"
+        "What is 2 + 2?,4,test\n"
+        "What is 3 + 3?,6,train\n"
+        "What is 4 + 4?,8,Validation\n"
+        "What is 5 + 5?,10,eval\n"
+    )
+    task = FileTask(str(path), split_column="split")
+    assert [(p.id, p.prompt, p.answer) for p in task.eval_problems()] == [
+        ("file-eval-1", "What is 2 + 2?", "4"),
+        ("file-eval-3", "What is 4 + 4?", "8"),
+        ("file-eval-4", "What is 5 + 5?", "10"),
+    ]
+    assert {task.train_problem(i).answer for i in range(4)} == {"2", "6"}
+
+
+def test_file_task_parquet(tmp_path) -> None:
+    path = str(tmp_path / "d.parquet")
+    datasets.Dataset.from_dict({"prompt": ["a", "b", "c"], "answer": [1.5, 2, 3]}).to_parquet(path)
+    task = FileTask(path, eval_fraction=0.0)
+    assert sorted(task.train_problem(i).answer for i in range(3)) == ["1.5", "2.0", "3.0"]
+    assert task.score("Answer: 2", Problem("x", "b", "2.0")) == 1.0
+
+
+def test_make_task(tmp_path) -> None:
+    assert set(TASKS) == {"arithmetic", "file"}
+    task = make_task("arithmetic", level=4, seed=1)
+    assert isinstance(task, ArithmeticTask) and task.level == 4
+    path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "answer": "1"}] * 3)
+    assert isinstance(make_task("file", path=path), FileTask)
+    with pytest.raises(ValueError, match=r"'gsm9k'.*arithmetic, file"):
+        make_task("gsm9k")
+
+
+def test_file_task_errors(tmp_path) -> None:
+    missing = str(tmp_path / "nope.jsonl")
+    with pytest.raises(ValueError, match=re.escape(missing)):
+        FileTask(missing)
+    txt = tmp_path / "d.txt"
+    txt.write_text("hello\n")
+    with pytest.raises(ValueError, match=r"'\.txt'.*\.jsonl, \.json, \.parquet, \.csv"):
+        FileTask(str(txt))
+    path = write_jsonl(tmp_path / "d.jsonl", qa_rows(5))
+    with pytest.raises(ValueError, match=r"'prompt'.*\['question', 'solution'\]"):
+        FileTask(path)
+    with pytest.raises(ValueError, match=r"'split'.*available"):
+        FileTask(path, "question", "solution", split_column="split")
+    rows = qa_rows(5)
+    rows[3]["question"] = "  "
+    with pytest.raises(ValueError, match=r"row 3 .*'question'"):
+        FileTask(write_jsonl(tmp_path / "e.jsonl", rows), "question", "solution")
+    rows = [{"prompt": "p", "answer": "1"}, {"prompt": "q", "answer": None}]
+    with pytest.raises(ValueError, match=r"row 1 .*'answer'"):
+        FileTask(write_jsonl(tmp_path / "f.jsonl", rows))
+    with pytest.raises(ValueError, match="eval_fraction"):
+        FileTask(path, "question", "solution", eval_fraction=1.0)
