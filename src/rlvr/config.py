@@ -36,7 +36,7 @@ class TaskConfig(Section):
     """Where prompts and reference answers come from (``rlvr tasks`` lists them)."""
 
     name: Literal["arithmetic", "file"] = "arithmetic"
-    level: int = Field(2, ge=1, le=5, description="arithmetic difficulty, 1 (one-digit +) to 5")
+    level: int = Field(2, ge=1, le=6, description="arithmetic difficulty, 1 (one-digit +) to 6")
     path: str | None = Field(None, description="file task: .jsonl/.json/.parquet/.csv")
     prompt_column: str = "prompt"
     answer_column: str = "answer"

@@ -1,16 +1,18 @@
-"""Procedural integer arithmetic in five difficulty levels, deterministic by seed.
+"""Procedural integer arithmetic in six difficulty levels, deterministic by seed.
 
 Expressions are small trees (an ``int`` leaf or ``(op, left, right)``) rendered with the fewest
 parentheses standard precedence allows; the rendered string is the expression's canonical form.
-An expression is held out iff ``sha256(canonical) mod 10 == 0``, so the train stream (which
-re-draws held-out expressions) and the eval split never overlap, by construction.
+An expression is held out iff ``sha256(canonical) mod 100 < held_out_percent`` (30 at the two
+small levels, so that their eval split has ~30 / ~90 problems; 10 above), so the train stream
+(which re-draws held-out expressions) and the eval split never overlap, by construction.
 
 Levels:
-    1. ``a + b`` with a, b in 0..9 (only 100 expressions exist).
-    2. ``a + b`` or ``a - b`` with two-digit a, b (results may be negative).
-    3. ``a * b`` with two-digit a and b in 2..9, or ``a + b`` with three-digit a, b.
-    4. two operations among + - * on 1..20 without parentheses, e.g. ``3 + 4 * 7``.
-    5. three or four operations on 1..12 with at least one pair of parentheses,
+    1. ``a + b`` with a, b in 0..9 (100 expressions exist, ~30 held out).
+    2. ``a + b``, ``a - b`` or ``a * b`` with a, b in 0..9 (300 expressions, ~90 held out).
+    3. ``a + b`` or ``a - b`` with two-digit a, b (results may be negative).
+    4. ``a * b`` with two-digit a and b in 2..9, or ``a + b`` with three-digit a, b.
+    5. two operations among + - * on 1..20 without parentheses, e.g. ``3 + 4 * 7``.
+    6. three or four operations on 1..12 with at least one pair of parentheses,
        e.g. ``(5 + 7) * 3 - 4``.
 """
 
@@ -60,9 +62,10 @@ def _render(expr: Expr) -> str:
     return f"{left_s} {op} {right_s}"
 
 
-def is_held_out(expression: str) -> bool:
-    """True if the canonical expression string belongs to the eval split (stable sha256 hash)."""
-    return int(hashlib.sha256(expression.encode()).hexdigest(), 16) % 10 == 0
+def is_held_out(expression: str, percent: int = 10) -> bool:
+    """True if the canonical expression string belongs to the eval split (stable sha256 hash):
+    about ``percent`` % of all expressions are held out."""
+    return int(hashlib.sha256(expression.encode()).hexdigest(), 16) % 100 < percent
 
 
 def _random_tree(rng: random.Random, n_leaves: int, lo: int, hi: int) -> Expr:
@@ -79,23 +82,27 @@ def _level1(rng: random.Random) -> Expr:
 
 
 def _level2(rng: random.Random) -> Expr:
-    return (rng.choice(("+", "-")), rng.randint(10, 99), rng.randint(10, 99))
+    return (rng.choice(_OPS), rng.randint(0, 9), rng.randint(0, 9))
 
 
 def _level3(rng: random.Random) -> Expr:
+    return (rng.choice(("+", "-")), rng.randint(10, 99), rng.randint(10, 99))
+
+
+def _level4(rng: random.Random) -> Expr:
     if rng.random() < 0.5:
         return ("*", rng.randint(10, 99), rng.randint(2, 9))
     return ("+", rng.randint(100, 999), rng.randint(100, 999))
 
 
-def _level4(rng: random.Random) -> Expr:
+def _level5(rng: random.Random) -> Expr:
     while True:
         expr = _random_tree(rng, 3, 1, 20)
         if "(" not in _render(expr):
             return expr
 
 
-def _level5(rng: random.Random) -> Expr:
+def _level6(rng: random.Random) -> Expr:
     while True:
         expr = _random_tree(rng, rng.choice((4, 5)), 1, 12)
         if "(" in _render(expr):
@@ -108,18 +115,21 @@ _LEVELS: dict[int, Callable[[random.Random], Expr]] = {
     3: _level3,
     4: _level4,
     5: _level5,
+    6: _level6,
 }
+# Percent of each level's expressions held out for evaluation.
+HELD_OUT_PERCENT: dict[int, int] = {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10}
 
 
 class ArithmeticTask:
-    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..5).
+    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..6).
 
     ``train_problem(i)`` draws from ``random.Random(f"{seed}-L{level}-train-{i}")``, re-drawing
     held-out expressions, so it is a pure function of (seed, level, i). ``eval_problems()`` draws
     from its own seed-derived stream and keeps the first ``n_eval`` distinct held-out expressions;
     it returns fewer when the level's space runs out (it stops after ``_EVAL_PATIENCE``
-    consecutive draws add nothing new): level 1 has only 100 expressions, of which about 10 are
-    held out.
+    consecutive draws add nothing new): level 1 has only 100 expressions, of which about 30 are
+    held out, level 2 about 90 of 300.
     """
 
     name = "arithmetic"
@@ -136,6 +146,7 @@ class ArithmeticTask:
         if n_eval < 0:
             raise ValueError(f"n_eval must be >= 0, got {n_eval}")
         self.level = level
+        self.held_out_percent = HELD_OUT_PERCENT[level]
         self.seed = seed
         self.n_eval = n_eval
         self.prompt_template = prompt_template
@@ -154,7 +165,7 @@ class ArithmeticTask:
         while len(seen) < self.n_eval and misses < _EVAL_PATIENCE:
             expr = _LEVELS[self.level](rng)
             text = _render(expr)
-            if text in seen or not is_held_out(text):
+            if text in seen or not is_held_out(text, self.held_out_percent):
                 misses += 1
                 continue
             seen[text] = expr
@@ -169,7 +180,7 @@ class ArithmeticTask:
             raise ValueError(f"index must be >= 0, got {index}")
         rng = random.Random(f"{self.seed}-L{self.level}-train-{index}")
         expr = _LEVELS[self.level](rng)
-        while is_held_out(_render(expr)):
+        while is_held_out(_render(expr), self.held_out_percent):
             expr = _LEVELS[self.level](rng)
         return self._problem(f"arith-L{self.level}-train-{index}", expr)
 

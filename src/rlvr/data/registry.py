@@ -9,7 +9,7 @@ from rlvr.data.base import Task
 from rlvr.data.files import FileTask
 
 TASKS: dict[str, str] = {
-    "arithmetic": "procedural integer arithmetic, difficulty levels 1-5 (ArithmeticTask)",
+    "arithmetic": "procedural integer arithmetic, difficulty levels 1-6 (ArithmeticTask)",
     "file": "prompt/answer pairs from a local .jsonl/.json/.parquet/.csv file (FileTask)",
 }
 
