@@ -29,9 +29,12 @@ def _quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
+
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", "-s", help="override a config value, e.g. --set algorithm.clip_high=0.28"),
+    typer.Option(
+        "--set", "-s", help="override a config value, e.g. --set algorithm.clip_high=0.28"
+    ),
 ]
 
 
@@ -140,8 +143,17 @@ def eval_(
             _fail(f"run {model} has no complete checkpoint")
         spec = str(found)
     try:
-        cfg = build_config({"task": {"name": task, "level": level, "path": path, "seed": seed,
-                                     "n_eval": n_prompts}})
+        cfg = build_config(
+            {
+                "task": {
+                    "name": task,
+                    "level": level,
+                    "path": path,
+                    "seed": seed,
+                    "n_eval": n_prompts,
+                }
+            }
+        )
         tokenizer = load_tokenizer(spec)
         policy = load_model(spec, auto_dtype())
     except (ConfigError, ModelSpecError, ValueError) as err:
@@ -152,13 +164,20 @@ def eval_(
     t = build_task(cfg)
     problems = t.eval_problems()[:n_prompts]
     engine = TorchEngine(policy, tokenizer.pad_token_id, dtype=auto_dtype())
-    sampling = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens,
-                              stop_token_ids=stop_token_ids(tokenizer))
+    sampling = SamplingParams(
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        stop_token_ids=stop_token_ids(tokenizer),
+    )
 
     start = time.perf_counter()
     with console.status(f"generating {len(problems)} completions..."):
         result = evaluate_accuracy(
-            engine, t, problems, lambda p: encode_prompt(tokenizer, p.prompt), lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            engine,
+            t,
+            problems,
+            lambda p: encode_prompt(tokenizer, p.prompt),
+            lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
             sampling,
         )
     result["seconds"] = time.perf_counter() - start
@@ -207,8 +226,12 @@ def algorithms(
         table.add_column(column)
     for preset in PRESETS.values():
         table.add_row(
-            preset.name, preset.advantage, preset.aggregation,
-            f"{preset.clip_low}/{preset.clip_high}", str(preset.beta), preset.summary,
+            preset.name,
+            preset.advantage,
+            preset.aggregation,
+            f"{preset.clip_low}/{preset.clip_high}",
+            str(preset.beta),
+            preset.summary,
         )
     console.print(table)
 

@@ -68,9 +68,13 @@ class RolloutConfig(Section):
 
 
 class RewardConfig(Section):
-    """How completions are scored. ``verifier`` uses the task's own answer checker."""
+    """How completions are scored: the task's own verifier, or a user function."""
 
-    kind: Literal["verifier"] = "verifier"
+    function: str | None = Field(
+        None,
+        description="'module:function' called as f(completion, problem) -> float; "
+        "None: the task's verifier",
+    )
 
 
 class AlgorithmConfig(Section):
@@ -79,7 +83,9 @@ class AlgorithmConfig(Section):
     preset: Literal["grpo", "dr_grpo", "dapo", "rloo"] = "grpo"
     advantage: Literal["grpo", "dr_grpo", "rloo"] | None = None
     aggregation: (
-        Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+        Literal[
+            "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+        ]
         | None
     ) = None
     clip_low: float | None = Field(None, ge=0, lt=1)

@@ -87,7 +87,9 @@ class ProgressDisplay:
         ("s/step", "time/step", "{:.1f}"),
     )
 
-    def __init__(self, total: int, start: int = 0, enabled: bool = True, console: Console | None = None):
+    def __init__(
+        self, total: int, start: int = 0, enabled: bool = True, console: Console | None = None
+    ):
         self.console = console or Console()
         self.progress = Progress(
             TextColumn("[bold]step"),

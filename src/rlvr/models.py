@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import shutil
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,7 +232,9 @@ def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
-        raise ModelSpecError(f"cannot load config of {spec!r} ({err}). Expected {_accepted()}.")
+        raise ModelSpecError(
+            f"cannot load config of {spec!r} ({err}). Expected {_accepted()}."
+        ) from err
     try:
         model = AutoModelForCausalLM.from_pretrained(
             source, config=config, dtype=dtype, attn_implementation="sdpa"
@@ -247,7 +249,6 @@ def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel
         raise
     model.eval()
     return model
-
 
 
 def encode_prompt(

@@ -53,9 +53,7 @@ class Batch:
         return self.input_ids.shape[1] - self.completion_ids.shape[1]
 
 
-def make_batch(
-    prompts: list[list[int]], completions: list[list[int]], pad_id: int
-) -> Batch:
+def make_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> Batch:
     """Build a :class:`Batch` from unpadded prompt and completion token lists (one per sample)."""
     n = len(completions)
     lp = max(len(p) for p in prompts)

@@ -31,6 +31,7 @@ from rlvr.evaluation import evaluate_accuracy
 from rlvr.logging import MetricsLogger, ProgressDisplay
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, completion_logprobs, make_batch
+from rlvr.rewards.base import make_reward
 from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -134,6 +135,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     policy = load_model(cfg.model.name, torch.float32)
     policy.config.use_cache = False
     task = build_task(cfg)
+    reward_fn = make_reward(task, cfg.reward.function)
     fast = auto_dtype() if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
     train_dtype = auto_dtype() if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
     sampling = SamplingParams(
@@ -156,7 +158,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
     # --- optimiser, schedule, RNG, resume ----------------------------------------------
     optimizer = torch.optim.AdamW(
-        policy.parameters(), lr=cfg.train.lr, betas=cfg.train.betas,
+        policy.parameters(),
+        lr=cfg.train.lr,
+        betas=cfg.train.betas,
         weight_decay=cfg.train.weight_decay,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
@@ -165,7 +169,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, policy, optimizer, scheduler, generator)
-    engine = TorchEngine(policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch)
+    engine = TorchEngine(
+        policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch
+    )
     logger = MetricsLogger(
         run_dir, cfg.logging.tensorboard, resume_step=state.step if resume is not None else None
     )
@@ -173,11 +179,16 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
     def run_eval() -> dict[str, float]:
         policy.eval()
-        out = {f"eval/greedy_{k}": v for k, v in evaluate_accuracy(
-            engine, task, eval_problems, encode, decode, greedy).items()}
+        out = {
+            f"eval/greedy_{k}": v
+            for k, v in evaluate_accuracy(
+                engine, task, eval_problems, encode, decode, greedy
+            ).items()
+        }
         if cfg.eval.sampled:
-            sampled = dataclasses.replace(greedy, temperature=sampling.temperature,
-                                          top_p=sampling.top_p, top_k=sampling.top_k)
+            sampled = dataclasses.replace(
+                greedy, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k
+            )
             acc = evaluate_accuracy(engine, task, eval_problems, encode, decode, sampled)
             out["eval/sampled_accuracy"] = acc["accuracy"]
         return out
@@ -185,8 +196,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     if cfg.eval.before and state.step == 0:
-        progress.print(f"[dim]evaluating the initial policy on {len(eval_problems)} held-out "
-                       "problems...")
+        progress.print(
+            f"[dim]evaluating the initial policy on {len(eval_problems)} held-out problems..."
+        )
         summary["before"] = run_eval()
         logger.log(0, summary["before"])
         progress.print(f"before training: {_fmt_eval(summary['before'])}")
@@ -209,7 +221,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
             # 3. rewards [N] and advantages [N] (group ids [N]: sample i -> prompt i // G)
             rewards = torch.tensor(
-                [task.score(text, problems[i // G]) for i, text in enumerate(texts)]
+                [reward_fn(text, problems[i // G]) for i, text in enumerate(texts)]
             )
             group_ids = rollout.group_ids
             advantages = algorithms.compute_advantages(algo.advantage, rewards, group_ids)
@@ -221,8 +233,17 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 tokenizer.pad_token_id,
             )
             train_metrics = update_policy(
-                policy, reference, optimizer, scheduler, batch, advantages, algo, cfg,
-                train_dtype, sampling.temperature, generator,
+                policy,
+                reference,
+                optimizer,
+                scheduler,
+                batch,
+                advantages,
+                algo,
+                cfg,
+                train_dtype,
+                sampling.temperature,
+                generator,
                 sampler_logprobs=rollout.logprobs,
             )
             engine.update_weights(policy)
@@ -247,26 +268,51 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
                 metrics.update(run_eval())
             logger.log(state.step, metrics)
-            logger.log_samples(state.step, [
-                {"prompt": problems[i // G].prompt, "answer": problems[i // G].answer,
-                 "completion": texts[i], "reward": rewards[i].item()}
-                for i in range(min(cfg.logging.samples_per_step, len(texts)))
-            ])
+            logger.log_samples(
+                state.step,
+                [
+                    {
+                        "prompt": problems[i // G].prompt,
+                        "answer": problems[i // G].answer,
+                        "completion": texts[i],
+                        "reward": rewards[i].item(),
+                    }
+                    for i in range(min(cfg.logging.samples_per_step, len(texts)))
+                ],
+            )
             progress.update(metrics)
             due = cfg.checkpoint.every and state.step % cfg.checkpoint.every == 0
             if due or stop.signal is not None:
-                save_checkpoint(run_dir, state, policy, tokenizer, optimizer, scheduler,
-                                generator, keep=cfg.checkpoint.keep)
+                save_checkpoint(
+                    run_dir,
+                    state,
+                    policy,
+                    tokenizer,
+                    optimizer,
+                    scheduler,
+                    generator,
+                    keep=cfg.checkpoint.keep,
+                )
             if stop.signal is not None:
-                progress.print(f"stopped by signal {stop.signal} after step {state.step}; "
-                               f"resume with: rlvr train --resume {run_dir}")
+                progress.print(
+                    f"stopped by signal {stop.signal} after step {state.step}; "
+                    f"resume with: rlvr train --resume {run_dir}"
+                )
                 summary["stopped"] = True
                 break
 
     if not summary.get("stopped"):
         if cfg.checkpoint.save_final:
-            save_checkpoint(run_dir, state, policy, tokenizer, optimizer, scheduler, generator,
-                            keep=cfg.checkpoint.keep)
+            save_checkpoint(
+                run_dir,
+                state,
+                policy,
+                tokenizer,
+                optimizer,
+                scheduler,
+                generator,
+                keep=cfg.checkpoint.keep,
+            )
         if cfg.eval.after:
             summary["after"] = run_eval()
             logger.log(state.step, summary["after"])
@@ -310,7 +356,8 @@ def update_policy(
                 rows = torch.arange(lo, min(n, lo + mb))
                 sub = batch.select(rows)
                 out[rows, : sub.completion_ids.shape[1]] = completion_logprobs(
-                    model, sub, temperature)[0]
+                    model, sub, temperature
+                )[0]
         return out
 
     old_logp = None if on_policy else logprobs_no_grad(policy)
@@ -338,16 +385,26 @@ def update_policy(
                     logp, entropy = completion_logprobs(policy, sub, temperature, True)
                 old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
                 loss_tok, info = algorithms.clipped_policy_loss(
-                    logp, old, advantages[sub_rows], algo.clip_low, algo.clip_high,
+                    logp,
+                    old,
+                    advantages[sub_rows],
+                    algo.clip_low,
+                    algo.clip_high,
                     algo.dual_clip,
                 )
                 if ref_logp is not None:
                     kl = algorithms.kl_penalty(algo.kl_estimator, logp, ref_logp[sub_rows, :width])
                     loss_tok = loss_tok + algo.beta * kl
-                    add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub.completion_mask).item())
+                    add(
+                        "policy/kl_ref",
+                        algorithms.masked_mean(kl.detach(), sub.completion_mask).item(),
+                    )
                 loss = algorithms.aggregate(
-                    loss_tok, sub.completion_mask, algo.aggregation,
-                    total_tokens=total_tokens, total_seqs=total_seqs,
+                    loss_tok,
+                    sub.completion_mask,
+                    algo.aggregation,
+                    total_tokens=total_tokens,
+                    total_seqs=total_seqs,
                     max_len=cfg.rollout.max_new_tokens,
                 )
                 loss.backward()
@@ -361,13 +418,16 @@ def update_policy(
                         lps = sampler_logprobs[r]
                         sampled[j, : len(lps)] = torch.tensor(lps)
                     diff = (logp.detach() - sampled).abs() * sub.completion_mask
-                    add("rollout/logprob_abs_diff",
-                        (diff.sum() / sub.completion_mask.sum().clamp(min=1)).item())
+                    add(
+                        "rollout/logprob_abs_diff",
+                        (diff.sum() / sub.completion_mask.sum().clamp(min=1)).item(),
+                    )
             if cfg.train.grad_clip > 0:
                 norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.train.grad_clip)
             else:
                 norm = torch.nn.utils.get_total_norm(
-                    [p.grad for p in policy.parameters() if p.grad is not None])
+                    [p.grad for p in policy.parameters() if p.grad is not None]
+                )
             add("policy/grad_norm", float(norm))
             optimizer.step()
             scheduler.step()
