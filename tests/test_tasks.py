@@ -1,6 +1,8 @@
 """Arithmetic and file tasks: determinism, disjoint splits, correct answers, loading errors."""
 
+import hashlib
 import json
+import operator
 import re
 
 import datasets
@@ -14,10 +16,15 @@ from rlvr.data import (
     Problem,
     make_task,
 )
-from rlvr.data.arithmetic import is_held_out
+from rlvr.data.arithmetic import HELD_OUT_PERCENT, _evaluate, _render, is_held_out
 
-LEVELS = [1, 2, 3, 4, 5]
+LEVELS = [1, 2, 3, 4, 5, 6]
 QUESTION = re.compile(r"^What is (.+)\?\n")
+BINARY = re.compile(r"(\d+) ([+\-*]) (\d+)")
+OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+# Every expression of the two enumerable levels, in canonical form.
+LEVEL1_ALL = {f"{a} + {b}" for a in range(10) for b in range(10)}
+LEVEL2_ALL = {f"{a} {op} {b}" for op in "+-*" for a in range(10) for b in range(10)}
 
 
 def expression(problem: Problem) -> str:
@@ -50,8 +57,7 @@ def test_determinism_by_seed(level: int) -> None:
     assert train_a == [b.train_problem(i) for i in range(50)]
     assert train_a != [c.train_problem(i) for i in range(50)]
     assert a.eval_problems() == b.eval_problems()
-    if level > 1:
-        assert a.eval_problems() != c.eval_problems()
+    assert a.eval_problems() != c.eval_problems()
 
 
 def test_train_problem_is_pure_function_of_index() -> None:
@@ -62,15 +68,51 @@ def test_train_problem_is_pure_function_of_index() -> None:
     assert ArithmeticTask(level=3, seed=7).train_problem(1234) == later == task.train_problem(1234)
 
 
+def test_is_held_out_is_sha256_mod_100() -> None:
+    def bucket(e: str) -> int:
+        return int.from_bytes(hashlib.sha256(e.encode()).digest(), "big") % 100
+
+    assert bucket("0 + 0") == 17 and bucket("0 + 8") == 12 and bucket("0 + 1") == 92
+    assert is_held_out("0 + 0", 30) and not is_held_out("0 + 0")  # default percent is 10
+    assert is_held_out("0 + 8", 13) and not is_held_out("0 + 8", 12)
+    assert not is_held_out("0 + 1", 92) and is_held_out("0 + 1", 93)
+    exprs = sorted(LEVEL2_ALL)
+    for e in exprs:
+        assert is_held_out(e, 30) == (bucket(e) < 30)
+        assert is_held_out(e) == (bucket(e) < 10)
+    assert not any(is_held_out(e, 0) for e in exprs)
+    assert all(is_held_out(e, 100) for e in exprs)
+    # a larger percent holds out a superset
+    assert {e for e in exprs if is_held_out(e, 10)} <= {e for e in exprs if is_held_out(e, 30)}
+
+
+def test_held_out_percent_per_level() -> None:
+    assert HELD_OUT_PERCENT == {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10}
+    for level in LEVELS:
+        task = ArithmeticTask(level=level, n_eval=1)
+        assert task.held_out_percent == HELD_OUT_PERCENT[level]
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_train_eval_disjoint(level: int) -> None:
     task = ArithmeticTask(level=level, seed=0)
+    percent = HELD_OUT_PERCENT[level]
     train = {expression(task.train_problem(i)) for i in range(2000)}
     held = {expression(p) for p in task.eval_problems()}
     assert held and train
     assert not train & held
-    assert all(is_held_out(e) for e in held)
-    assert not any(is_held_out(e) for e in train)
+    assert all(is_held_out(e, percent) for e in held)
+    assert not any(is_held_out(e, percent) for e in train)
+
+
+@pytest.mark.parametrize(("level", "everything"), [(1, LEVEL1_ALL), (2, LEVEL2_ALL)])
+def test_small_levels_partition_all_expressions(level: int, everything: set[str]) -> None:
+    # 2000 train draws cover every non-held-out expression; train and eval split the space.
+    task = ArithmeticTask(level=level, seed=0, n_eval=1000)
+    train = {expression(task.train_problem(i)) for i in range(2000)}
+    held = {expression(p) for p in task.eval_problems()}
+    assert train | held == everything
+    assert not train & held
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -81,6 +123,49 @@ def test_answers_match_python_arithmetic(level: int) -> None:
         expr = expression(p)
         assert re.fullmatch(r"[\d+\-* ()]+", expr)
         assert p.answer == str(eval(expr))  # our own generated string: safe
+        m = BINARY.fullmatch(expr)
+        if level <= 4:  # one operation: check without eval, from the parsed operands
+            assert m, expr
+            a, op, b = m.groups()
+            assert p.answer == str(OPERATORS[op](int(a), int(b)))
+        else:
+            assert m is None
+
+
+def test_render_and_evaluate_concrete_trees() -> None:
+    # Hand-computed text and values, including negatives, precedence and parentheses.
+    cases = [
+        (("+", 7, 8), "7 + 8", 15),
+        (("-", 3, 9), "3 - 9", -6),
+        (("*", 0, 7), "0 * 7", 0),
+        (("*", 57, 8), "57 * 8", 456),
+        (("-", 12, 87), "12 - 87", -75),
+        (("+", 999, 999), "999 + 999", 1998),
+        (("+", 3, ("*", 4, 7)), "3 + 4 * 7", 31),
+        (("-", ("-", 20, 3), 5), "20 - 3 - 5", 12),
+        (("-", 20, ("-", 3, 5)), "20 - (3 - 5)", 22),
+        (("-", ("*", ("+", 5, 7), 3), 4), "(5 + 7) * 3 - 4", 32),
+        (("*", 2, ("*", 3, 4)), "2 * 3 * 4", 24),
+        (("-", 12, ("*", ("+", 3, 4), ("-", 2, 1))), "12 - (3 + 4) * (2 - 1)", 5),
+    ]
+    for tree, text, value in cases:
+        assert _render(tree) == text
+        assert _evaluate(tree) == value
+        assert eval(text) == value
+
+
+def test_level2_answers_enumerated() -> None:
+    # Every level-2 expression the task emits has the right answer, checked by table.
+    table = {
+        f"{a} {op} {b}": str(fn(a, b))
+        for op, fn in OPERATORS.items()
+        for a in range(10)
+        for b in range(10)
+    }
+    assert table["2 - 9"] == "-7" and table["6 * 7"] == "42" and table["0 + 0"] == "0"
+    task = ArithmeticTask(level=2, seed=11, n_eval=1000)
+    for p in [task.train_problem(i) for i in range(500)] + task.eval_problems():
+        assert p.answer == table[expression(p)]
 
 
 def test_level_shapes() -> None:
@@ -89,19 +174,24 @@ def test_level_shapes() -> None:
         return [expression(task.train_problem(i)) for i in range(300)]
 
     assert all(re.fullmatch(r"\d \+ \d", e) for e in exprs(1))
-    assert all(re.fullmatch(r"[1-9]\d [+-] [1-9]\d", e) for e in exprs(2))
+    level2 = exprs(2)
+    assert all(re.fullmatch(r"\d [+\-*] \d", e) for e in level2)
+    assert {e.split()[1] for e in level2} == {"+", "-", "*"}
     level3 = exprs(3)
-    assert all(re.fullmatch(r"[1-9]\d \* [2-9]|[1-9]\d\d \+ [1-9]\d\d", e) for e in level3)
-    assert any("*" in e for e in level3) and any("+" in e for e in level3)
-    for e in exprs(4):
+    assert all(re.fullmatch(r"[1-9]\d [+-] [1-9]\d", e) for e in level3)
+    assert {e.split()[1] for e in level3} == {"+", "-"}
+    level4 = exprs(4)
+    assert all(re.fullmatch(r"[1-9]\d \* [2-9]|[1-9]\d\d \+ [1-9]\d\d", e) for e in level4)
+    assert any("*" in e for e in level4) and any("+" in e for e in level4)
+    for e in exprs(5):
         assert "(" not in e and len(re.findall(r" [+\-*] ", e)) == 2
         assert all(1 <= int(n) <= 20 for n in re.findall(r"\d+", e))
-    for e in exprs(5):
+    for e in exprs(6):
         assert "(" in e and len(re.findall(r" [+\-*] ", e)) in (3, 4)
         assert all(1 <= int(n) <= 12 for n in re.findall(r"\d+", e))
 
 
-@pytest.mark.parametrize("level", [2, 3, 4, 5])
+@pytest.mark.parametrize("level", [3, 4, 5, 6])
 def test_eval_size_and_uniqueness(level: int) -> None:
     task = ArithmeticTask(level=level, seed=0, n_eval=150)
     problems = task.eval_problems()
@@ -112,12 +202,30 @@ def test_eval_size_and_uniqueness(level: int) -> None:
 
 
 def test_level1_eval_is_exhausted() -> None:
-    all_expressions = {f"{a} + {b}" for a in range(10) for b in range(10)}
-    held = {e for e in all_expressions if is_held_out(e)}
-    assert 5 <= len(held) <= 20
+    held = {e for e in LEVEL1_ALL if is_held_out(e, 30)}
+    assert len(LEVEL1_ALL) == 100
+    assert len(held) == 33
+    assert {"0 + 0", "0 + 8", "1 + 0", "9 + 9"} <= held
+    assert not {"0 + 1", "0 + 2", "1 + 1"} & held
     task = ArithmeticTask(level=1, seed=0, n_eval=200)
-    assert {expression(p) for p in task.eval_problems()} == held
-    assert len(task.eval_problems()) == len(held)
+    problems = task.eval_problems()
+    assert {expression(p) for p in problems} == held
+    assert len(problems) == len(held)
+    assert [p.id for p in problems] == [f"arith-L1-eval-{i}" for i in range(33)]
+
+
+def test_level2_eval_is_exhausted() -> None:
+    held = {e for e in LEVEL2_ALL if is_held_out(e, 30)}
+    assert len(LEVEL2_ALL) == 300
+    assert len(held) == 88
+    task = ArithmeticTask(level=2, seed=0, n_eval=200)
+    problems = task.eval_problems()
+    assert {expression(p) for p in problems} == held
+    assert len(problems) == 88
+    assert {expression(p).split()[1] for p in problems} == {"+", "-", "*"}
+    # a smaller n_eval takes a prefix-sized subset of the same held-out set
+    few = ArithmeticTask(level=2, seed=0, n_eval=20).eval_problems()
+    assert len(few) == 20 and {expression(p) for p in few} <= held
 
 
 def test_score_uses_numeric_reward() -> None:
@@ -129,8 +237,12 @@ def test_score_uses_numeric_reward() -> None:
 
 
 def test_arithmetic_errors() -> None:
+    with pytest.raises(ValueError, match=r"level must be one of \[1, 2, 3, 4, 5, 6\], got 7"):
+        ArithmeticTask(level=7)
     with pytest.raises(ValueError, match="level"):
-        ArithmeticTask(level=6)
+        ArithmeticTask(level=0)
+    with pytest.raises(ValueError, match="n_eval"):
+        ArithmeticTask(level=1, n_eval=-1)
     with pytest.raises(ValueError, match="index"):
         ArithmeticTask(level=1).train_problem(-1)
 
@@ -217,8 +329,8 @@ def test_file_task_parquet(tmp_path) -> None:
 
 def test_make_task(tmp_path) -> None:
     assert set(TASKS) == {"arithmetic", "file"}
-    task = make_task("arithmetic", level=4, seed=1)
-    assert isinstance(task, ArithmeticTask) and task.level == 4
+    task = make_task("arithmetic", level=6, seed=1)
+    assert isinstance(task, ArithmeticTask) and task.level == 6
     path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "p", "answer": "1"}] * 3)
     assert isinstance(make_task("file", path=path), FileTask)
     with pytest.raises(ValueError, match=r"'gsm9k'.*arithmetic, file"):

@@ -187,7 +187,10 @@ def eval_(
 
 @app.command()
 def tasks() -> None:
-    """List the built-in tasks."""
+    """List the built-in tasks.
+
+    Example: rlvr tasks
+    """
     from rlvr.data import TASKS
 
     table = Table(title="tasks")

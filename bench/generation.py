@@ -1,0 +1,120 @@
+"""Generation throughput: rlvr's TorchEngine vs transformers' ``model.generate``, one run.
+
+Same model (SmolLM2-135M-Instruct), same prompts, same batch (P prompts x n samples), same
+sampling settings and dtype. Reports useful tokens/s (sampled tokens up to and including the
+stop token; padding after a finished sample does not count) and the ratio. Writes
+bench/results/generation-<device>.json.
+
+Usage: python bench/generation.py [--prompts 8] [--n 8] [--max-new-tokens 64] [--dtype bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.data import ArithmeticTask
+from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
+from rlvr.rollout import SamplingParams, TorchEngine
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def useful_tokens(rows: torch.Tensor, stops: tuple[int, ...]) -> int:
+    """Tokens of each generated row up to and including its first stop token."""
+    total = 0
+    for row in rows.tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        total += end
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    args = ap.parse_args()
+
+    dtype = DTYPES[args.dtype]
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model, dtype)
+    task = ArithmeticTask(level=3)
+    prompts = [encode_prompt(tok, task.train_problem(i).prompt) for i in range(args.prompts)]
+    stops = stop_token_ids(tok)
+    params = SamplingParams(
+        args.temperature, max_new_tokens=args.max_new_tokens, stop_token_ids=stops
+    )
+
+    # baseline: transformers generate on the left-padded batch, each prompt repeated n times
+    tok.padding_side = "left"
+    enc = tok.pad({"input_ids": [p for p in prompts for _ in range(args.n)]}, return_tensors="pt")
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=args.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=args.max_new_tokens,
+            eos_token_id=list(stops),
+            pad_token_id=tok.pad_token_id,
+        )
+    hf_seconds = time.perf_counter() - t0
+    hf_tokens = useful_tokens(out[:, enc["input_ids"].shape[1] :], stops)
+
+    engine = TorchEngine(model, tok.pad_token_id, dtype=dtype)
+    t0 = time.perf_counter()
+    rollout = engine.generate(prompts, args.n, params, torch.Generator().manual_seed(0))
+    ours_seconds = time.perf_counter() - t0
+    ours_tokens = sum(len(c) for c in rollout.completion_ids)
+
+    hf_tps, ours_tps = hf_tokens / hf_seconds, ours_tokens / ours_seconds
+    result = {
+        "benchmark": "generation",
+        "device": f"cpu ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} threads)",
+        "model": args.model,
+        "dtype": args.dtype,
+        "prompts": args.prompts,
+        "n": args.n,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+        "baseline": {
+            "name": "transformers generate",
+            "tokens": hf_tokens,
+            "seconds": hf_seconds,
+            "tokens_per_s": hf_tps,
+        },
+        "ours": {
+            "name": "rlvr TorchEngine",
+            "tokens": ours_tokens,
+            "seconds": ours_seconds,
+            "tokens_per_s": ours_tps,
+        },
+        "ratio": ours_tps / hf_tps,
+    }
+    print(
+        f"transformers generate: {hf_tps:8.1f} useful tokens/s ({hf_tokens} in {hf_seconds:.1f} s)"
+    )
+    print(
+        f"rlvr TorchEngine:      {ours_tps:8.1f} useful tokens/s ({ours_tokens} in {ours_seconds:.1f} s)"
+    )
+    print(f"ratio: {result['ratio']:.2f}x")
+    path = Path(__file__).parent / "results" / f"generation-cpu-{args.dtype}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

