@@ -25,7 +25,7 @@ import torch
 
 from rlvr import algorithms
 from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
-from rlvr.config import Config, load_config, save_config
+from rlvr.config import Config, save_config
 from rlvr.data import Problem, Task, make_task
 from rlvr.evaluation import evaluate_accuracy
 from rlvr.logging import MetricsLogger, ProgressDisplay
@@ -113,18 +113,18 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
     Args:
         cfg: the run's config.
-        resume: a run directory to continue from its latest checkpoint (its saved config is
-            used; ``cfg`` is ignored except for ``train.steps``, which may extend the run).
+        resume: a run directory to continue from its latest checkpoint. ``cfg`` should then
+            be the run's saved ``config.yaml`` (the CLI loads it and applies ``--set``, e.g. a
+            larger ``train.steps`` to extend the run; the LR schedule follows the new length).
     """
     start_time = time.perf_counter()
     if resume is not None:
         run_dir = Path(resume)
-        cfg = load_config(run_dir / "config.yaml", [f"train.steps={cfg.train.steps}"])
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name}")
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, run_dir / "config.yaml")
+    save_config(cfg, run_dir / "config.yaml")
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.train.seed)

@@ -33,12 +33,9 @@ class Task(Protocol):
     def train_problem(self, index: int) -> Problem:
         """The training problem at sampler position ``index`` (0, 1, 2, ... unbounded); a pure
         function of the task's seed and ``index``."""
-        ...
 
     def eval_problems(self) -> list[Problem]:
         """The held-out split: fixed, deterministic, disjoint from every training problem."""
-        ...
 
     def score(self, completion: str, problem: Problem) -> float:
         """Reward of ``completion`` for ``problem``: 1.0 if correct, 0.0 otherwise."""
-        ...
