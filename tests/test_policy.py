@@ -1,26 +1,36 @@
-"""Training-side log-probs: batch layout and equality with a plain per-sample forward."""
+"""Training-side log-probs: batch layout, equality with a plain per-sample forward, and the
+shared-prefix (Prefix Grouper) forward's equality with the padded one, gradients included."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlvr.policy import completion_logprobs, make_batch
 
 
 def test_make_batch_layout():
-    batch = make_batch([[1, 2, 3], [4]], [[7, 8], [9, 9, 9]], pad_id=0)
-    assert batch.input_ids.tolist() == [[1, 2, 3, 7, 8, 0], [0, 0, 4, 9, 9, 9]]
-    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0], [0, 0, 1, 1, 1, 1]]
-    assert batch.position_ids[1].tolist() == [0, 0, 0, 1, 2, 3]
-    assert batch.completion_ids.tolist() == [[7, 8, 0], [9, 9, 9]]
-    assert batch.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    batch = make_batch([[1, 2, 3], [4]], [[7, 8], [9, 9, 9], [5]], pad_id=0, prompt_index=[0, 1, 1])
+    assert batch.prompt_ids.tolist() == [[1, 2, 3], [0, 0, 4]]
+    assert batch.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert batch.prompt_index.tolist() == [0, 1, 1]
+    assert batch.completion_ids.tolist() == [[7, 8, 0], [9, 9, 9], [5, 0, 0]]
+    assert batch.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1], [1, 0, 0]]
+    assert batch.tokens == (3 + 2) + (1 + 3) + (1 + 1)
 
 
-def test_select_trims_to_the_sub_batch():
+def test_make_batch_rejects_a_bad_prompt_index():
+    with pytest.raises(ValueError, match="prompt_index"):
+        make_batch([[1]], [[2], [3]], pad_id=0, prompt_index=[0, 1])
+
+
+def test_select_keeps_only_used_prompts_trimmed():
     batch = make_batch([[1, 2, 3], [4], [5, 6]], [[7], [9, 9, 9], [8, 8]], pad_id=0)
-    sub = batch.select(torch.tensor([0, 2]))
-    assert sub.input_ids.tolist() == [[1, 2, 3, 7, 0], [0, 5, 6, 8, 8]]
-    assert sub.completion_mask.tolist() == [[1, 0], [1, 1]]
+    sub = batch.select(torch.tensor([1, 2]))
+    assert sub.prompt_ids.tolist() == [[0, 4], [5, 6]]
+    assert sub.prompt_index.tolist() == [0, 1]
+    assert sub.completion_ids.tolist() == [[9, 9, 9], [8, 8, 0]]
+    assert sub.completion_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
 
 
 def _plain_logprobs(model, prompt, completion, temperature):
@@ -29,25 +39,40 @@ def _plain_logprobs(model, prompt, completion, temperature):
     return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
 
 
-def test_padded_logprobs_equal_unpadded_forward(tiny):
+PROMPTS = [[3, 40, 41, 42, 43], [5, 6], [7, 8, 9]]
+COMPLETIONS = [[10, 11, 12], [13], [14, 15, 16, 17, 18], [19, 20], [21, 22, 23, 24]]
+INDEX = [0, 0, 1, 2, 2]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_logprobs_equal_unpadded_forward(tiny, shared):
     model, _ = tiny
-    prompts = [[3, 40, 41, 42, 43], [5, 6], [7, 8, 9]]
-    completions = [[10, 11, 12], [13], [14, 15, 16, 17, 18]]
-    batch = make_batch(prompts, completions, pad_id=0)
+    batch = make_batch(PROMPTS, COMPLETIONS, pad_id=0, prompt_index=INDEX)
     with torch.no_grad():
-        logp, entropy = completion_logprobs(model, batch, temperature=0.7, with_entropy=True)
-        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-            ref = _plain_logprobs(model, p, c, 0.7)
+        logp, entropy = completion_logprobs(model, batch, 0.7, True, shared_prefix=shared)
+        for i, c in enumerate(COMPLETIONS):
+            ref = _plain_logprobs(model, PROMPTS[INDEX[i]], c, 0.7)
             assert torch.allclose(logp[i, : len(c)], ref, atol=1e-5)
             assert (logp[i, len(c) :] == 0).all()
     assert (entropy >= 0).all() and entropy.max() <= torch.log(torch.tensor(259.0)) + 1e-4
 
 
-def test_logprob_gradients_flow(tiny):
-    model, _ = tiny
-    batch = make_batch([[1, 2]], [[3, 4]], pad_id=0)
-    logp, _ = completion_logprobs(model, batch)
-    logp.sum().backward()
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    assert grads and any(g.abs().sum() > 0 for g in grads)
+def _grads(model, batch, shared):
     model.zero_grad(set_to_none=True)
+    logp, _ = completion_logprobs(model, batch, 1.0, shared_prefix=shared)
+    weights = torch.linspace(-1.0, 1.0, logp.numel()).reshape(logp.shape)
+    (logp * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    return logp.detach(), grads
+
+
+def test_shared_prefix_gradients_equal_padded_forward(tiny):
+    model, _ = tiny
+    batch = make_batch(PROMPTS, COMPLETIONS, pad_id=0, prompt_index=INDEX)
+    logp_a, grads_a = _grads(model, batch, shared=False)
+    logp_b, grads_b = _grads(model, batch, shared=True)
+    assert torch.allclose(logp_a, logp_b, atol=1e-5)
+    assert grads_a.keys() == grads_b.keys() and grads_a
+    for name in grads_a:
+        assert (grads_a[name] - grads_b[name]).abs().max() <= 1e-5, name

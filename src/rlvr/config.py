@@ -110,6 +110,10 @@ class TrainConfig(Section):
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm (0: off)")
     micro_batch_size: int = Field(16, ge=1, description="samples per forward/backward")
     autocast: Literal["auto", "bf16", "fp32"] = "auto"
+    shared_prefix: bool = Field(
+        True, description="encode each prompt once per group in the training forward (Prefix "
+        "Grouper); same gradients as the padded forward, less compute"
+    )
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch threads (None: torch default)")
 

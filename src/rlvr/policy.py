@@ -1,10 +1,18 @@
 """Turn rollouts into training tensors and compute per-token log-probs of completions.
 
-Layout of a training batch (``N`` samples): the prompt of each sample is left-padded to ``Lp``,
-its completion right-padded to ``T``, so the sequence is ``[pad.. prompt | completion ..pad]``
-of width ``Lp + T`` and every completion occupies the same columns ``Lp .. Lp+T-1``. Only the
-logits that predict completion tokens are computed (``logits_to_keep``), the expensive part
-of a vocabulary of 50k.
+A training batch of ``N`` samples keeps each distinct prompt once (``P`` prompts, left-padded
+to ``Lp``) and maps every sample to its prompt (``prompt_index``); completions are
+right-padded to ``T``. Two forwards give the same log-probs and gradients:
+
+* :func:`completion_logprobs` with ``shared_prefix=False`` (the plain padded forward): each
+  sample is the sequence ``[pad.. prompt | completion ..pad]`` of width ``Lp + T``;
+* ``shared_prefix=True`` (Prefix Grouper, Liu et al. 2025): each distinct prompt is encoded
+  once, its key/value cache (with gradient) is gathered for the samples that share it, and
+  only completion tokens are run through the model. A group of G samples of a prompt of length
+  ``Lp`` then costs ``Lp + G*T`` token-passes instead of ``G*(Lp + T)``.
+
+Only the logits that predict completion tokens are computed: with a 50k vocabulary they are
+the expensive part of the output layer.
 """
 
 from __future__ import annotations
@@ -12,64 +20,96 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 
 @dataclass
 class Batch:
-    """Token tensors of ``N`` samples; rows are samples.
+    """Token tensors of ``N`` samples over ``P`` distinct prompts.
 
     Attributes:
-        input_ids: [N, Lp + T] prompt (left-padded) then completion (right-padded).
-        attention_mask: [N, Lp + T] 1 on real tokens.
-        position_ids: [N, Lp + T] positions counting real tokens only.
-        completion_ids: [N, T] the sampled tokens.
+        prompt_ids: [P, Lp] left-padded prompts.
+        prompt_mask: [P, Lp] 1 on real prompt tokens.
+        prompt_index: [N] long, the prompt row of each sample.
+        completion_ids: [N, T] sampled tokens, right-padded.
         completion_mask: [N, T] 1 on completion tokens the loss sees.
     """
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    prompt_index: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
 
     def select(self, rows: torch.Tensor) -> Batch:
-        """The sub-batch of the given rows, trimmed to its own widest prompt and completion."""
+        """The sub-batch of the given sample rows: only their prompts, trimmed to the widest
+        prompt and completion among them."""
+        used, index = torch.unique(self.prompt_index[rows], return_inverse=True)
+        prompt_mask = self.prompt_mask[used]
+        left = self.prompt_mask.shape[1] - int(prompt_mask.sum(-1).max())
         mask = self.completion_mask[rows]
-        prompt_mask = self.attention_mask[rows, : self.prompt_width]
         width = int(mask.sum(-1).max().clamp(min=1))
-        left = self.prompt_width - int(prompt_mask.sum(-1).max())
-        cols = slice(left, self.prompt_width + width)
         return Batch(
-            input_ids=self.input_ids[rows, cols],
-            attention_mask=self.attention_mask[rows, cols],
-            position_ids=self.position_ids[rows, cols],
+            prompt_ids=self.prompt_ids[used, left:],
+            prompt_mask=prompt_mask[:, left:],
+            prompt_index=index,
             completion_ids=self.completion_ids[rows, :width],
             completion_mask=mask[:, :width],
         )
 
     @property
-    def prompt_width(self) -> int:
-        return self.input_ids.shape[1] - self.completion_ids.shape[1]
+    def tokens(self) -> int:
+        """Real tokens of the plain padded layout (prompt repeated per sample + completion)."""
+        per_prompt = self.prompt_mask.sum(-1)[self.prompt_index]
+        return int(per_prompt.sum() + self.completion_mask.sum())
 
 
-def make_batch(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> Batch:
-    """Build a :class:`Batch` from unpadded prompt and completion token lists (one per sample)."""
+def make_batch(
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    pad_id: int,
+    prompt_index: list[int] | torch.Tensor | None = None,
+) -> Batch:
+    """Build a :class:`Batch` from unpadded token lists.
+
+    Args:
+        prompts: distinct prompts (P lists), or one per sample when ``prompt_index`` is None.
+        completions: N lists of completion tokens.
+        prompt_index: the prompt of each completion (default: ``i``).
+    """
     n = len(completions)
+    index = torch.as_tensor(range(n) if prompt_index is None else prompt_index, dtype=torch.long)
+    if index.shape != (n,) or int(index.max()) >= len(prompts):
+        raise ValueError(f"prompt_index must map {n} completions to {len(prompts)} prompts")
     lp = max(len(p) for p in prompts)
+    prompt_ids = torch.full((len(prompts), lp), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), lp), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        prompt_ids[i, lp - len(p) :] = torch.tensor(p, dtype=torch.long)
+        prompt_mask[i, lp - len(p) :] = 1
     t = max(1, max(len(c) for c in completions))
-    input_ids = torch.full((n, lp + t), pad_id, dtype=torch.long)
-    attention = torch.zeros((n, lp + t), dtype=torch.long)
-    comp_mask = torch.zeros((n, t), dtype=torch.long)
-    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
-        input_ids[i, lp - len(p) : lp] = torch.tensor(p)
-        attention[i, lp - len(p) : lp] = 1
+    completion_ids = torch.full((n, t), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((n, t), dtype=torch.long)
+    for i, c in enumerate(completions):
         if c:
-            input_ids[i, lp : lp + len(c)] = torch.tensor(c)
-            attention[i, lp : lp + len(c)] = 1
-            comp_mask[i, : len(c)] = 1
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    return Batch(input_ids, attention, positions, input_ids[:, lp:].clone(), comp_mask)
+            completion_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
+            completion_mask[i, : len(c)] = 1
+    return Batch(prompt_ids, prompt_mask, index, completion_ids, completion_mask)
+
+
+def _token_logprobs(
+    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(y_t) [N, T] from logits [N, T, V] that predict the completion tokens."""
+    logits = logits.float() / temperature
+    logz = torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, batch.completion_ids[..., None])[..., 0] - logz
+    logp = logp * batch.completion_mask
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logp, entropy
 
 
 def completion_logprobs(
@@ -77,6 +117,7 @@ def completion_logprobs(
     batch: Batch,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    shared_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of the completion tokens under ``model`` at ``temperature``.
 
@@ -84,21 +125,55 @@ def completion_logprobs(
         logp [N, T] (fp32; zero where the completion mask is 0), and the per-token entropy of
         the temperature-scaled distribution [N, T] (no gradient) when ``with_entropy``.
     """
+    if shared_prefix:
+        logits = _shared_prefix_logits(model, batch)
+    else:
+        logits = _padded_logits(model, batch)
+    return _token_logprobs(logits, batch, temperature, with_entropy)
+
+
+def _padded_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """The plain forward: every sample carries its own copy of its prompt."""
     t = batch.completion_ids.shape[1]
+    idx = batch.prompt_index
+    input_ids = torch.cat([batch.prompt_ids[idx], batch.completion_ids], dim=1)
+    attention = torch.cat([batch.prompt_mask[idx], batch.completion_mask], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
     out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
         use_cache=False,
         logits_to_keep=t + 1,
     )
-    logits = out.logits[:, :-1, :].float() / temperature  # position k predicts token k+1
-    logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, batch.completion_ids[..., None])[..., 0] - logz
-    logp = logp * batch.completion_mask
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            probs = torch.softmax(logits, dim=-1)
-            entropy = logz - (probs * logits).sum(-1)
-    return logp, entropy
+    return out.logits[:, :-1, :]  # position k predicts token k+1
+
+
+def _shared_prefix_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+    """Prefix Grouper: encode each distinct prompt once, attend to its KV from every sample."""
+    idx = batch.prompt_index
+    prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache()
+    prefix = model(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=prompt_pos,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache.batch_select_indices(idx)  # gather (with gradient) each sample's prompt KV
+    t = batch.completion_ids.shape[1]
+    start = batch.prompt_mask.sum(-1)[idx]  # position of the first completion token
+    positions = start[:, None] + torch.arange(t, device=start.device)[None, :]
+    attention = torch.cat([batch.prompt_mask[idx], batch.completion_mask], dim=1)
+    out = model(
+        input_ids=batch.completion_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=t,
+    )
+    first = prefix.logits[idx, -1:, :]  # the prompt's last position predicts token 0
+    return torch.cat([first, out.logits[:, :-1, :]], dim=1)

@@ -228,9 +228,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
             # 4. policy update: mu epochs x minibatches x micro-batches
             batch = make_batch(
-                [rollout.prompt_ids[i // G] for i in range(len(texts))],
-                rollout.completion_ids,
-                tokenizer.pad_token_id,
+                rollout.prompt_ids, rollout.completion_ids, tokenizer.pad_token_id, group_ids
             )
             train_metrics = update_policy(
                 policy,
@@ -356,7 +354,7 @@ def update_policy(
                 rows = torch.arange(lo, min(n, lo + mb))
                 sub = batch.select(rows)
                 out[rows, : sub.completion_ids.shape[1]] = completion_logprobs(
-                    model, sub, temperature
+                    model, sub, temperature, shared_prefix=cfg.train.shared_prefix
                 )[0]
         return out
 
@@ -371,7 +369,8 @@ def update_policy(
 
     for _epoch in range(cfg.algorithm.ppo_epochs):
         order = torch.randperm(n, generator=generator)
-        for rows in order.chunk(cfg.algorithm.minibatches):
+        for shuffled in order.chunk(cfg.algorithm.minibatches):
+            rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
             mask = batch.completion_mask[rows]
             total_tokens = float(mask.sum())
             total_seqs = float(len(rows))
@@ -382,7 +381,9 @@ def update_policy(
                 sub = batch.select(sub_rows)
                 width = sub.completion_ids.shape[1]
                 with autocast:
-                    logp, entropy = completion_logprobs(policy, sub, temperature, True)
+                    logp, entropy = completion_logprobs(
+                        policy, sub, temperature, True, shared_prefix=cfg.train.shared_prefix
+                    )
                 old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
                 loss_tok, info = algorithms.clipped_policy_loss(
                     logp,
