@@ -24,7 +24,9 @@ test: $(STAMP)
 	$(BIN)/pytest tests
 
 bench: $(STAMP)
-	$(BIN)/python bench/generation.py
+	$(BIN)/python bench/generation.py --dtype bf16
+	$(BIN)/python bench/generation.py --dtype fp32
+	$(BIN)/python bench/training.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

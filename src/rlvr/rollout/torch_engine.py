@@ -18,6 +18,7 @@ import time
 import torch
 from transformers import PreTrainedModel
 
+from rlvr.rollout import attention as decode_attention
 from rlvr.rollout.base import Rollout, SamplingParams
 from rlvr.rollout.sampling import sample_next
 
@@ -75,6 +76,7 @@ class TorchEngine:
             self.model = copy.deepcopy(policy).to(dtype)
             self.model.requires_grad_(False)
         self.model.eval()
+        self.model.set_attn_implementation(decode_attention.NAME)
 
     @torch.no_grad()
     def update_weights(self, policy: torch.nn.Module) -> None:
