@@ -124,6 +124,10 @@ def test_same_seed_same_samples_and_chunking_is_invisible(tiny):
     whole = TorchEngine(model, tok.pad_token_id).generate(prompts, 2, greedy)
     chunked = TorchEngine(model, tok.pad_token_id, max_batch=2).generate(prompts, 2, greedy)
     assert whole.completion_ids == chunked.completion_ids
+    # a group larger than max_batch is split into micro sampling groups
+    big = TorchEngine(model, tok.pad_token_id).generate(prompts, 4, greedy)
+    split = TorchEngine(model, tok.pad_token_id, max_batch=3).generate(prompts, 4, greedy)
+    assert big.completion_ids == split.completion_ids and len(split.completion_ids) == 12
 
 
 def test_bf16_engine_copies_weights_in_memory(tiny):

@@ -97,12 +97,16 @@ class TorchEngine:
     ) -> Rollout:
         """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
         start = time.perf_counter()
-        per_chunk = max(1, self.max_batch // n)
+        total = len(prompts) * n
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
-        for lo in range(0, len(prompts), per_chunk):
-            c, lp, f = self._generate_chunk(prompts[lo : lo + per_chunk], n, sampling, generator)
+        # Samples are decoded in chunks of at most max_batch (sample i belongs to prompt i // n):
+        # memory stays flat as n grows (Infinite Sampling's micro sampling groups); a group
+        # split across chunks has its prompt prefilled once per chunk.
+        for lo in range(0, total, self.max_batch):
+            owner = torch.arange(lo, min(total, lo + self.max_batch)) // n
+            c, lp, f = self._generate_chunk(prompts, owner, sampling, generator)
             completions += c
             logprobs += lp
             finished += f
@@ -114,22 +118,29 @@ class TorchEngine:
     def _generate_chunk(
         self,
         prompts: list[list[int]],
-        n: int,
+        owner: torch.Tensor,
         sampling: SamplingParams,
         generator: torch.Generator | None,
     ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+        """Decode one sample per entry of ``owner`` (its prompt index)."""
         device = next(self.model.parameters()).device
-        ids, mask = left_pad(prompts, self.pad_token_id)
+        used, row_prompt = torch.unique(owner, return_inverse=True)
+        ids, mask = left_pad([prompts[i] for i in used.tolist()], self.pad_token_id)
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        # Each prompt is encoded once; its KV cache is shared by the samples it owns.
         cache = out.past_key_values
-        logits = out.logits[:, -1, :]
-        # Share each prompt's KV cache with its n samples: rows i*n .. i*n+n-1 are prompt i.
-        if n > 1:
-            cache.batch_repeat_interleave(n)
-            logits = logits.repeat_interleave(n, dim=0)
-            mask = mask.repeat_interleave(n, dim=0)
+        row_prompt = row_prompt.to(device)
+        cache.batch_select_indices(row_prompt)
+        logits = out.logits[row_prompt, -1, :]
+        mask = mask[row_prompt]
         next_pos = mask.sum(-1)  # [B] position of the next token
         total = logits.shape[0]
         live = list(range(total))  # original sample index of each batch row
