@@ -1,4 +1,4 @@
-"""The ``rlvr`` command line: train, eval, tasks, algorithms."""
+"""The ``rlvr`` command line: train, eval, compare, report, tasks, algorithms."""
 
 from __future__ import annotations
 
@@ -107,25 +107,145 @@ def _print_summary(summary: dict) -> None:
 
 @app.command("eval")
 def eval_(
-    model: Annotated[str, typer.Argument(help="model spec, checkpoint dir, or run dir")],
-    task: Annotated[str, typer.Option(help="task name (see `rlvr tasks`)")] = "arithmetic",
-    level: Annotated[int, typer.Option(help="arithmetic difficulty level")] = 2,
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="model spec (alias, HF dir, .gguf, hub id), checkpoint dir, or run dir (its "
+            "latest checkpoint); omit with --rescore"
+        ),
+    ] = None,
+    task: Annotated[
+        str | None,
+        typer.Option(help="task name (see `rlvr tasks`); default: the run's task, else arithmetic"),
+    ] = None,
+    level: Annotated[
+        int | None, typer.Option(help="arithmetic difficulty level; default: the run's, else 2")
+    ] = None,
     path: Annotated[str | None, typer.Option(help="data file for --task file")] = None,
-    n_prompts: Annotated[int, typer.Option(help="held-out problems to evaluate")] = 200,
-    max_new_tokens: Annotated[int, typer.Option()] = 128,
-    temperature: Annotated[float, typer.Option(help="0 for greedy")] = 0.0,
-    seed: Annotated[int, typer.Option(help="task seed (must match training)")] = 0,
+    n_prompts: Annotated[int, typer.Option(min=1, help="held-out problems to evaluate")] = 200,
+    n: Annotated[int, typer.Option("--n", min=1, help="samples per prompt")] = 1,
+    k: Annotated[
+        str | None,
+        typer.Option(
+            "--k",
+            help="k values of pass@k / maj@k, e.g. 1,2,4,8; default: powers of "
+            "two up to --n, and --n",
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0, help="sampling temperature, 0 for greedy; default: 0 when --n 1, else 1.0"
+        ),
+    ] = None,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="nucleus sampling mass")] = 1.0,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option(min=1, help="token limit per completion; default: the run's, else 128"),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="task seed (must match training); default: the run's, else 0")
+    ] = None,
+    sampling_seed: Annotated[int, typer.Option(help="seed of the sampler's generator")] = 1234,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="system message; default: the run's model.system_prompt")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="output dir; default: RUN/eval-<checkpoint> for runs, else evals/<model>"
+        ),
+    ] = None,
+    rescore: Annotated[
+        Path | None,
+        typer.Option(help="recompute scores and metrics of an eval dir from its stored samples"),
+    ] = None,
+    max_batch: Annotated[
+        int, typer.Option(min=1, help="most samples generated at once (bounds memory)")
+    ] = 256,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
 ) -> None:
-    """Held-out accuracy of a model, a checkpoint or a run's latest checkpoint on a task.
+    """Sample completions of held-out problems, score them, and report pass@k, maj@k, mean@n,
+    answer entropy and length, with bootstrap confidence intervals over problems.
+
+    Every sample and score is saved to DIR/samples.parquet and the metrics to
+    DIR/summary.json; --rescore DIR recomputes them without generating. With the defaults
+    (--n 1, temperature 0) this is greedy held-out accuracy.
 
     Examples:
 
       rlvr eval smollm2-135m-instruct --task arithmetic --level 2
 
-      rlvr eval runs/20261121-120000-arithmetic --temperature 1.0
+      rlvr eval runs/demo2 --n 64 --k 1,2,4,8,16,32,64 --temperature 1.0
+
+      rlvr eval smollm2-135m-instruct --level 2 --n 64 --out runs/demo2/eval-base
+
+      rlvr eval --rescore runs/demo2/eval-step_000030 --k 1,4,16
     """
-    from rlvr.checkpoint import latest_checkpoint
+    from rlvr.evaluation.harness import EvalError, parse_ks
+    from rlvr.evaluation.harness import rescore as rescore_dir
+
+    if rescore is not None:
+        if model is not None:
+            _fail("give either MODEL (to generate) or --rescore DIR, not both")
+        try:
+            from rlvr.evaluation.harness import load_summary
+
+            ks = None if k is None else parse_ks(k, int(load_summary(rescore).get("n", 1)))
+            summary, changed = rescore_dir(rescore, ks=ks)
+        except (EvalError, ValueError) as err:
+            _fail(str(err))
+            return
+        console.print(f"rescored {summary['n_samples']} samples: {changed} score(s) changed")
+        _print_eval(summary, rescore)
+        return
+    if model is None:
+        _fail("give a MODEL (spec, checkpoint dir or run dir), or --rescore DIR")
+    _run_eval(
+        model,
+        task=task,
+        level=level,
+        path=path,
+        n_prompts=n_prompts,
+        n=n,
+        k=k,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        sampling_seed=sampling_seed,
+        system_prompt=system_prompt,
+        out=out,
+        max_batch=max_batch,
+        device=device,
+    )
+
+
+def _run_eval(model: str, **opt) -> None:
+    """Generation part of `rlvr eval` (see its help)."""
+    import torch
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     from rlvr.config import ConfigError, build_config
+    from rlvr.evaluation.harness import (
+        EvalError,
+        build_summary,
+        compute_summary_metrics,
+        default_out_dir,
+        generate_samples,
+        parse_ks,
+        read_run_config,
+        resolve_target,
+        save_eval,
+        score_records,
+    )
     from rlvr.models import (
         ModelSpecError,
         encode_prompt,
@@ -136,53 +256,301 @@ def eval_(
     from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
     from rlvr.trainer import build_task
 
-    spec = model
-    if (Path(model) / "checkpoints").is_dir():
-        found = latest_checkpoint(Path(model))
-        if found is None:
-            _fail(f"run {model} has no complete checkpoint")
-        spec = str(found)
+    n: int = opt["n"]
     try:
-        cfg = build_config(
-            {
-                "task": {
-                    "name": task,
-                    "level": level,
-                    "path": path,
-                    "seed": seed,
-                    "n_eval": n_prompts,
-                }
-            }
-        )
-        tokenizer = load_tokenizer(spec)
-        policy = load_model(spec, auto_dtype())
+        ks = parse_ks(opt["k"], n)
+        target = resolve_target(model)
+    except EvalError as err:
+        _fail(str(err))
+        return
+    run_cfg = read_run_config(target.run_dir) if target.run_dir is not None else {}
+    task_cfg = dict(run_cfg.get("task") or {})
+    for key in ("task", "level", "path", "seed"):
+        if opt[key] is not None:
+            task_cfg["name" if key == "task" else key] = opt[key]
+    task_cfg.setdefault("name", "arithmetic")
+    task_cfg["n_eval"] = opt["n_prompts"]
+    max_new_tokens = opt["max_new_tokens"]
+    if max_new_tokens is None:
+        from_run = (run_cfg.get("eval") or {}).get("max_new_tokens") or (
+            run_cfg.get("rollout") or {}
+        ).get("max_new_tokens")
+        max_new_tokens = int(from_run) if from_run else 128
+    system_prompt = opt["system_prompt"]
+    if system_prompt is None:
+        system_prompt = (run_cfg.get("model") or {}).get("system_prompt")
+    temperature = opt["temperature"]
+    if temperature is None:
+        temperature = 0.0 if n == 1 else 1.0
+    if temperature == 0 and n > 1:
+        console.print(f"note: temperature 0 is greedy: the {n} samples per prompt are identical")
+    device = opt["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        _fail(f"--device {opt['device']!r}: expected auto, cpu, cuda or cuda:N")
+        return
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _fail(f"--device {opt['device']}: CUDA is not available on this machine")
+    try:
+        cfg = build_config({"task": task_cfg})
+        tokenizer = load_tokenizer(target.spec)
+        dtype = auto_dtype(device)
+        policy = load_model(target.spec, dtype).to(device)
+        task = build_task(cfg)
     except (ConfigError, ModelSpecError, ValueError) as err:
         _fail(str(err))
         return
-    from rlvr.evaluation import evaluate_accuracy
-
-    t = build_task(cfg)
-    problems = t.eval_problems()[:n_prompts]
-    engine = TorchEngine(policy, tokenizer.pad_token_id, dtype=auto_dtype())
+    problems = task.eval_problems()[: opt["n_prompts"]]
+    if not problems:
+        _fail(f"task {task_cfg['name']} has no held-out problems")
+    engine = TorchEngine(policy, tokenizer.pad_token_id, dtype=dtype, max_batch=opt["max_batch"])
     sampling = SamplingParams(
         temperature=temperature,
+        top_p=opt["top_p"],
         max_new_tokens=max_new_tokens,
         stop_token_ids=stop_token_ids(tokenizer),
     )
+    prompts = [encode_prompt(tokenizer, p.prompt, system_prompt) for p in problems]
+    generator = torch.Generator(device=device).manual_seed(opt["sampling_seed"])
 
     start = time.perf_counter()
-    with console.status(f"generating {len(problems)} completions..."):
-        result = evaluate_accuracy(
-            engine,
-            t,
-            problems,
-            lambda p: encode_prompt(tokenizer, p.prompt),
-            lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-            sampling,
+    with Progress(
+        TextColumn("[bold]sampling"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("samples · prompts {task.fields[prompts]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("eval", total=len(problems) * n, prompts=f"0/{len(problems)}")
+
+        def advance(samples: int, prompts_done: int) -> None:
+            progress.update(bar, advance=samples, prompts=f"{prompts_done}/{len(problems)}")
+
+        ids, finished = generate_samples(
+            engine, prompts, n, sampling, generator, opt["max_batch"], advance
         )
-    result["seconds"] = time.perf_counter() - start
-    result["n_prompts"] = len(problems)
-    console.print_json(json.dumps({"model": spec, "task": task, **result}))
+    seconds = time.perf_counter() - start
+    texts = [[tokenizer.decode(c, skip_special_tokens=True) for c in row] for row in ids]
+    records = score_records(task, problems, texts, [[len(c) for c in row] for row in ids], finished)
+    metrics = compute_summary_metrics(records, ks)
+    task_json = cfg.task.model_dump(mode="json")
+    summary = build_summary(
+        target, model, task_json, system_prompt, sampling, opt["sampling_seed"], metrics, seconds
+    )
+    out_dir = opt["out"] if opt["out"] is not None else default_out_dir(target)
+    if (out_dir / "summary.json").is_file():
+        console.print(f"replacing the previous evaluation in {out_dir} (use --out to keep both)")
+    save_eval(out_dir, records, summary)
+    _print_eval(summary, out_dir)
+
+
+def _ci_text(summary: dict, name: str, digits: int = 3) -> str:
+    value = summary["metrics"].get(name)
+    if value is None:
+        return "-"
+    ci = summary.get("ci", {}).get(name)
+    text = f"{value:.{digits}f}"
+    return text + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
+
+
+def _print_eval(summary: dict, out_dir: Path) -> None:
+    """The metrics table of an evaluation, where it was saved, and a JSON line for scripts."""
+    n, m = summary["n"], summary["metrics"]
+    task = summary.get("task", {})
+    level = round(100 * summary.get("confidence", 0.95))
+    title = (
+        f"{summary.get('tag')} on {task.get('name')} level {task.get('level')}: "
+        f"{summary['n_prompts']} prompts x {n} samples, "
+        f"T={summary.get('sampling', {}).get('temperature')}"
+    )
+    table = Table(title=title)
+    table.add_column("k", justify="right")
+    table.add_column(f"pass@k [{level}% CI]", justify="right")
+    table.add_column(f"maj@k [{level}% CI]", justify="right")
+    for kk in summary["ks"]:
+        table.add_row(str(kk), _ci_text(summary, f"pass@{kk}"), _ci_text(summary, f"maj@{kk}"))
+    console.print(table)
+    per_sample = Table(title="per sample (mean over problems)", show_header=True)
+    per_sample.add_column("metric")
+    per_sample.add_column(f"value [{level}% CI]", justify="right")
+    per_sample.add_row(f"mean@{n} (accuracy of one sample)", _ci_text(summary, f"mean@{n}"))
+    per_sample.add_row("answer entropy (nats)", _ci_text(summary, "answer_entropy"))
+    per_sample.add_row("length (tokens)", _ci_text(summary, "length_mean", 1))
+    per_sample.add_row("truncated fraction", _ci_text(summary, "truncated_frac"))
+    per_sample.add_row("no-answer fraction", _ci_text(summary, "no_answer_frac"))
+    console.print(per_sample)
+    console.print(f"saved samples and summary to [bold]{out_dir}[/]")
+    brief = {
+        "model": summary.get("model_path"),
+        "task": task.get("name"),
+        "level": task.get("level"),
+        "n": n,
+        "temperature": summary.get("sampling", {}).get("temperature"),
+        "n_prompts": summary["n_prompts"],
+        **m,
+        "seconds": summary.get("seconds"),
+        "out": str(out_dir),
+    }
+    console.print_json(json.dumps(brief))
+
+
+@app.command()
+def compare(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="eval dirs or run dirs, grouped into methods")
+    ] = None,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method", "-m", help="a method and its runs: NAME=path1,path2,... (repeatable)"
+        ),
+    ] = None,
+    metric: Annotated[
+        str,
+        typer.Option(
+            help="score per run: a summary metric (pass@1, maj@8, mean@16, ...) or a training-log "
+            "key of run dirs (eval/greedy_accuracy: its last value)"
+        ),
+    ] = "pass@1",
+    reps: Annotated[int, typer.Option(min=100, help="bootstrap resamples")] = 2000,
+    confidence: Annotated[
+        float, typer.Option(min=0.5, max=0.999, help="confidence level of intervals")
+    ] = 0.95,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    plot: Annotated[Path, typer.Option(help="PNG with aggregates, profiles and P(X > Y)")] = Path(
+        "compare.png"
+    ),
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="also write all numbers to this JSON file")
+    ] = None,
+) -> None:
+    """Compare methods across seeds: IQM, mean and median with stratified bootstrap confidence
+    intervals, probability of improvement and performance profiles (Agarwal et al. 2021, "Deep RL
+    at the Edge of the Statistical Precipice").
+
+    Each argument is an eval dir or a run dir (a run contributes its latest checkpoint's
+    RUN/eval-* dirs, one per task). Without --method, runs whose configs are equal up to
+    train.seed form one method (or runs with the same config `name`).
+
+    Examples:
+
+      rlvr compare runs/grpo-s0 runs/grpo-s1 runs/dapo-s0 runs/dapo-s1
+
+      rlvr compare -m grpo=runs/grpo-s0,runs/grpo-s1 -m dapo=runs/dapo-s0,runs/dapo-s1
+
+      rlvr compare runs/* --metric eval/greedy_accuracy --plot cmp.png --json cmp.json
+    """
+    from rlvr.evaluation.compare import (
+        compare as compare_groups,
+    )
+    from rlvr.evaluation.compare import (
+        compare_figure,
+        group_sources,
+        parse_method_option,
+    )
+    from rlvr.evaluation.harness import EvalError
+    from rlvr.evaluation.plots import png_bytes
+
+    try:
+        methods = [parse_method_option(text) for text in method or []]
+        groups = group_sources(list(paths or []), methods, metric)
+        result = compare_groups(groups, reps=reps, confidence=confidence, seed=seed)
+    except EvalError as err:
+        _fail(str(err))
+        return
+    level = round(100 * confidence)
+    taus = result["taus"]
+    picks = [25, 50, 75]
+    table = Table(
+        title=f"{metric} per method ({level}% stratified bootstrap CIs, {reps} resamples)"
+    )
+    for column in ("method", "runs", "IQM", "mean", "median"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for i in picks:
+        table.add_column(f"P(score > {taus[i]:.3g})", justify="right")
+    for name, entry in result["methods"].items():
+        cells = [name, str(entry["runs"])]
+        for stat in ("iqm", "mean", "median"):
+            est, lo, hi = entry[stat]
+            cells.append(f"{est:.3f} [{lo:.3f}, {hi:.3f}]")
+        cells += [f"{entry['profile']['value'][i]:.2f}" for i in picks]
+        table.add_row(*cells)
+    console.print(table)
+    console.print(f"tasks: {', '.join(result['tasks'])}")
+    if result["improvement"]:
+        poi = Table(title=f"probability of improvement ({level}% CI)")
+        poi.add_column("X")
+        poi.add_column("Y")
+        poi.add_column("P(X > Y)", justify="right")
+        for pair in result["improvement"]:
+            est, lo, hi = pair["p"]
+            poi.add_row(pair["x"], pair["y"], f"{est:.3f} [{lo:.3f}, {hi:.3f}]")
+        console.print(poi)
+    for name, entry in result["methods"].items():
+        if entry["runs"] == 1:
+            console.print(
+                f"[yellow]note:[/] {name} has 1 run per task: its intervals have zero width "
+                "and say nothing about seed-to-seed variation; use more seeds."
+            )
+        elif entry["runs"] < 5:
+            console.print(
+                f"[yellow]note:[/] {name} has {entry['runs']} runs per task: bootstrap "
+                "intervals from so few seeds are too narrow; use 5 or more seeds."
+            )
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    plot.write_bytes(png_bytes(compare_figure(result, metric)))
+    console.print(f"plot: [bold]{plot}[/]")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps({"metric": metric, **result}, indent=2) + "\n")
+        console.print(f"numbers: [bold]{json_out}[/]")
+
+
+@app.command()
+def report(
+    run: Annotated[Path, typer.Argument(help="run directory")],
+    out: Annotated[Path | None, typer.Option(help="HTML file; default RUN/report.html")] = None,
+    eval_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--eval", help="another eval dir to include, e.g. a base model's (repeatable)"
+        ),
+    ] = None,
+    samples: Annotated[
+        int, typer.Option(min=0, help="completions shown in the samples table")
+    ] = 24,
+) -> None:
+    """Write a self-contained HTML report of a run: training curves (reward, accuracy, length,
+    entropy, KL, clip fractions, step time), pass@k curves of its evaluations (RUN/eval-* and
+    --eval dirs) and a sample of completions. Figures are embedded; no server needed.
+
+    Examples:
+
+      rlvr report runs/demo2
+
+      rlvr report runs/demo2 --eval evals/smollm2-135m-instruct --out demo2.html
+    """
+    from rlvr.evaluation.harness import EvalError
+    from rlvr.evaluation.report import build_report, find_eval_dirs
+
+    try:
+        if not run.is_dir():
+            raise EvalError(f"{run} is not a run directory (not found)")
+        evals = find_eval_dirs(run) + [Path(p) for p in eval_dirs or []]
+        text = build_report(run, evals, max_samples=samples)
+    except EvalError as err:
+        _fail(str(err))
+        return
+    target = out if out is not None else run / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    console.print(f"report: [bold]{target}[/] ({len(text) / 1e6:.1f} MB)")
 
 
 @app.command()

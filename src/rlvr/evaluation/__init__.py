@@ -1,5 +1,41 @@
-"""Evaluation of policies: held-out accuracy (pass@k, maj@k and reports build on this)."""
+"""Evaluation of policies: held-out accuracy, pass@k / maj@k with bootstrap intervals,
+comparisons across seeds (IQM, probability of improvement), HTML reports, and per-step
+training diagnostics (answer entropy within groups, update sparsity)."""
 
 from rlvr.evaluation.accuracy import evaluate_accuracy
+from rlvr.evaluation.diagnostics import (
+    answer_entropy_within_groups,
+    snapshot_params,
+    update_sparsity,
+)
+from rlvr.evaluation.passk import (
+    answer_entropy,
+    default_ks,
+    maj_at_k,
+    normalize_answer,
+    pass_at_k,
+    problem_metrics,
+)
+from rlvr.evaluation.stats import (
+    bootstrap_ci,
+    iqm,
+    performance_profile,
+    probability_of_improvement,
+)
 
-__all__ = ["evaluate_accuracy"]
+__all__ = [
+    "answer_entropy",
+    "answer_entropy_within_groups",
+    "bootstrap_ci",
+    "default_ks",
+    "evaluate_accuracy",
+    "iqm",
+    "maj_at_k",
+    "normalize_answer",
+    "pass_at_k",
+    "performance_profile",
+    "probability_of_improvement",
+    "problem_metrics",
+    "snapshot_params",
+    "update_sparsity",
+]

@@ -1,0 +1,416 @@
+"""Sample-based evaluation of a model on a task's held-out split, saved for later re-scoring.
+
+An evaluation directory holds
+
+* ``samples.parquet`` -- one row per sample: ``problem_index, problem_id, prompt, answer,
+  sample_index, completion, extracted_answer, score, correct, num_tokens, finished``;
+* ``summary.json`` -- what was evaluated (model, checkpoint, task config, sampling parameters)
+  and the metrics of :mod:`rlvr.evaluation.passk` with percentile-bootstrap intervals over
+  problems (the uncertainty due to the finite held-out set).
+
+:func:`rescore` recomputes everything from ``samples.parquet`` (re-running the task verifier on
+the stored completions) without generating.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import yaml
+
+from rlvr.data import Problem, Task
+from rlvr.evaluation.passk import problem_metrics
+from rlvr.evaluation.stats import bootstrap_mean_ci
+from rlvr.rewards.verifiers import extract_answer
+from rlvr.rollout import RolloutEngine, SamplingParams
+
+SAMPLES_FILE = "samples.parquet"
+SUMMARY_FILE = "summary.json"
+
+SCHEMA = pa.schema(
+    [
+        ("problem_index", pa.int32()),
+        ("problem_id", pa.string()),
+        ("prompt", pa.string()),
+        ("answer", pa.string()),
+        ("sample_index", pa.int32()),
+        ("completion", pa.string()),
+        ("extracted_answer", pa.string()),
+        ("score", pa.float64()),
+        ("correct", pa.bool_()),
+        ("num_tokens", pa.int32()),
+        ("finished", pa.bool_()),
+    ]
+)
+
+
+class EvalError(ValueError):
+    """A bad evaluation input (model argument, eval directory, k list); the message names it."""
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What ``rlvr eval MODEL`` evaluates.
+
+    Attributes:
+        spec: a model spec :func:`rlvr.models.load_model` accepts (a checkpoint dir for runs).
+        tag: a short file-system safe name (``step_000030``, ``smollm2-135m-instruct``).
+        run_dir: the run the model belongs to (a run dir or one of its checkpoints), else None.
+        checkpoint: the checkpoint directory's name, if any.
+        step: the checkpoint's training step, if known.
+    """
+
+    spec: str
+    tag: str
+    run_dir: Path | None = None
+    checkpoint: str | None = None
+    step: int | None = None
+
+
+def _safe_tag(text: str) -> str:
+    tag = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")
+    return tag or "model"
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    state = path / "state.json"
+    if state.is_file():
+        try:
+            return int(json.loads(state.read_text())["step"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    return None
+
+
+def resolve_target(model: str) -> EvalTarget:
+    """Interpret ``rlvr eval``'s MODEL argument: a run directory (its latest complete checkpoint),
+    a checkpoint directory (of a run or standalone), or any model spec (alias, HF directory,
+    ``.gguf`` file, hub id), which is passed through for :mod:`rlvr.models` to validate."""
+    from rlvr.checkpoint import latest_checkpoint
+
+    path = Path(model).expanduser()
+    if path.is_dir() and ((path / "checkpoints").is_dir() or (path / "config.yaml").is_file()):
+        found = latest_checkpoint(path)
+        if found is None:
+            raise EvalError(f"run {model} has no complete checkpoint")
+        return EvalTarget(str(found), found.name, path, found.name, _checkpoint_step(found))
+    if path.is_dir() and path.parent.name == "checkpoints":
+        run = path.parent.parent
+        run_dir = run if (run / "config.yaml").is_file() else None
+        return EvalTarget(str(path), path.name, run_dir, path.name, _checkpoint_step(path))
+    if path.exists():
+        return EvalTarget(model, _safe_tag(path.stem if path.is_file() else path.name))
+    return EvalTarget(model, _safe_tag(model.replace("/", "--")))
+
+
+def default_out_dir(target: EvalTarget) -> Path:
+    """``RUN/eval-<tag>`` for a run's checkpoint, else ``evals/<tag>``."""
+    if target.run_dir is not None:
+        return target.run_dir / f"eval-{target.tag}"
+    return Path("evals") / target.tag
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """The raw (resolved) config dict saved in ``RUN/config.yaml``, or {} if there is none."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def parse_ks(text: str | None, n: int) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``, validated against ``n``; None -> powers of two up to n, and n."""
+    from rlvr.evaluation.passk import default_ks
+
+    if text is None or not text.strip():
+        return default_ks(n)
+    ks: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            k = int(part)
+        except ValueError:
+            raise EvalError(f"--k: {part!r} is not an integer (expected e.g. 1,2,4,8)") from None
+        if not 1 <= k <= n:
+            raise EvalError(f"--k: k={k} must be between 1 and n={n} (the samples per prompt)")
+        ks.append(k)
+    return sorted(set(ks))
+
+
+def chunk_plan(n_prompts: int, n: int, max_batch: int) -> list[tuple[int, int, int]]:
+    """Generation calls ``(prompt_lo, prompt_hi, samples_per_prompt)`` that together draw ``n``
+    samples for every prompt with at most ``max(max_batch, 1)`` samples per call (a prompt
+    whose ``n`` exceeds ``max_batch`` is split over several calls)."""
+    max_batch = max(1, max_batch)
+    if n <= max_batch:
+        per = max(1, max_batch // n)
+        return [(lo, min(lo + per, n_prompts), n) for lo in range(0, n_prompts, per)]
+    plan = []
+    for p in range(n_prompts):
+        for done in range(0, n, max_batch):
+            plan.append((p, p + 1, min(max_batch, n - done)))
+    return plan
+
+
+def generate_samples(
+    engine: RolloutEngine,
+    prompts: Sequence[list[int]],
+    n: int,
+    sampling: SamplingParams,
+    generator: torch.Generator | None,
+    max_batch: int = 256,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> tuple[list[list[list[int]]], list[list[bool]]]:
+    """``n`` completions per prompt, in bounded chunks (:func:`chunk_plan`).
+
+    Args:
+        on_chunk: called after every chunk with ``(samples done in it, prompts completed so
+            far)``, e.g. to advance a progress bar.
+    Returns:
+        completion ids and finished flags, both indexed ``[prompt][sample]``.
+    """
+    ids: list[list[list[int]]] = [[] for _ in prompts]
+    finished: list[list[bool]] = [[] for _ in prompts]
+    for lo, hi, m in chunk_plan(len(prompts), n, max_batch):
+        rollout = engine.generate(list(prompts[lo:hi]), m, sampling, generator)
+        for j in range(hi - lo):
+            ids[lo + j] += rollout.completion_ids[j * m : (j + 1) * m]
+            finished[lo + j] += rollout.finished[j * m : (j + 1) * m]
+        if on_chunk is not None:
+            on_chunk((hi - lo) * m, sum(len(f) == n for f in finished))
+    return ids, finished
+
+
+def score_records(
+    task: Task,
+    problems: Sequence[Problem],
+    completions: Sequence[Sequence[str]],
+    num_tokens: Sequence[Sequence[int]],
+    finished: Sequence[Sequence[bool]],
+) -> list[dict[str, Any]]:
+    """One record per sample (the columns of :data:`SCHEMA`), scored by ``task.score``."""
+    records = []
+    for p, problem in enumerate(problems):
+        for s, text in enumerate(completions[p]):
+            score = float(task.score(text, problem))
+            records.append(
+                {
+                    "problem_index": p,
+                    "problem_id": problem.id,
+                    "prompt": problem.prompt,
+                    "answer": problem.answer,
+                    "sample_index": s,
+                    "completion": text,
+                    "extracted_answer": extract_answer(text),
+                    "score": score,
+                    "correct": score >= 1.0,
+                    "num_tokens": int(num_tokens[p][s]),
+                    "finished": bool(finished[p][s]),
+                }
+            )
+    return records
+
+
+def records_to_arrays(
+    records: Sequence[dict[str, Any]],
+) -> tuple[np.ndarray, list[list[str | None]], np.ndarray, np.ndarray]:
+    """``(correct [P, n], answers P x n, num_tokens [P, n], finished [P, n])`` from records;
+    every problem must have the same number of samples."""
+    by_problem: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_problem.setdefault(int(r["problem_index"]), []).append(r)
+    if not by_problem:
+        raise EvalError("no samples to score")
+    rows = [sorted(by_problem[p], key=lambda r: r["sample_index"]) for p in sorted(by_problem)]
+    n = len(rows[0])
+    for p, row in zip(sorted(by_problem), rows, strict=True):
+        if len(row) != n:
+            raise EvalError(f"problem_index {p} has {len(row)} samples, expected {n}")
+    correct = np.array([[bool(r["correct"]) for r in row] for row in rows])
+    answers = [[r["extracted_answer"] for r in row] for row in rows]
+    tokens = np.array([[int(r["num_tokens"]) for r in row] for row in rows])
+    done = np.array([[bool(r["finished"]) for r in row] for row in rows])
+    return correct, answers, tokens, done
+
+
+def compute_summary_metrics(
+    records: Sequence[dict[str, Any]],
+    ks: Sequence[int],
+    confidence: float = 0.95,
+    bootstrap_reps: int = 1000,
+    maj_subsets: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Metrics averaged over problems, with percentile-bootstrap intervals over problems.
+
+    Returns:
+        ``{"n", "ks", "n_prompts", "metrics": {name: value}, "ci": {name: [low, high]},
+        "estimators": {...}}``; metric names as in :func:`rlvr.evaluation.passk.problem_metrics`,
+        plus ``accuracy`` (= ``mean@n``, the accuracy of one sample).
+    """
+    correct, answers, tokens, done = records_to_arrays(records)
+    n = correct.shape[1]
+    bad = [k for k in ks if not 1 <= k <= n]
+    if bad:
+        raise EvalError(f"--k: {bad} outside 1..n={n} (the samples per prompt)")
+    per_problem = problem_metrics(
+        correct, answers, tokens, done, ks, n_subsets=maj_subsets, seed=seed
+    )
+    metrics = {name: float(v.mean()) for name, v in per_problem.items()}
+    metrics["accuracy"] = metrics[f"mean@{n}"]
+    ci = {
+        name: list(bootstrap_mean_ci(v, reps=bootstrap_reps, confidence=confidence, seed=seed))
+        for name, v in per_problem.items()
+    }
+    return {
+        "n": n,
+        "ks": list(ks),
+        "n_prompts": correct.shape[0],
+        "n_samples": int(correct.size),
+        "metrics": metrics,
+        "ci": ci,
+        "confidence": confidence,
+        "estimators": {
+            "seed": seed,
+            "bootstrap_reps": bootstrap_reps,
+            "maj_subsets": maj_subsets,
+            "pass@k": "unbiased 1 - C(n-c,k)/C(n,k) (Chen et al. 2021), product form",
+            "maj@k": f"majority vote over k-subsets: exact over all C(n,k) subsets if at most "
+            f"{maj_subsets}, else {maj_subsets} seeded random subsets; ties split evenly",
+            "ci": f"percentile bootstrap over problems, {bootstrap_reps} resamples",
+            "answer_entropy": "nats, empirical distribution of normalised extracted answers",
+        },
+    }
+
+
+def _write_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_eval(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """Write ``samples.parquet`` and ``summary.json`` into ``out_dir`` (created)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(list(records), schema=SCHEMA)
+    _write_atomically(out_dir / SAMPLES_FILE, lambda p: pq.write_table(table, p))
+    text = json.dumps(summary, indent=2) + "\n"
+    _write_atomically(out_dir / SUMMARY_FILE, lambda p: p.write_text(text))
+
+
+def load_summary(out_dir: Path) -> dict[str, Any]:
+    """``summary.json`` of an eval directory; an :class:`EvalError` naming it otherwise."""
+    path = Path(out_dir) / SUMMARY_FILE
+    if not path.is_file():
+        raise EvalError(f"{out_dir} is not an eval directory (no {SUMMARY_FILE})")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise EvalError(f"{path}: invalid JSON ({err})") from None
+    if not isinstance(data, dict) or "metrics" not in data:
+        raise EvalError(f"{path}: not an rlvr eval summary (no 'metrics')")
+    return data
+
+
+def load_records(out_dir: Path) -> list[dict[str, Any]]:
+    """The rows of ``samples.parquet``; an :class:`EvalError` naming a missing file/column."""
+    path = Path(out_dir) / SAMPLES_FILE
+    if not path.is_file():
+        raise EvalError(f"{out_dir} is not an eval directory (no {SAMPLES_FILE})")
+    table = pq.read_table(path)
+    missing = [name for name in SCHEMA.names if name not in table.column_names]
+    if missing:
+        raise EvalError(f"{path}: missing columns {missing}")
+    return table.select(SCHEMA.names).to_pylist()
+
+
+def build_summary(
+    target: EvalTarget,
+    model_arg: str,
+    task_config: dict[str, Any],
+    system_prompt: str | None,
+    sampling: SamplingParams,
+    sampling_seed: int,
+    metrics: dict[str, Any],
+    seconds: float,
+) -> dict[str, Any]:
+    """The ``summary.json`` content of a fresh evaluation."""
+    from rlvr import __version__
+
+    return {
+        "rlvr_version": __version__,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "model": model_arg,
+        "model_path": target.spec,
+        "tag": target.tag,
+        "run_dir": str(target.run_dir) if target.run_dir is not None else None,
+        "checkpoint": target.checkpoint,
+        "step": target.step,
+        "task": task_config,
+        "system_prompt": system_prompt,
+        "sampling": {
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "max_new_tokens": sampling.max_new_tokens,
+            "seed": sampling_seed,
+        },
+        "seconds": seconds,
+        **metrics,
+    }
+
+
+def rescore(
+    out_dir: Path,
+    task: Task | None = None,
+    ks: Sequence[int] | None = None,
+    confidence: float | None = None,
+) -> tuple[dict[str, Any], int]:
+    """Recompute an eval directory's scores and metrics from its stored completions.
+
+    Every completion is re-scored with ``task.score`` (``task`` defaults to the one rebuilt from
+    the summary's task config) and its answer re-extracted; both files are rewritten.
+
+    Returns:
+        ``(summary, number of samples whose score changed)``.
+    """
+    from rlvr.config import build_config
+    from rlvr.trainer import build_task
+
+    summary = load_summary(out_dir)
+    records = load_records(out_dir)
+    if task is None:
+        task = build_task(build_config({"task": summary.get("task", {})}))
+    changed = 0
+    for r in records:
+        problem = Problem(r["problem_id"], r["prompt"], r["answer"])
+        score = float(task.score(r["completion"], problem))
+        changed += score != r["score"]
+        r["score"], r["correct"] = score, score >= 1.0
+        r["extracted_answer"] = extract_answer(r["completion"])
+    estimators = summary.get("estimators", {})
+    metrics = compute_summary_metrics(
+        records,
+        ks if ks is not None else summary.get("ks", [1]),
+        confidence=confidence if confidence is not None else summary.get("confidence", 0.95),
+        bootstrap_reps=int(estimators.get("bootstrap_reps", 1000)),
+        maj_subsets=int(estimators.get("maj_subsets", 1000)),
+        seed=int(estimators.get("seed", 0)),
+    )
+    summary.update(metrics)
+    summary["rescored"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    save_eval(out_dir, records, summary)
+    return summary, changed

@@ -1,0 +1,236 @@
+"""`rlvr eval` (sampling, parquet + summary, --rescore) and `rlvr compare`, end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from rlvr.cli import app
+from rlvr.config import build_config, save_config
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def run(*args: str):
+    result = CliRunner().invoke(app, list(args), prog_name="rlvr")
+    result.clean = ANSI.sub("", result.output)
+    result.flat = " ".join(result.clean.split())
+    return result
+
+
+def last_json(text: str) -> dict:
+    return json.loads(text[text.rindex("\n{") + 1 :] if "\n{" in text else text)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "cache"
+    monkeypatch.setenv("RLVR_CACHE", str(path))
+    return path
+
+
+# ---------------------------------------------------------------- rlvr eval
+
+
+def test_eval_writes_samples_and_rescore_reproduces(tmp_path, cache) -> None:
+    out = tmp_path / "ev"
+    args = ["--task", "arithmetic", "--level", "1", "--n", "4", "--k", "1,2,4"]
+    result = run(
+        "eval", "tiny-random-llama", *args, "--n-prompts", "3", "--max-new-tokens", "8",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "pass@k" in result.flat and "maj@k" in result.flat and "answer entropy" in result.flat
+    printed = last_json(result.clean)
+    assert printed["n"] == 4 and printed["n_prompts"] == 3 and printed["temperature"] == 1.0
+
+    table = pq.read_table(out / "samples.parquet").to_pylist()
+    assert len(table) == 12
+    assert sorted((r["problem_index"], r["sample_index"]) for r in table) == [
+        (p, s) for p in range(3) for s in range(4)
+    ]
+    assert all(1 <= r["num_tokens"] <= 8 for r in table)
+    assert all(re.search(r"What is \d \+ \d\?", r["prompt"]) for r in table)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ks"] == [1, 2, 4] and summary["n"] == 4
+    assert summary["task"]["name"] == "arithmetic" and summary["task"]["level"] == 1
+    assert summary["sampling"]["max_new_tokens"] == 8
+    for key in ("pass@1", "pass@4", "maj@2", "mean@4", "answer_entropy", "length_mean"):
+        assert key in summary["metrics"] and key in summary["ci"]
+        assert printed[key] == pytest.approx(summary["metrics"][key])
+
+    result = run("eval", "--rescore", str(out))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "0 score(s) changed" in result.flat
+    rescored = json.loads((out / "summary.json").read_text())
+    assert rescored["metrics"] == summary["metrics"] and rescored["ci"] == summary["ci"]
+
+    # Tampering with a stored completion changes exactly that score on --rescore.
+    rows = pq.read_table(out / "samples.parquet")
+    data = rows.to_pylist()
+    data[0]["completion"] = f"so the result is\nAnswer: {data[0]['answer']}"
+    pq.write_table(type(rows).from_pylist(data, schema=rows.schema), out / "samples.parquet")
+    result = run("eval", "--rescore", str(out), "--k", "1,4")
+    assert result.exit_code == 0, result.output
+    assert "1 score(s) changed" in result.flat
+    rescored = json.loads((out / "summary.json").read_text())
+    assert rescored["ks"] == [1, 4] and "pass@2" not in rescored["metrics"]
+    expected = summary["metrics"]["mean@4"] + (0.0 if table[0]["correct"] else 1 / 12)
+    assert rescored["metrics"]["mean@4"] == pytest.approx(expected)
+
+
+def test_eval_greedy_default_and_run_defaults(tmp_path, cache) -> None:
+    result = run(
+        "eval", "tiny-random-llama", "--level", "1", "--n-prompts", "2", "--max-new-tokens", "4",
+        "--out", str(tmp_path / "greedy"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    summary = json.loads((tmp_path / "greedy" / "summary.json").read_text())
+    assert summary["sampling"]["temperature"] == 0.0 and summary["n"] == 1
+    assert summary["ks"] == [1] and summary["run_dir"] is None
+    assert summary["metrics"]["accuracy"] == summary["metrics"]["pass@1"]
+
+
+def test_eval_input_errors_exit_2(tmp_path, cache) -> None:
+    result = run("eval", "tiny-random-llama", "--n", "4", "--k", "1,8")
+    assert result.exit_code == 2, result.output
+    assert "k=8 must be between 1 and n=4" in result.flat
+    result = run("eval", "tiny-random-llama", "--k", "1,x")
+    assert result.exit_code == 2 and "'x' is not an integer" in result.flat
+    result = run("eval", "--rescore", str(tmp_path))
+    assert result.exit_code == 2 and "is not an eval directory (no summary.json)" in result.flat
+    result = run("eval", "tiny-random-llama", "--rescore", str(tmp_path))
+    assert result.exit_code == 2 and "not both" in result.flat
+    result = run("eval")
+    assert result.exit_code == 2 and "give a MODEL" in result.flat
+    result = run("eval", "tiny-random-llama", "--device", "tpu-9")
+    assert result.exit_code == 2 and "--device 'tpu-9'" in result.flat
+
+
+# ---------------------------------------------------------------- rlvr compare
+
+
+def _fake_run(root: Path, name: str, preset: str, seed: int, score: float) -> Path:
+    """A run directory with a config and one eval dir of its final checkpoint."""
+    run_dir = root / name
+    run_dir.mkdir(parents=True)
+    cfg = build_config(
+        {
+            "model": {"name": "tiny-random-llama"},
+            "algorithm": {"preset": preset},
+            "train": {"seed": seed},
+            "logging": {"run_dir": str(run_dir)},
+        }
+    )
+    save_config(cfg, run_dir / "config.yaml")
+    rows = [{"step": 0, "eval/greedy_accuracy": 0.1}, {"step": 5, "eval/greedy_accuracy": score}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    eval_dir = run_dir / "eval-step_000005"
+    eval_dir.mkdir()
+    summary = {
+        "model": str(run_dir / "checkpoints" / "step_000005"),
+        "tag": "step_000005",
+        "checkpoint": "step_000005",
+        "step": 5,
+        "run_dir": str(run_dir),
+        "task": {"name": "arithmetic", "level": 2},
+        "n": 4,
+        "ks": [1, 4],
+        "metrics": {"pass@1": score, "pass@4": min(1.0, 2 * score)},
+    }
+    (eval_dir / "summary.json").write_text(json.dumps(summary))
+    base = run_dir / "eval-base"  # a base-model eval in the run: ignored for the run's score
+    base.mkdir()
+    (base / "summary.json").write_text(
+        json.dumps({**summary, "checkpoint": None, "step": None, "metrics": {"pass@1": 0.0}})
+    )
+    return run_dir
+
+
+def test_compare_groups_runs_by_config_and_reports_statistics(tmp_path) -> None:
+    grpo = [_fake_run(tmp_path, f"grpo-s{s}", "grpo", s, 0.3 + 0.02 * s) for s in range(4)]
+    dapo = [_fake_run(tmp_path, f"dapo-s{s}", "dapo", s, 0.6 + 0.02 * s) for s in range(4)]
+    plot, numbers = tmp_path / "cmp.png", tmp_path / "cmp.json"
+    result = run(
+        "compare", *map(str, grpo + dapo), "--plot", str(plot), "--json", str(numbers),
+        "--reps", "300",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "IQM" in result.flat and "P(X > Y)" in result.flat
+    data = json.loads(numbers.read_text())
+    assert list(data["methods"]) == ["grpo", "dapo"] and data["tasks"] == ["arithmetic-L2"]
+    grpo_stats = data["methods"]["grpo"]
+    assert grpo_stats["runs"] == 4
+    assert grpo_stats["mean"][0] == pytest.approx(0.33)
+    assert grpo_stats["iqm"][0] == pytest.approx(0.33)  # middle two of .30 .32 .34 .36
+    assert grpo_stats["iqm"][1] <= 0.33 <= grpo_stats["iqm"][2]
+    (pair,) = data["improvement"]
+    assert (pair["x"], pair["y"]) == ("grpo", "dapo") and pair["p"] == [0.0, 0.0, 0.0]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # Explicit methods, another metric, and a training-log metric.
+    result = run(
+        "compare", "-m", f"a={grpo[0]},{grpo[1]}", "-m", f"b={dapo[0]},{dapo[1]}",
+        "--metric", "eval/greedy_accuracy", "--plot", str(plot), "--json", str(numbers),
+        "--reps", "200",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    data = json.loads(numbers.read_text())
+    assert data["methods"]["a"]["scores"] == [[0.3], [0.32]]
+    assert data["improvement"][0]["p"][0] == 0.0
+    assert "2 runs per task" in result.flat
+
+
+def test_compare_labels_differing_configs_and_eval_dirs(tmp_path) -> None:
+    a = _fake_run(tmp_path, "a", "grpo", 0, 0.5)
+    b = _fake_run(tmp_path, "b", "grpo", 1, 0.7)
+    cfg = build_config({"model": {"name": "tiny-random-llama"}, "train": {"lr": 0.001}})
+    save_config(cfg, b / "config.yaml")  # same preset, different lr: another method
+    result = run(
+        "compare", str(a / "eval-step_000005"), str(b), "--plot", str(tmp_path / "p.png"),
+        "--json", str(tmp_path / "c.json"), "--reps", "100",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    names = list(json.loads((tmp_path / "c.json").read_text())["methods"])
+    assert names == ["grpo lr=1e-05", "grpo lr=0.001"]
+    assert "1 run per task" in result.flat  # the few-seeds warning
+
+
+def test_compare_errors_exit_2(tmp_path) -> None:
+    a = _fake_run(tmp_path, "a", "grpo", 0, 0.5)
+    result = run("compare", str(tmp_path / "missing"))
+    assert result.exit_code == 2 and "no such eval or run directory" in result.flat
+    result = run("compare", "-m", "grpo")
+    assert result.exit_code == 2 and "expected NAME=path1,path2" in result.flat
+    result = run("compare", str(a), "--metric", "maj@64")
+    assert result.exit_code == 2 and "--metric maj@64: not in" in result.flat
+    assert "pass@1, pass@4" in result.flat
+    result = run("compare", str(a), str(a))
+    assert result.exit_code == 2 and "more than once" in result.flat
+    result = run("compare")
+    assert result.exit_code == 2 and "nothing to compare" in result.flat
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    save_config(build_config({}), empty / "config.yaml")
+    result = run("compare", str(empty))
+    assert result.exit_code == 2 and "has no eval directory of a checkpoint" in result.flat
+
+
+@pytest.mark.parametrize(
+    ("command", "example"),
+    [
+        ("eval", "rlvr eval runs/demo2 --n 64 --k 1,2,4,8,16,32,64 --temperature 1.0"),
+        ("eval", "rlvr eval --rescore runs/demo2/eval-step_000030 --k 1,4,16"),
+        ("compare", "rlvr compare -m grpo=runs/grpo-s0,runs/grpo-s1"),
+        ("report", "rlvr report runs/demo2"),
+    ],
+)
+def test_help_shows_examples(command: str, example: str) -> None:
+    result = run(command, "--help")
+    assert result.exit_code == 0, result.output
+    assert example in result.flat
