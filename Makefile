@@ -23,10 +23,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest tests
 
-bench: $(STAMP)
+bench/.venv-trl/.installed:
+	$(PYTHON) -m venv bench/.venv-trl
+	bench/.venv-trl/bin/pip install -q torch==2.13.0
+	bench/.venv-trl/bin/pip install -q trl==1.16.0
+	touch $@
+
+bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/generation.py --dtype bf16
 	$(BIN)/python bench/generation.py --dtype fp32
 	$(BIN)/python bench/training.py
+	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/grpo_step.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -75,11 +75,14 @@ def test_tasks_lists_builtin_tasks() -> None:
     assert "levels 1-6" in result.flat
 
 
-def test_algorithms_lists_presets() -> None:
+def test_algorithms_lists_presets(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one table row per line
     result = run("algorithms")
     assert result.exit_code == 0, result.output
     names = re.findall(r"^│ (\w+)", result.clean, flags=re.M)
-    assert names == ["grpo", "dr_grpo", "dapo", "rloo"]
+    from rlvr.algorithms import PRESETS
+
+    assert names == list(PRESETS) and len(names) == 13
     assert "0.2/0.28" in result.clean  # dapo's clip-higher
 
 
@@ -95,7 +98,8 @@ def test_algorithms_shows_one_preset() -> None:
 def test_algorithms_unknown_preset_fails() -> None:
     result = run("algorithms", "nope")
     assert result.exit_code != 0
-    assert "unknown preset 'nope'; accepted: dapo, dr_grpo, grpo, rloo" in result.flat
+    assert "unknown preset 'nope'" in result.flat
+    assert "dapo" in result.flat and "gspo" in result.flat and "reinforce_pp" in result.flat
 
 
 # ---------------------------------------------------------------- train / eval errors

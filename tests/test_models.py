@@ -86,6 +86,7 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
         {
             "model": {"name": "smollm2-135m-instruct"},
             "task": {"name": "arithmetic", "level": 2, "n_eval": 4},
+            "reward": {"function": "rewards_for_tests:letter_fraction"},  # dense: always a gradient
             "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 24},
             "algorithm": {"preset": "grpo", "beta": 0.0},
             "train": {"steps": 1, "micro_batch_size": 8},
@@ -101,5 +102,5 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["response/length_mean"] > 0
     assert row["rollout/logprob_abs_diff"] < 0.5  # bf16 sampler vs fp32/bf16 trainer log-probs
     trained = load_model(str(tmp_path / "run/checkpoints/step_000001"))
-    if row["policy/trained_samples_frac"] > 0:
-        assert not torch.equal(trained.model.embed_tokens.weight, before)
+    assert row["policy/trained_samples_frac"] > 0 and row["policy/grad_norm"] > 0
+    assert not torch.equal(trained.model.embed_tokens.weight, before)

@@ -592,16 +592,18 @@ def algorithms(
             table.add_row(field.name, str(getattr(preset, field.name)))
         console.print(table)
         return
-    table = Table(title="algorithm presets")
-    for column in ("name", "advantage", "aggregation", "clip", "beta", "summary"):
+    table = Table(title="algorithm presets (rlvr algorithms NAME for every part)")
+    for column in ("name", "advantage", "loss", "clip", "aggregation", "KL", "summary"):
         table.add_column(column)
     for preset in PRESETS.values():
+        kl = f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-"
         table.add_row(
             preset.name,
             preset.advantage,
-            preset.aggregation,
+            preset.policy_loss,
             f"{preset.clip_low}/{preset.clip_high}",
-            str(preset.beta),
+            preset.aggregation,
+            kl,
             preset.summary,
         )
     console.print(table)

@@ -78,23 +78,103 @@ class RewardConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    """Policy optimisation (see ../DESIGN.md). A preset fills every field left unset."""
+    """Policy optimisation (see ../DESIGN.md and docs/algorithms.md).
 
-    preset: Literal["grpo", "dr_grpo", "dapo", "rloo"] = "grpo"
-    advantage: Literal["grpo", "dr_grpo", "rloo"] | None = None
+    ``preset`` names a :data:`rlvr.algorithms.PRESETS` entry; every other field mirrors a
+    :class:`rlvr.algorithms.Preset` field and None takes the preset's value
+    (:meth:`overrides` lists those set). The combination is checked by
+    ``rlvr.algorithms.resolve(preset, **overrides())``.
+    """
+
+    preset: Literal[
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "gspo",
+        "gmpo",
+        "gpg",
+        "rloo",
+        "reinforce_pp",
+        "reinforce_pp_baseline",
+        "remax",
+        "cispo",
+        "ppo",
+        "nsr",
+    ] = "grpo"
+    advantage: (
+        Literal[
+            "grpo",
+            "dr_grpo",
+            "rloo",
+            "reinforce",
+            "gpg",
+            "remax",
+            "reinforce_pp",
+            "reinforce_pp_baseline",
+            "gae",
+        ]
+        | None
+    ) = None
+    policy_loss: Literal["token", "sequence", "geometric", "cispo", "none"] | None = Field(
+        None,
+        description="ratio / loss kind: token (PPO), sequence (GSPO), geometric (GMPO), "
+        "cispo, none (REINFORCE)",
+    )
+    clip_low: float | None = Field(
+        None, ge=0, description="eps_low (log space for geometric; 1: no lower bound)"
+    )
+    clip_high: float | None = Field(None, ge=0, description="eps_high (log space for geometric)")
+    dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
     aggregation: (
         Literal[
             "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
         ]
         | None
     ) = None
-    clip_low: float | None = Field(None, ge=0, lt=1)
-    clip_high: float | None = Field(None, ge=0)
-    dual_clip: float | None = Field(None, gt=1)
     beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
-    kl_estimator: Literal["k1", "k2", "k3"] | None = None
+    kl_estimator: Literal["k1", "k2", "k3", "k3+"] | None = None
+    kl_in: Literal["loss", "reward"] | None = Field(
+        None, description="KL term in the per-token loss or in the token rewards"
+    )
+    entropy_coef: float | None = Field(None, description="entropy bonus weight")
+    normalize: Literal["group", "batch"] | None = Field(
+        None, description="batch: whiten the advantages over the batch"
+    )
+    pos_weight: float | None = Field(
+        None, ge=0, description="weight of positive advantages (0.1: W-REINFORCE)"
+    )
+    neg_weight: float | None = Field(None, ge=0, description="weight of negative advantages")
+    reward_baseline: float | None = Field(
+        None, description="constant baseline of the reinforce estimator"
+    )
+    top_entropy_rho: float | None = Field(
+        None, gt=0, le=1, description="train only the top rho fraction of tokens by entropy"
+    )
+    overlong_buffer_frac: float | None = Field(
+        None, ge=0, le=1, description="DAPO overlong penalty: L_cache / max_new_tokens"
+    )
+    dynamic_sampling: bool | None = Field(
+        None, description="DAPO: drop groups of equal rewards, refill the batch"
+    )
+    max_draws: int | None = Field(None, ge=1, description="rollout draws per step at most")
+    group_filter: Literal["shortest", "reward_per_token"] | None = Field(
+        None, description="GFPO: keep group_size of oversample * group_size per prompt"
+    )
+    group_filter_oversample: int | None = Field(None, ge=2)
+    reference_reset_every: int | None = Field(
+        None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
+    )
+    vf_coef: float | None = Field(None, ge=0, description="value loss weight (gae)")
+    value_clip: float | None = Field(None, gt=0, description="value clip range (gae)")
+    gamma: float | None = Field(None, ge=0, le=1, description="GAE discount")
+    lam: float | None = Field(None, ge=0, le=1, description="GAE lambda")
     ppo_epochs: int = Field(1, ge=1, description="mu, passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
+
+    def overrides(self) -> dict[str, Any]:
+        """The Preset fields set here (not None), for ``rlvr.algorithms.resolve``."""
+        loop = {"preset", "ppo_epochs", "minibatches"}
+        return {k: v for k, v in self.model_dump().items() if k not in loop and v is not None}
 
 
 class TrainConfig(Section):
@@ -111,8 +191,9 @@ class TrainConfig(Section):
     micro_batch_size: int = Field(16, ge=1, description="samples per forward/backward")
     autocast: Literal["auto", "bf16", "fp32"] = "auto"
     shared_prefix: bool = Field(
-        True, description="encode each prompt once per group in the training forward (Prefix "
-        "Grouper); same gradients as the padded forward, less compute"
+        True,
+        description="encode each prompt once per group in the training forward (Prefix "
+        "Grouper); same gradients as the padded forward, less compute",
     )
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch threads (None: torch default)")
@@ -135,6 +216,11 @@ class LoggingConfig(Section):
     run_dir: str | None = Field(None, description="None: runs/<timestamp>-<task>")
     tensorboard: bool = True
     samples_per_step: int = Field(4, ge=0, description="completions written to samples.jsonl")
+    update_sparsity: bool = Field(
+        True,
+        description="log the fraction of parameters changed since the start "
+        "(keeps an fp32 copy of the initial weights)",
+    )
     progress: bool = True
 
 

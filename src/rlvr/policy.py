@@ -98,7 +98,7 @@ def make_batch(
 
 
 def _token_logprobs(
-    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool
+    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool, entropy_grad: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(y_t) [N, T] from logits [N, T, V] that predict the completion tokens."""
     logits = logits.float() / temperature
@@ -106,9 +106,9 @@ def _token_logprobs(
     logp = logits.gather(-1, batch.completion_ids[..., None])[..., 0] - logz
     logp = logp * batch.completion_mask
     entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    if with_entropy or entropy_grad:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = log Z - E[z]
     return logp, entropy
 
 
@@ -118,18 +118,20 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     shared_prefix: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs of the completion tokens under ``model`` at ``temperature``.
 
     Returns:
         logp [N, T] (fp32; zero where the completion mask is 0), and the per-token entropy of
-        the temperature-scaled distribution [N, T] (no gradient) when ``with_entropy``.
+        the temperature-scaled distribution [N, T] when ``with_entropy`` (without gradient) or
+        ``entropy_grad`` (with gradient, for an entropy bonus).
     """
     if shared_prefix:
         logits = _shared_prefix_logits(model, batch)
     else:
         logits = _padded_logits(model, batch)
-    return _token_logprobs(logits, batch, temperature, with_entropy)
+    return _token_logprobs(logits, batch, temperature, with_entropy, entropy_grad)
 
 
 def _padded_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:

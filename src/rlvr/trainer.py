@@ -17,6 +17,7 @@ import dataclasses
 import math
 import signal
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,27 +26,77 @@ import torch
 
 from rlvr import algorithms
 from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
-from rlvr.config import Config, save_config
+from rlvr.config import Config, ConfigError, save_config
 from rlvr.data import Problem, Task, make_task
-from rlvr.evaluation import evaluate_accuracy
+from rlvr.evaluation import (
+    answer_entropy_within_groups,
+    evaluate_accuracy,
+    snapshot_params,
+    update_sparsity,
+)
 from rlvr.logging import MetricsLogger, ProgressDisplay
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
+from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def resolve_algorithm(cfg: Config) -> algorithms.Preset:
-    """The preset named in the config with every explicitly set field overriding it."""
-    preset = algorithms.get_preset(cfg.algorithm.preset)
-    fields = {f.name for f in dataclasses.fields(preset)}
-    overrides = {
-        k: v for k, v in cfg.algorithm.model_dump().items() if k in fields and v is not None
-    }
-    overrides.pop("name", None)
-    return dataclasses.replace(preset, **overrides)
+    """The preset named in the config with every explicitly set field overriding it, checked
+    for contradictions (a ValueError names them)."""
+    try:
+        algo = algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())
+    except ValueError as err:
+        raise ConfigError(f"algorithm: {err}") from None
+    if algo.advantage == "gae":
+        raise ConfigError(
+            f"algorithm {algo.name!r} uses GAE, which needs a value head: the trainer has none "
+            "yet (the pure functions gae and value_loss exist in rlvr.algorithms). Choose "
+            "another preset, e.g. grpo or reinforce_pp."
+        )
+    return algo
+
+
+@dataclass
+class StepSamples:
+    """The samples one step trains on (after dynamic sampling and group filtering).
+
+    ``group_ids`` [N] index ``problems`` / ``prompt_ids`` (one entry per group).
+    """
+
+    problems: list[Problem]
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    sampler_logprobs: list[list[float]]
+    finished: list[bool]
+    texts: list[str]
+    rewards: torch.Tensor
+    group_ids: torch.Tensor
+    greedy_rewards: torch.Tensor | None
+    tokens_per_s: float
+
+
+def merge_samples(parts: list[StepSamples]) -> StepSamples:
+    """Concatenate draws; group ids are offset so they index the merged problem list."""
+    offsets = [0]
+    for part in parts[:-1]:
+        offsets.append(offsets[-1] + len(part.problems))
+    greedy = [p.greedy_rewards for p in parts]
+    return StepSamples(
+        problems=[x for p in parts for x in p.problems],
+        prompt_ids=[x for p in parts for x in p.prompt_ids],
+        completion_ids=[x for p in parts for x in p.completion_ids],
+        sampler_logprobs=[x for p in parts for x in p.sampler_logprobs],
+        finished=[x for p in parts for x in p.finished],
+        texts=[x for p in parts for x in p.texts],
+        rewards=torch.cat([p.rewards for p in parts]),
+        group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets, strict=True)]),
+        greedy_rewards=None if greedy[0] is None else torch.cat(greedy),
+        tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
+    )
 
 
 def build_task(cfg: Config) -> Task:
@@ -166,6 +217,8 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     generator = torch.Generator().manual_seed(cfg.train.seed)
     state = TrainerState(step=0, sampler_position=0)
+    # the initial weights, for the fraction of parameters RL changes (update sparsity)
+    initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, policy, optimizer, scheduler, generator)
@@ -193,6 +246,62 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             out["eval/sampled_accuracy"] = acc["accuracy"]
         return out
 
+    def score(
+        texts: list[str], owners: list[Problem], completions: list[list[int]]
+    ) -> torch.Tensor:
+        """Rewards [N] of completions, with DAPO's overlong penalty when the preset has one."""
+        rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
+        if algo.overlong_buffer_frac is not None:
+            lengths = torch.tensor([len(c) for c in completions])
+            budget = cfg.rollout.max_new_tokens
+            cache_len = max(1, round(algo.overlong_buffer_frac * budget))
+            rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
+        return rewards
+
+    def collect_samples(state: TrainerState) -> tuple[StepSamples, dict[str, float]]:
+        """Draw prompts, sample, score; refill until the batch is full (dynamic sampling)."""
+        G, P = cfg.rollout.group_size, cfg.rollout.prompts_per_step
+        n = G * (algo.group_filter_oversample or 1) if algo.group_filter else G
+        draws = algorithms.GroupAccumulator(
+            P, algo.max_draws if algo.dynamic_sampling else 1, algo.dynamic_sampling
+        )
+        parts: list[StepSamples] = []
+        while not draws.done:
+            # the sampler position makes every draw exactly resumable
+            problems = [task.train_problem(state.sampler_position + i) for i in range(P)]
+            state.sampler_position += P
+            prompt_ids = [encode(p) for p in problems]
+            rollout = engine.generate(prompt_ids, n, sampling, generator)
+            texts = [decode(c) for c in rollout.completion_ids]
+            ids = rollout.group_ids
+            rewards = score(texts, [problems[i] for i in ids.tolist()], rollout.completion_ids)
+            keep = torch.arange(len(texts))
+            if algo.group_filter:  # GFPO: keep G of the n samples of each group
+                lengths = torch.tensor([len(c) for c in rollout.completion_ids])
+                keep = algorithms.group_filter(rewards, ids, lengths, G, algo.group_filter)
+            keep = keep[draws.add(rewards[keep], ids[keep])]
+            greedy_rewards = None
+            if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
+                greedy_out = engine.generate(prompt_ids, 1, greedy, generator)
+                greedy_texts = [decode(c) for c in greedy_out.completion_ids]
+                greedy_rewards = score(greedy_texts, problems, greedy_out.completion_ids)[ids[keep]]
+            k = keep.tolist()
+            parts.append(
+                StepSamples(
+                    problems,
+                    prompt_ids,
+                    [rollout.completion_ids[i] for i in k],
+                    [rollout.logprobs[i] for i in k],
+                    [rollout.finished[i] for i in k],
+                    [texts[i] for i in k],
+                    rewards[keep],
+                    ids[keep],
+                    greedy_rewards,
+                    rollout.stats["rollout/tokens_per_s"],
+                )
+            )
+        return merge_samples(parts), {f"sampling/{k}": v for k, v in draws.metrics().items()}
+
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     if cfg.eval.before and state.step == 0:
@@ -206,29 +315,17 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     with _StopRequested() as stop, progress:
         while state.step < cfg.train.steps:
             t0 = time.perf_counter()
-            # 1. prompts (the sampler position makes this exactly resumable)
-            problems = [
-                task.train_problem(state.sampler_position + i)
-                for i in range(cfg.rollout.prompts_per_step)
-            ]
-            state.sampler_position += len(problems)
-            G = cfg.rollout.group_size
-
-            # 2. rollout: G completions per prompt, prompt KV cache shared within the group
-            rollout = engine.generate([encode(p) for p in problems], G, sampling, generator)
-            texts = [decode(c) for c in rollout.completion_ids]
+            if reference is not None and algorithms.should_reset_reference(
+                state.step, algo.reference_reset_every
+            ):
+                reference.load_state_dict(policy.state_dict())  # ProRL reference reset
+            # 1-3. prompts, G completions each, rewards (refilled by dynamic sampling)
+            data, sampling_metrics = collect_samples(state)
             t_rollout = time.perf_counter() - t0
 
-            # 3. rewards [N] and advantages [N] (group ids [N]: sample i -> prompt i // G)
-            rewards = torch.tensor(
-                [reward_fn(text, problems[i // G]) for i, text in enumerate(texts)]
-            )
-            group_ids = rollout.group_ids
-            advantages = algorithms.compute_advantages(algo.advantage, rewards, group_ids)
-
-            # 4. policy update: mu epochs x minibatches x micro-batches
+            # 4. advantages and policy update: mu epochs x minibatches x micro-batches
             batch = make_batch(
-                rollout.prompt_ids, rollout.completion_ids, tokenizer.pad_token_id, group_ids
+                data.prompt_ids, data.completion_ids, tokenizer.pad_token_id, data.group_ids
             )
             train_metrics = update_policy(
                 policy,
@@ -236,33 +333,38 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 optimizer,
                 scheduler,
                 batch,
-                advantages,
+                data,
                 algo,
                 cfg,
                 train_dtype,
                 sampling.temperature,
                 generator,
-                sampler_logprobs=rollout.logprobs,
             )
             engine.update_weights(policy)
             state.step += 1
 
             # 5. metrics, samples, eval, checkpoint
-            lengths = torch.tensor([len(c) for c in rollout.completion_ids], dtype=torch.float)
+            rewards, group_ids = data.rewards, data.group_ids
+            lengths = torch.tensor([len(c) for c in data.completion_ids], dtype=torch.float)
+            answers = [extract_answer(text) for text in data.texts]
             metrics = {
                 "reward/mean": rewards.mean().item(),
                 "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
                 "reward/accuracy": (rewards >= 1.0).float().mean().item(),
                 "response/length_mean": lengths.mean().item(),
                 "response/length_max": lengths.max().item(),
-                "response/truncated_frac": 1 - sum(rollout.finished) / len(rollout.finished),
+                "response/truncated_frac": 1 - sum(data.finished) / len(data.finished),
+                "response/answer_entropy": answer_entropy_within_groups(answers, group_ids),
                 **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
+                **sampling_metrics,
                 **train_metrics,
                 "lr": scheduler.get_last_lr()[0],
                 "time/rollout": t_rollout,
                 "time/step": time.perf_counter() - t0,
-                "rollout/tokens_per_s": rollout.stats["rollout/tokens_per_s"],
+                "rollout/tokens_per_s": data.tokens_per_s,
             }
+            if initial_params is not None:
+                metrics["policy/params_changed_frac"] = update_sparsity(policy, initial_params)
             if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
                 metrics.update(run_eval())
             logger.log(state.step, metrics)
@@ -270,12 +372,12 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 state.step,
                 [
                     {
-                        "prompt": problems[i // G].prompt,
-                        "answer": problems[i // G].answer,
-                        "completion": texts[i],
+                        "prompt": data.problems[int(group_ids[i])].prompt,
+                        "answer": data.problems[int(group_ids[i])].answer,
+                        "completion": data.texts[i],
                         "reward": rewards[i].item(),
                     }
-                    for i in range(min(cfg.logging.samples_per_step, len(texts)))
+                    for i in range(min(cfg.logging.samples_per_step, len(data.texts)))
                 ],
             )
             progress.update(metrics)
@@ -326,40 +428,66 @@ def update_policy(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     batch: Batch,
-    advantages: torch.Tensor,
+    data: StepSamples,
     algo: algorithms.Preset,
     cfg: Config,
     dtype: torch.dtype,
     temperature: float,
     generator: torch.Generator,
-    sampler_logprobs: list[list[float]],
 ) -> dict[str, float]:
-    """``ppo_epochs`` passes of ``minibatches`` optimiser steps over one rollout batch.
+    """Advantages, then ``ppo_epochs`` passes of ``minibatches`` optimiser steps over a batch.
 
-    Samples with zero advantage and no KL term contribute exactly zero loss and gradient, so
-    they are skipped in the forward pass; they still count in the aggregation's normalisers.
-    Returns averaged metrics (loss, clip fractions, ratio, entropy, KL, grad norm).
+    Samples whose advantages are all zero contribute exactly zero loss and gradient when there
+    is no KL term in the loss and no entropy bonus, so they are skipped in the forward pass;
+    they still count in the aggregation's normalisers. Returns averaged metrics (loss, clip
+    fractions, ratio, entropy, KL, grad norm).
     """
     n = batch.completion_ids.shape[0]
     device = next(policy.parameters()).device
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
     mb = cfg.train.micro_batch_size
+    shared = cfg.train.shared_prefix
+    kl_in_loss = reference is not None and algo.kl_in == "loss"
+    kl_in_reward = reference is not None and algo.kl_in == "reward"
     on_policy = cfg.algorithm.ppo_epochs == 1 and cfg.algorithm.minibatches == 1
-    policy.train()
+    need_old = not on_policy or kl_in_reward or algo.top_entropy_rho is not None
 
-    def logprobs_no_grad(model: torch.nn.Module) -> torch.Tensor:
-        out = torch.zeros(batch.completion_mask.shape)
+    def no_grad_pass(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """log-probs and entropies [N, T] of every sample under ``model``, no gradient."""
+        logp = torch.zeros(batch.completion_mask.shape)
+        entropy = torch.zeros(batch.completion_mask.shape)
         with torch.no_grad(), autocast:
             for lo in range(0, n, mb):
                 rows = torch.arange(lo, min(n, lo + mb))
                 sub = batch.select(rows)
-                out[rows, : sub.completion_ids.shape[1]] = completion_logprobs(
-                    model, sub, temperature, shared_prefix=cfg.train.shared_prefix
-                )[0]
-        return out
+                width = sub.completion_ids.shape[1]
+                lp, ent = completion_logprobs(model, sub, temperature, True, shared_prefix=shared)
+                logp[rows, :width], entropy[rows, :width] = lp, ent
+        return logp, entropy
 
-    old_logp = None if on_policy else logprobs_no_grad(policy)
-    ref_logp = logprobs_no_grad(reference) if reference is not None else None
+    policy.eval()
+    old_logp, old_entropy = no_grad_pass(policy) if need_old else (None, None)
+    ref_logp = no_grad_pass(reference)[0] if reference is not None else None
+
+    # advantages [N] or [N, T]
+    mask = batch.completion_mask
+    token_kl = None
+    if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
+        token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp) * mask
+    inputs = algorithms.AdvantageInputs(
+        rewards=data.rewards,
+        group_ids=data.group_ids,
+        mask=mask,
+        token_kl=token_kl,
+        greedy_rewards=data.greedy_rewards,
+    )
+    advantages = algorithms.preset_advantages(algo, inputs).advantages
+    train_mask = mask.float()
+    if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens only
+        train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho).float()
+    skippable = not kl_in_loss and not algo.entropy_coef
+    nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
+
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
 
@@ -367,42 +495,51 @@ def update_policy(
         sums[key] = sums.get(key, 0.0) + value
         counts[key] = counts.get(key, 0) + 1
 
+    policy.train()
     for _epoch in range(cfg.algorithm.ppo_epochs):
         order = torch.randperm(n, generator=generator)
         for shuffled in order.chunk(cfg.algorithm.minibatches):
             rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
-            mask = batch.completion_mask[rows]
-            total_tokens = float(mask.sum())
+            total_tokens = float(train_mask[rows].sum())
             total_seqs = float(len(rows))
-            active = rows if reference is not None else rows[advantages[rows] != 0]
+            active = rows[nonzero[rows]] if skippable else rows
             optimizer.zero_grad(set_to_none=True)
             for lo in range(0, len(active), mb):
                 sub_rows = active[lo : lo + mb]
                 sub = batch.select(sub_rows)
                 width = sub.completion_ids.shape[1]
+                sub_mask = train_mask[sub_rows, :width]
                 with autocast:
                     logp, entropy = completion_logprobs(
-                        policy, sub, temperature, True, shared_prefix=cfg.train.shared_prefix
+                        policy,
+                        sub,
+                        temperature,
+                        True,
+                        shared_prefix=shared,
+                        entropy_grad=bool(algo.entropy_coef),
                     )
                 old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
-                loss_tok, info = algorithms.clipped_policy_loss(
+                adv = advantages[sub_rows]
+                adv = adv[:, :width] if adv.dim() == 2 else adv
+                loss_tok, info = algorithms.policy_loss(
+                    algo.policy_loss,
                     logp,
                     old,
-                    advantages[sub_rows],
+                    adv,
+                    sub.completion_mask,
                     algo.clip_low,
                     algo.clip_high,
                     algo.dual_clip,
                 )
-                if ref_logp is not None:
+                if kl_in_loss:
                     kl = algorithms.kl_penalty(algo.kl_estimator, logp, ref_logp[sub_rows, :width])
                     loss_tok = loss_tok + algo.beta * kl
-                    add(
-                        "policy/kl_ref",
-                        algorithms.masked_mean(kl.detach(), sub.completion_mask).item(),
-                    )
+                    add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub_mask).item())
+                if algo.entropy_coef:
+                    loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
                 loss = algorithms.aggregate(
                     loss_tok,
-                    sub.completion_mask,
+                    sub_mask,
                     algo.aggregation,
                     total_tokens=total_tokens,
                     total_seqs=total_seqs,
@@ -410,18 +547,19 @@ def update_policy(
                 )
                 loss.backward()
                 add("policy/loss", loss.item())
-                add("policy/entropy", algorithms.masked_mean(entropy, sub.completion_mask).item())
+                ent = entropy.detach()
+                add("policy/entropy", algorithms.masked_mean(ent, sub.completion_mask).item())
                 for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
                     add(f"policy/{k}", v)
-                if on_policy:
+                if on_policy:  # sampler (bf16 engine) vs trainer log-probs of the same tokens
                     sampled = torch.zeros_like(logp)
                     for j, r in enumerate(sub_rows.tolist()):
-                        lps = sampler_logprobs[r]
+                        lps = data.sampler_logprobs[r]
                         sampled[j, : len(lps)] = torch.tensor(lps)
-                    diff = (logp.detach() - sampled).abs() * sub.completion_mask
+                    diff = (logp.detach() - sampled).abs()
                     add(
                         "rollout/logprob_abs_diff",
-                        (diff.sum() / sub.completion_mask.sum().clamp(min=1)).item(),
+                        algorithms.masked_mean(diff, sub.completion_mask).item(),
                     )
             if cfg.train.grad_clip > 0:
                 norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.train.grad_clip)
@@ -434,9 +572,9 @@ def update_policy(
             scheduler.step()
     policy.eval()
     metrics = {k: sums[k] / counts[k] for k in sums}
-    metrics["policy/trained_samples_frac"] = (
-        float((advantages != 0).float().mean()) if reference is None else 1.0
-    )
+    if kl_in_reward:
+        metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
+    metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
     return metrics
 
 

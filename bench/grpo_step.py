@@ -1,0 +1,122 @@
+"""One full GRPO step (generation + rewards + update): rlvr vs TRL's GRPOTrainer, one run.
+
+Same model (SmolLM2-135M-Instruct, the converted safetensors directory both load), same 8
+prompts (arithmetic level 3, rlvr's default prompt template, the tokenizer's chat template),
+G = 8, at most 64 new tokens, temperature 1.0, lr 1e-5, no KL term, same numeric verifier,
+micro-batches of 16, each side at its best dtype on this CPU (bf16 where supported). TRL runs
+in its own environment (bench/.venv-trl, made by `make bench`; TRL is not an rlvr dependency).
+Seconds per step are the median over steps 2..N (step 1 includes warm-up).
+Writes bench/results/grpo-step-cpu.json.
+
+Usage: python bench/grpo_step.py [--steps 3] [--trl-python bench/.venv-trl/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+import rlvr.rewards.verifiers as verifiers
+from rlvr.config import build_config
+from rlvr.data import ArithmeticTask
+from rlvr.logging import read_metrics
+from rlvr.models import resolve
+from rlvr.rollout import auto_dtype
+from rlvr.trainer import train
+
+BENCH = Path(__file__).parent
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--G", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--trl-python", default=str(BENCH / ".venv-trl/bin/python"))
+    args = ap.parse_args()
+
+    dtype = "bf16" if str(auto_dtype()) == "torch.bfloat16" else "fp32"
+    task = ArithmeticTask(level=3)
+    problems = [task.train_problem(i) for i in range(args.prompts)]
+    settings = {
+        "group_size": args.G,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": 1.0,
+        "lr": 1e-5,
+        "micro_batch_size": 16,
+        "steps": args.steps,
+        "dtype": dtype,
+    }
+
+    with tempfile.TemporaryDirectory() as tmp:
+        job = {
+            **settings,
+            "model_dir": str(resolve("smollm2-135m-instruct")),
+            "prompts": [p.prompt for p in problems],
+            "answers": [p.answer for p in problems],
+            "verifier_file": verifiers.__file__,
+            "output_dir": f"{tmp}/trl",
+        }
+        Path(f"{tmp}/job.json").write_text(json.dumps(job))
+        out = subprocess.run(
+            [args.trl_python, str(BENCH / "trl_grpo_step.py"), f"{tmp}/job.json"],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            raise SystemExit(f"TRL run failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        trl_steps = json.loads(out.stdout.strip().splitlines()[-1])["step_seconds"]
+
+        # rlvr: the same problems, in the same order, every step
+        cfg = build_config(
+            {
+                "model": {"name": "smollm2-135m-instruct"},
+                "task": {"name": "arithmetic", "level": 3},
+                "rollout": {
+                    "group_size": args.G,
+                    "prompts_per_step": args.prompts,
+                    "max_new_tokens": args.max_new_tokens,
+                    "temperature": 1.0,
+                },
+                "algorithm": {"preset": "grpo", "beta": 0.0},
+                "train": {"steps": args.steps, "lr": 1e-5, "micro_batch_size": 16},
+                "eval": {"before": False, "after": False},
+                "logging": {"run_dir": f"{tmp}/rlvr", "progress": False, "tensorboard": False},
+                "checkpoint": {"every": 0, "save_final": False},
+            }
+        )
+        train(cfg)
+        ours_steps = [r["time/step"] for r in read_metrics(Path(f"{tmp}/rlvr")) if "time/step" in r]
+
+    trl_s = statistics.median(trl_steps[1:])
+    ours_s = statistics.median(ours_steps[1:])
+    result = {
+        "benchmark": "one GRPO step (generation + rewards + update)",
+        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "model": "smollm2-135m-instruct",
+        "prompts": args.prompts,
+        **settings,
+        "baseline": {
+            "name": "TRL 1.16 GRPOTrainer",
+            "step_seconds": trl_steps,
+            "median_seconds": trl_s,
+        },
+        "ours": {"name": "rlvr train", "step_seconds": ours_steps, "median_seconds": ours_s},
+        "ratio": trl_s / ours_s,
+    }
+    print(f"TRL GRPOTrainer: {trl_s:6.1f} s/step  (steps {[round(s, 1) for s in trl_steps]})")
+    print(f"rlvr:            {ours_s:6.1f} s/step  (steps {[round(s, 1) for s in ours_steps]})")
+    print(f"ratio: {result['ratio']:.2f}x")
+    path = BENCH / "results" / "grpo-step-cpu.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

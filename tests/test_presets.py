@@ -1,0 +1,65 @@
+"""Every trainable preset end to end on a tiny model: no NaN in 3 steps, and it learns a
+one-token task within 30 steps (fixed seed, CPU, seconds)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rlvr.algorithms import PRESETS
+from rlvr.config import ConfigError, build_config
+from rlvr.logging import read_metrics
+from rlvr.trainer import train
+
+TRAINABLE = sorted(name for name in PRESETS if name != "ppo")
+
+
+def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:
+    return {
+        "model": {"name": "tiny-random-llama"},
+        "task": {"name": "arithmetic", "level": 1, "n_eval": 4},
+        "reward": {"function": "rewards_for_tests:is_letter"},
+        "rollout": {"group_size": 8, "prompts_per_step": 4, "max_new_tokens": 1},
+        "algorithm": {"preset": preset},
+        "train": {
+            "steps": steps,
+            "lr": 3e-3,
+            "micro_batch_size": 32,
+            "threads": 1,
+            "autocast": "fp32",
+        },
+        "eval": {"before": False, "after": False},
+        "logging": {
+            "run_dir": str(run_dir),
+            "progress": False,
+            "tensorboard": False,
+            "update_sparsity": False,
+        },
+        "checkpoint": {"every": 0, "save_final": False},
+    }
+
+
+@pytest.mark.parametrize("preset", TRAINABLE)
+def test_preset_learns_a_one_token_task(tmp_path, preset):
+    train(build_config(one_token_config(tmp_path, preset, steps=30)))
+    rows = [r for r in read_metrics(tmp_path) if "policy/loss" in r]
+    assert len(rows) == 30
+    for row in rows[:3]:  # no NaN anywhere in the first steps
+        assert all(v is not None and math.isfinite(v) for v in row.values()), row
+    rewards = [r["reward/mean"] for r in rows]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    assert last > first + 0.2, (preset, first, last)
+
+
+def test_ppo_is_a_clear_error_until_a_value_head_exists(tmp_path):
+    with pytest.raises(ConfigError, match="value head"):
+        train(build_config(one_token_config(tmp_path, "ppo", steps=1)))
+
+
+def test_contradictory_algorithm_is_a_config_error(tmp_path):
+    cfg = one_token_config(tmp_path, "gmpo", steps=1)
+    cfg["algorithm"]["advantage"] = "reinforce_pp"  # token-level advantages, sequence ratio
+    with pytest.raises(ConfigError, match="algorithm"):
+        train(build_config(cfg))
