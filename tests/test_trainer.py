@@ -200,3 +200,18 @@ def test_resume_with_more_steps_extends_a_finished_run(tmp_path, reference_run):
     assert sorted(rows) == [1, 2, 3, 4, 5, 6]
     # the first 3 steps are the reference's (the cosine schedule differs only after that)
     assert_same_steps({k: rows[k] for k in (1, 2)}, {k: reference_run[k] for k in (1, 2)})
+
+
+def test_resume_restores_a_reset_reference(tmp_path):
+    """ProRL-style reference resets: the reset reference is checkpointed and comes back."""
+    algorithm = {"beta": 0.04, "reference_reset_every": 2}
+    constant = {"lr_schedule": "constant", "warmup_steps": 0}  # same LR whatever the length
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    train(build_config(tiny_config(ref_dir, steps=4, algorithm=algorithm, train=constant)))
+    train(build_config(tiny_config(run_dir, steps=3, algorithm=algorithm, train=constant)))
+    assert (latest_checkpoint(run_dir) / "reference.safetensors").is_file()
+    resumed = build_config(tiny_config(run_dir, steps=4, algorithm=algorithm, train=constant))
+    train(resumed, resume=run_dir)
+    a, b = step_rows(ref_dir), step_rows(run_dir)
+    assert_same_steps(a, b)
+    assert a[4]["policy/kl_ref"] == pytest.approx(b[4]["policy/kl_ref"], rel=1e-5)

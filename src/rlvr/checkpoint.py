@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 PREFIX = "step_"
@@ -70,8 +71,13 @@ def save_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     generator: torch.Generator,
     keep: int = 2,
+    reference: PreTrainedModel | None = None,
 ) -> Path:
-    """Write a complete checkpoint atomically and prune all but the ``keep`` newest."""
+    """Write a complete checkpoint atomically and prune all but the ``keep`` newest.
+
+    ``reference`` is saved too when given: a reference policy that is reset during training
+    (ProRL) is not the initial model any more and must come back on resume.
+    """
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(f"{PREFIX}*.tmp-*"):
@@ -83,6 +89,8 @@ def save_checkpoint(
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(generator), tmp / "rng.pt")
+    if reference is not None:
+        save_model(reference, str(tmp / "reference.safetensors"))
     (tmp / "state.json").write_text(json.dumps(asdict(state)))
     if final.exists():
         shutil.rmtree(final)
@@ -101,6 +109,17 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in done if (p / "state.json").is_file())
 
 
+def _load_weights(model: PreTrainedModel, file: Path) -> None:
+    """Load a safetensors file into ``model``; tied output embeddings may be absent."""
+    missing, unexpected = load_model(model, str(file), strict=False)
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise ValueError(
+            f"checkpoint {file} does not match the model: missing {sorted(set(missing) - tied)}, "
+            f"unexpected {sorted(unexpected)}"
+        )
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
@@ -112,17 +131,15 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     generator: torch.Generator,
+    reference: PreTrainedModel | None = None,
 ) -> TrainerState:
-    """Restore weights, optimiser, scheduler and RNG states in place; return the trainer state."""
-    from safetensors.torch import load_model
+    """Restore weights, optimiser, scheduler and RNG states in place; return the trainer state.
 
-    missing, unexpected = load_model(model, str(path / "model.safetensors"), strict=False)
-    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
-    if set(missing) - tied or unexpected:
-        raise ValueError(
-            f"checkpoint {path} does not match the model: missing {sorted(set(missing) - tied)}, "
-            f"unexpected {sorted(unexpected)}"
-        )
+    ``reference`` is restored as well when the checkpoint holds one.
+    """
+    _load_weights(model, path / "model.safetensors")
+    if reference is not None and (path / "reference.safetensors").is_file():
+        _load_weights(reference, path / "reference.safetensors")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)

@@ -221,7 +221,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     if checkpoint is not None:
-        state = load_checkpoint(checkpoint, policy, optimizer, scheduler, generator)
+        state = load_checkpoint(
+            checkpoint, policy, optimizer, scheduler, generator, reference=reference
+        )
     engine = TorchEngine(
         policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch
     )
@@ -392,6 +394,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                     scheduler,
                     generator,
                     keep=cfg.checkpoint.keep,
+                    reference=reference if algo.reference_reset_every else None,
                 )
             if stop.signal is not None:
                 progress.print(
@@ -412,6 +415,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 scheduler,
                 generator,
                 keep=cfg.checkpoint.keep,
+                reference=reference if algo.reference_reset_every else None,
             )
         if cfg.eval.after:
             summary["after"] = run_eval()
