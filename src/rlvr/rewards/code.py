@@ -1,0 +1,278 @@
+"""Code rewards: run the completion's Python against unit tests in the sandbox.
+
+``python_unit_tests`` takes the last fenced ``python`` block of the completion and scores it
+by the fraction of tests passed (or 1/0 with ``all_or_nothing``), the execution reward of
+code RL recipes (e.g. DeepSeek-R1, DeepCoder). Tests are either assert snippets, run after the
+solution in its namespace, or stdin/stdout pairs, each run as the program's input. Everything
+runs in :func:`rlvr.rewards.sandbox.run_python`, never in the trainer's process.
+
+Reward hacking note: assert tests share one interpreter with the solution (the sandbox keeps
+the host safe, not the harness), so a solution written to tamper with the harness could forge
+results. Stdin/stdout tests are compared by the parent and cannot be forged that way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from rlvr.rewards.registry import Score, register_reward
+from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, _source, run_python
+
+if TYPE_CHECKING:
+    from rlvr.data.base import Problem
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_PYTHON_LABELS = ("python", "py", "python3")
+
+
+def extract_code(completion: str) -> str | None:
+    """The last fenced block labelled python/py/python3, else the last unlabelled fenced
+    block, else None (an unclosed fence does not count)."""
+    blocks = _FENCE.findall(completion)
+    for wanted in (_PYTHON_LABELS, ("",)):
+        found = [body for label, body in blocks if label.lower() in wanted]
+        if found:
+            return found[-1]
+    return None
+
+
+@dataclass(frozen=True)
+class IOCase:
+    """A stdin/stdout test: the program, given ``input``, must print ``output``."""
+
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    """Assert snippets and stdin/stdout cases of one problem."""
+
+    __test__ = False  # not a pytest test class
+
+    asserts: tuple[str, ...] = ()
+    io: tuple[IOCase, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return len(self.asserts) + len(self.io)
+
+
+def parse_tests(tests: Any) -> TestSuite:
+    """Read tests from a problem or field.
+
+    Accepted: a list of assert snippets (``["assert f(1) == 2", ...]``); a list of
+    ``{"input": ..., "output": ...}``; ``{"inputs": [...], "outputs": [...]}`` (APPS style);
+    ``{"tests": <any of these>}``; JSON text of any of these; or other text, taken as one
+    assert snippet. Raises ``ValueError`` for anything else or for an empty suite.
+    """
+    if isinstance(tests, str):
+        try:
+            decoded = json.loads(tests)
+        except json.JSONDecodeError:
+            decoded = None
+        if decoded is None or isinstance(decoded, (int, float, str)):
+            return _non_empty(TestSuite(asserts=(tests,)))
+        tests = decoded
+    if isinstance(tests, Mapping):
+        if "tests" in tests:
+            return parse_tests(tests["tests"])
+        inputs, outputs = tests.get("inputs"), tests.get("outputs")
+        if not isinstance(inputs, list) or not isinstance(outputs, list):
+            raise ValueError("tests: a mapping needs 'tests', or 'inputs' and 'outputs' lists")
+        if len(inputs) != len(outputs):
+            raise ValueError(f"tests: {len(inputs)} inputs but {len(outputs)} outputs")
+        return _non_empty(
+            TestSuite(io=tuple(_io(i, o) for i, o in zip(inputs, outputs, strict=True)))
+        )
+    if isinstance(tests, Sequence):
+        asserts, io = [], []
+        for k, item in enumerate(tests):
+            if isinstance(item, str):
+                asserts.append(item)
+            elif isinstance(item, Mapping) and "input" in item and "output" in item:
+                io.append(_io(item["input"], item["output"]))
+            else:
+                raise ValueError(
+                    f"tests[{k}]: expected an assert snippet or {{'input', 'output'}}, "
+                    f"got {type(item).__name__}"
+                )
+        return _non_empty(TestSuite(tuple(asserts), tuple(io)))
+    raise ValueError(f"tests: unsupported type {type(tests).__name__}")
+
+
+def _as_text(value: Any) -> str:
+    """A test's input or output: text as is, a list as its lines."""
+    return value if isinstance(value, str) else "\n".join(map(str, value)) + "\n"
+
+
+def _io(given: Any, expected: Any) -> IOCase:
+    return IOCase(_as_text(given), _as_text(expected))
+
+
+def _non_empty(suite: TestSuite) -> TestSuite:
+    if suite.total == 0:
+        raise ValueError("tests: the suite is empty")
+    return suite
+
+
+def normalize_output(text: str) -> str:
+    """Output as compared: trailing whitespace of each line and trailing blank lines dropped,
+    CRLF as LF."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    return "\n".join(lines).rstrip("\n")
+
+
+@dataclass(frozen=True)
+class UnitTestReport:
+    """Outcome of one program on one suite: ``passed`` of ``total``, the ``reward`` and a
+    one-line ``reason`` (first failure, timeout, missing code)."""
+
+    passed: int
+    total: int
+    reward: float
+    reason: str
+
+
+def _failure(result: SandboxResult) -> str:
+    if result.killed_reason is not None:
+        return f"killed ({result.killed_reason})"
+    last = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
+    return last[0][:200]
+
+
+def _run_asserts(code: str, asserts: Sequence[str], limits: SandboxLimits) -> tuple[int, str]:
+    """(tests passed, first failure or "") for the assert snippets, in one sandboxed run."""
+    nonce = secrets.token_hex(16)
+    spec = json.dumps({"nonce": nonce, "tests": list(asserts)})
+    result = run_python(
+        _source("_unittest_harness.py"),
+        limits=limits,
+        files={"solution.py": code, "tests.json": spec},
+    )
+    lines = re.findall(rf"^{nonce} (\w+) (pass|fail)(?: (.*))?$", result.stdout, re.MULTILINE)
+    passed = {int(i) for i, verdict, _ in lines if verdict == "pass" and i.isdigit()}
+    passed &= set(range(len(asserts)))
+    for index, verdict, message in lines:
+        if verdict == "fail":
+            text = json.loads(message) if message else ""
+            where = "solution" if index == "load" else f"test {index}"
+            return len(passed), f"{where}: {text}"
+    if len(passed) < len(asserts):
+        return len(passed), f"test {len(passed)} did not finish: {_failure(result)}"
+    return len(passed), ""
+
+
+def _run_io(
+    code: str, cases: Sequence[IOCase], limits: SandboxLimits, stop_at_failure: bool
+) -> tuple[int, str]:
+    """(cases passed, first failure or "") for the stdin/stdout cases, one run each."""
+    passed, first = 0, ""
+    for k, case in enumerate(cases):
+        result = run_python(code, stdin=case.input, limits=limits)
+        got = normalize_output(result.stdout)
+        if result.ok and got == normalize_output(case.output):
+            passed += 1
+            continue
+        if not first:
+            detail = (
+                _failure(result)
+                if not result.ok
+                else f"expected {normalize_output(case.output)[:60]!r}, got {got[:60]!r}"
+            )
+            first = f"case {k}: {detail}"
+        if stop_at_failure:
+            break
+    return passed, first
+
+
+def run_unit_tests(
+    code: str | None,
+    tests: Any,
+    limits: SandboxLimits | None = None,
+    all_or_nothing: bool = False,
+) -> UnitTestReport:
+    """Run ``code`` against ``tests`` (see :func:`parse_tests`) in the sandbox.
+
+    The reward is ``passed / total``, or 1.0 only if every test passes with
+    ``all_or_nothing``. ``code=None`` (no code found) scores 0.
+    """
+    suite = parse_tests(tests)
+    limits = limits or SandboxLimits()
+    if code is None:
+        return UnitTestReport(0, suite.total, 0.0, "no ```python code block in the completion")
+    passed, reasons = 0, []
+    if suite.asserts:
+        n, why = _run_asserts(code, suite.asserts, limits)
+        passed += n
+        reasons += [why] if why else []
+    if suite.io and not (all_or_nothing and reasons):
+        n, why = _run_io(code, suite.io, limits, stop_at_failure=all_or_nothing)
+        passed += n
+        reasons += [why] if why else []
+    if all_or_nothing:
+        reward = 1.0 if passed == suite.total else 0.0
+    else:
+        reward = passed / suite.total
+    summary = f"{passed}/{suite.total} tests passed"
+    return UnitTestReport(passed, suite.total, reward, "; ".join([summary, *reasons]))
+
+
+def run_unit_tests_batch(
+    codes: Sequence[str | None],
+    tests: Sequence[Any],
+    limits: SandboxLimits | None = None,
+    all_or_nothing: bool = False,
+    max_workers: int | None = None,
+) -> list[UnitTestReport]:
+    """:func:`run_unit_tests` for many programs in parallel (threads that wait on sandbox
+    processes), up to ``max_workers`` (default ``os.cpu_count()``) at a time."""
+    if len(codes) != len(tests):
+        raise ValueError(f"got {len(codes)} programs but {len(tests)} test suites")
+    if not codes:
+        return []
+    workers = min(max_workers or os.cpu_count() or 1, len(codes))
+    with ThreadPoolExecutor(workers, thread_name_prefix="rlvr-sandbox") as pool:
+        futures = [
+            pool.submit(run_unit_tests, code, suite, limits, all_or_nothing)
+            for code, suite in zip(codes, tests, strict=True)
+        ]
+        return [f.result() for f in futures]
+
+
+def _limits(limits: SandboxLimits | Mapping[str, Any] | None) -> SandboxLimits:
+    if limits is None or isinstance(limits, SandboxLimits):
+        return limits or SandboxLimits()
+    known = {f.name for f in fields(SandboxLimits)}
+    unknown = sorted(set(limits) - known)
+    if unknown:
+        raise ValueError(f"python_unit_tests: unknown limits {unknown}; known: {sorted(known)}")
+    return SandboxLimits(**limits)
+
+
+@register_reward("python_unit_tests")
+def python_unit_tests(
+    completion: str,
+    problem: Problem,
+    tests: Any = None,
+    all_or_nothing: bool = False,
+    limits: SandboxLimits | Mapping[str, Any] | None = None,
+) -> Score:
+    """Fraction of unit tests the completion's last ```python block passes (1/0 with
+    ``all_or_nothing``), with the reason. Tests come from ``tests`` (parameter or per-sample
+    field) or else ``problem.answer`` (see :func:`parse_tests`); ``limits`` are
+    :class:`SandboxLimits` or a mapping of its fields, per sandboxed run.
+
+    In a :class:`CombinedReward`, samples run in parallel on its workers; its ``timeout_s``
+    must exceed the worst case of one sample (about (number of io cases + 1) x wall_seconds).
+    """
+    source = problem.answer if tests is None else tests
+    report = run_unit_tests(extract_code(completion), source, _limits(limits), all_or_nothing)
+    return Score(report.reward, report.reason)

@@ -1,0 +1,505 @@
+"""Run model-written Python in a separate, confined process: :func:`run_python`.
+
+Model output is never executed in the trainer's process. Each run gets a fresh temporary
+working directory, a scrubbed environment (only ``PATH``, ``LANG``, and ``HOME`` = ``TMPDIR`` =
+the workdir), and ``python -I -S -B`` (no site-packages, no ``PYTHON*`` variables, no user
+site, no bytecode files), started in its own session and killed with its whole process group.
+
+What confines it (``SandboxResult.isolation`` lists the layers actually in force for a run):
+
+Enforced by the kernel
+    - rlimits (``rlimits``): CPU time (SIGXCPU, then SIGKILL one second later), address space
+      (``RLIMIT_AS``: allocations fail with MemoryError), file size (``RLIMIT_FSIZE``: writes
+      fail with EFBIG), open files, no core dumps; process count (``RLIMIT_NPROC``) is only
+      meaningful with a dedicated uid or a user namespace;
+    - when the trainer runs as root (``uid``): the program runs as a dedicated unprivileged uid
+      (one of ``SANDBOX_UID_BASE + 0..SANDBOX_UID_COUNT-1``, locked per run, so concurrent runs
+      do not share a process budget), no supplementary groups, ``PR_SET_NO_NEW_PRIVS``. File
+      permissions then apply: it cannot read ``/root`` or other users' processes'
+      environments, nor write or delete root's files;
+    - ``netns``: a new network namespace with no interface up: no TCP/UDP to anywhere,
+      127.0.0.1 included (path-based Unix sockets stay reachable, subject to permissions);
+    - ``mountns``: a new mount namespace where every mount is read-only and nosuid except the
+      workdir: no writes to ``/tmp``, ``/dev/shm`` or anywhere else, even where permissions
+      would allow;
+    - ``pidns`` (+ ``procfs``): a new PID namespace with its own ``/proc``: other processes
+      are invisible, and when the program's main process ends, the kernel kills everything it
+      left behind (daemons that called ``setsid`` included);
+    - ``ipcns``: a private System V IPC namespace;
+    - wall time: the parent kills the program's process group at the deadline; with ``pidns``
+      that ends the namespace. In every mode the supervisor is a child subreaper that kills
+      and reaps whatever the program left behind (no process or zombie survives a run), and as
+      root every process of the run's uid is killed afterwards too;
+    - output: stdout and stderr are pipes read by the parent up to ``max_output_bytes`` each;
+      a program that writes more is killed, so the parent's memory stays bounded.
+
+    Namespaces need ``unshare(2)`` (root, or unprivileged user namespaces when not root);
+    seccomp-filtered containers often refuse it. When the interpreter lives where the
+    dedicated uid cannot reach it (e.g. pyenv under a mode-0700 ``/root``), the mount
+    namespace hides that directory under an empty tmpfs and binds the interpreter's prefix
+    back read-only; without a mount namespace a ``python3`` on :data:`SAFE_PATH` is used.
+
+Best effort (Python audit hook, PEP 578; bypassable by native code)
+    - ``audit_hook_net``: when there is no ``netns``, socket connect/bind/send and name
+      resolution raise PermissionError;
+    - ``audit_hook_fs``: when there is no ``mountns``, opening files for writing, deleting,
+      renaming, chmod/chown outside the workdir, starting subprocesses and loading native
+      libraries with ctypes raise PermissionError.
+
+Not confined: CPU caches and other side channels; reading world-readable files; when not
+root and without user namespaces, the program runs as the trainer's user (rlimits, scrubbed
+environment and the audit hook only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import math
+import os
+import pwd
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+SANDBOX_UID_BASE = 64000
+SANDBOX_UID_COUNT = 1000
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_INFO_CAP = 1 << 16
+_EXIT_GRACE_S = 0.5
+_CLEANUP_S = 2.0
+_KILLED_BY = {
+    signal.SIGXCPU: "cpu_time",
+    signal.SIGXFSZ: "file_size",
+    signal.SIGKILL: "sigkill",
+}
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not run the program (not the program's fault)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one :func:`run_python` call.
+
+    Attributes:
+        wall_seconds: wall-clock limit; the process group is killed at the deadline.
+        cpu_seconds: CPU-time limit (``RLIMIT_CPU``, rounded up to whole seconds).
+        memory_bytes: address-space limit (``RLIMIT_AS``).
+        max_processes: processes and threads of the run's uid (``RLIMIT_NPROC``).
+        max_file_bytes: largest file the program may write (``RLIMIT_FSIZE``).
+        max_open_files: file descriptors (``RLIMIT_NOFILE``).
+        max_output_bytes: stdout and stderr kept, each; writing more kills the program.
+    """
+
+    wall_seconds: float = 10.0
+    cpu_seconds: float = 5.0
+    memory_bytes: int = 1 << 30
+    max_processes: int = 32
+    max_file_bytes: int = 16 << 20
+    max_open_files: int = 64
+    max_output_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+
+    def rlimits(self) -> dict[str, tuple[int, int]]:
+        """The rlimits set in the child, as ``{name: (soft, hard)}``."""
+        cpu = max(1, math.ceil(self.cpu_seconds))
+        return {
+            "RLIMIT_CPU": (cpu, cpu + 1),
+            "RLIMIT_AS": (int(self.memory_bytes),) * 2,
+            "RLIMIT_NPROC": (int(self.max_processes),) * 2,
+            "RLIMIT_FSIZE": (int(self.max_file_bytes),) * 2,
+            "RLIMIT_NOFILE": (int(self.max_open_files),) * 2,
+            "RLIMIT_CORE": (0, 0),
+        }
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What a sandboxed run did.
+
+    Attributes:
+        returncode: the program's exit code, ``-N`` if it died of signal N, None if the sandbox
+            killed it (wall time, output limit).
+        stdout, stderr: captured output (UTF-8, undecodable bytes replaced), at most
+            ``max_output_bytes`` each.
+        timed_out: it ran out of wall or CPU time.
+        killed_reason: None for a normal exit, else ``"wall_time"``, ``"cpu_time"``,
+            ``"output_limit"``, ``"file_size"``, ``"sigkill"`` (CPU hard limit or the kernel's
+            OOM killer), ``"signal:NAME"``, or ``"supervisor_died"``.
+        seconds: wall-clock duration of the whole run.
+        isolation: the layers in force (see the module docstring).
+    """
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    killed_reason: str | None
+    seconds: float
+    isolation: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0 on its own."""
+        return self.returncode == 0 and self.killed_reason is None
+
+
+@functools.cache
+def _source(name: str) -> str:
+    return (Path(__file__).with_name(name)).read_text()
+
+
+def _others_may(path: str, bits: int) -> bool:
+    try:
+        return os.stat(path).st_mode & bits == bits
+    except OSError:
+        return False
+
+
+def _blocking_ancestor(path: str) -> str | None:
+    """The topmost directory above ``path`` that other users cannot traverse, or None."""
+    current = Path("/")
+    for part in Path(path).parts[1:]:
+        if not _others_may(str(current), 0o001):
+            return str(current)
+        current = current / part
+    return None
+
+
+@functools.cache
+def _interpreter() -> dict:
+    """How a dedicated uid runs this interpreter (``-I -S``, so only its prefix matters).
+
+    Returns ``{"python": path, "expose": None}`` when other users can reach it; else
+    ``expose = {"cover": blocking dir, "paths": [prefix, ...]}`` (made reachable in the mount
+    namespace) and ``fallback_python``: a python3 on :data:`SAFE_PATH` other users can run, for
+    runs without a mount namespace (None if there is none).
+    """
+    python = os.path.realpath(sys.executable)
+    paths = sorted({os.path.realpath(sys.base_prefix), os.path.dirname(python)})
+    blocked = {_blocking_ancestor(p) for p in [python, *paths]}
+    if blocked == {None}:
+        return {"python": python, "expose": None, "fallback_python": None}
+    fallback = shutil.which("python3", path=SAFE_PATH)
+    if fallback is not None:
+        fallback = os.path.realpath(fallback)
+        if _blocking_ancestor(fallback) is not None or not _others_may(fallback, 0o005):
+            fallback = None
+    cover = min((b for b in blocked if b is not None), key=len)
+    readable = all(_others_may(p, 0o005) for p in paths) and _others_may(python, 0o005)
+    coverable = all(p.startswith(cover.rstrip("/") + "/") for p in paths) and readable
+    expose = {"cover": cover, "paths": paths} if coverable else {"cover": None, "paths": []}
+    return {"python": python, "expose": expose, "fallback_python": fallback}
+
+
+def _workdir_parent(dedicated_uid: bool) -> str:
+    """Where workdirs are made: the temp dir, or, when a dedicated uid could not traverse it
+    (e.g. ``TMPDIR`` is a private directory), the first of /tmp, /var/tmp, /dev/shm it can."""
+    base = tempfile.gettempdir()
+    if not dedicated_uid:
+        return base
+    for candidate in (base, "/tmp", "/var/tmp", "/dev/shm"):
+        path = os.path.realpath(candidate)
+        if _blocking_ancestor(path + "/x") is None and os.path.isdir(path):
+            return path
+    raise SandboxError(f"no temporary directory that the sandbox uid can traverse ({base})")
+
+
+def _uid_in_use(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _sandbox_ids() -> Iterator[tuple[int, int] | None]:
+    """As root: a dedicated (uid, gid), held by an ``flock`` for the duration of the run
+    (threads and processes of this machine never share one); otherwise None."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    lock_dir = Path(tempfile.gettempdir()) / "rlvr-sandbox-locks"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    start = random.randrange(SANDBOX_UID_COUNT)
+    for k in range(SANDBOX_UID_COUNT):
+        uid = SANDBOX_UID_BASE + (start + k) % SANDBOX_UID_COUNT
+        if _uid_in_use(uid):
+            continue
+        fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            _kill_uid(uid)  # leftovers of a crashed earlier run, if any
+            yield uid, uid
+        finally:
+            _kill_uid(uid)
+            os.close(fd)
+        return
+    raise SandboxError(f"all {SANDBOX_UID_COUNT} sandbox uids are busy")
+
+
+def _processes_of(uid: int) -> list[int]:
+    """Live (not zombie) PIDs whose real uid is ``uid``, from /proc/PID/status (which, unlike
+    the ownership of /proc/PID, a process cannot change with PR_SET_DUMPABLE)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in "ZX":
+                pids.append(int(entry))
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+    return pids
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` until none is left (a fork bomb cannot outrun it: its
+    processes are capped by RLIMIT_NPROC and every round kills all of them)."""
+    for _ in range(200):
+        pids = _processes_of(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+    raise SandboxError(f"processes of sandbox uid {uid} survive SIGKILL")
+
+
+def _populate(
+    workdir: Path, code: str, files: Mapping[str, str | bytes], ids: tuple[int, int] | None
+) -> None:
+    os.chmod(workdir, 0o700)
+    for name, content in {**files, "main.py": code}.items():
+        if not name or name != os.path.basename(name) or name in (".", ".."):
+            raise ValueError(f"sandbox file names must be plain file names, got {name!r}")
+        data = content.encode() if isinstance(content, str) else content
+        (workdir / name).write_bytes(data)
+    if ids is not None:
+        for path in [workdir, *workdir.iterdir()]:
+            os.chown(path, *ids)
+
+
+def _remove_tree(path: Path) -> None:
+    def fix_and_retry(func, name, *_):  # the program may have removed its own permissions
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(name), 0o700)
+            func(name)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=fix_and_retry)
+    else:
+        shutil.rmtree(path, onerror=fix_and_retry)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _capture(
+    proc: subprocess.Popen, info_fd: int, limits: SandboxLimits, deadline: float
+) -> tuple[bytes, bytes, bytes, str | None]:
+    """Read stdout, stderr and the info pipe until they close, the deadline passes, or an
+    output cap is exceeded; returns (stdout, stderr, info, kill reason or None)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    buffers = {out_fd: bytearray(), err_fd: bytearray(), info_fd: bytearray()}
+    caps = {out_fd: limits.max_output_bytes, err_fd: limits.max_output_bytes, info_fd: _INFO_CAP}
+    reason: str | None = None
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        for fd in buffers:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map() and reason is None:
+            now = time.monotonic()
+            if now >= deadline:
+                reason = "wall_time"
+                break
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
+                break  # the supervisor is gone but a leftover process holds a pipe open
+            for key, _ in selector.select(timeout=min(deadline - now, 0.05)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fd)
+                    continue
+                buffer = buffers[key.fd]
+                room = caps[key.fd] - len(buffer)
+                buffer += chunk[: max(room, 0)]
+                if len(chunk) > room and key.fd != info_fd:
+                    reason = "output_limit"
+                    break
+    return bytes(buffers[out_fd]), bytes(buffers[err_fd]), bytes(buffers[info_fd]), reason
+
+
+def _parse_info(info: bytes) -> dict:
+    merged: dict = {"layers": []}
+    for line in info.decode(errors="replace").splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        merged["layers"] += message.pop("layers", [])
+        merged.update(message)
+    return merged
+
+
+def run_python(
+    code: str,
+    stdin: str | bytes = "",
+    limits: SandboxLimits | None = None,
+    *,
+    files: Mapping[str, str | bytes] | None = None,
+    namespaces: bool = True,
+) -> SandboxResult:
+    """Run ``code`` as ``main.py`` in a confined child process and return what happened.
+
+    Args:
+        code: Python source, run as ``__main__`` from the fresh workdir.
+        stdin: the program's standard input.
+        limits: resource limits (default :class:`SandboxLimits`).
+        files: extra files written next to ``main.py`` (plain names, e.g. ``"tests.json"``).
+        namespaces: use Linux namespaces where the kernel allows; False keeps only the uid,
+            rlimits and audit-hook layers (for hosts where ``unshare`` is refused, and to test
+            the fallback).
+
+    Raises:
+        SandboxError: the sandbox could not be set up (the program did not run).
+    """
+    limits = limits or SandboxLimits()
+    start = time.monotonic()
+    with _sandbox_ids() as ids:
+        workdir = Path(tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=_workdir_parent(bool(ids))))
+        try:
+            _populate(workdir, code, files or {}, ids)
+            return _run(workdir, stdin, limits, ids, namespaces, start)
+        finally:
+            _remove_tree(workdir)
+
+
+def _run(
+    workdir: Path,
+    stdin: str | bytes,
+    limits: SandboxLimits,
+    ids: tuple[int, int] | None,
+    namespaces: bool,
+    start: float,
+) -> SandboxResult:
+    info_r, info_w = os.pipe()
+    env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)}
+    config = {
+        "workdir": str(workdir),
+        "uid": ids[0] if ids else None,
+        "gid": ids[1] if ids else None,
+        "namespaces": namespaces,
+        "rlimits": limits.rlimits(),
+        **(_interpreter() if ids else {"python": sys.executable, "expose": None}),
+        "env": env,
+        "info_fd": info_w,
+        "parent_pid": os.getpid(),
+        "boot": _source("_sandbox_boot.py"),
+    }
+    argv = [sys.executable, "-I", "-S", "-B", "-c", _source("_sandbox_launcher.py")]
+    try:
+        with tempfile.TemporaryFile() as stdin_file:
+            stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
+            stdin_file.seek(0)
+            proc = subprocess.Popen(
+                [*argv, json.dumps(config)],
+                stdin=stdin_file,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(info_w,),
+                cwd=workdir,
+                env=env,
+                start_new_session=True,
+            )
+    finally:
+        os.close(info_w)
+    try:
+        deadline = start + limits.wall_seconds
+        stdout, stderr, raw_info, reason = _capture(proc, info_r, limits, deadline)
+        info = _parse_info(raw_info)
+        if reason is not None and "status" not in info:
+            # Kill init's group; the launcher then kills and reaps whatever is left and exits.
+            _kill_group(info.get("init", proc.pid))
+    finally:
+        try:
+            proc.wait(timeout=_CLEANUP_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(proc.pid)
+        proc.wait()
+        os.close(info_r)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+    if ids is not None:
+        _kill_uid(ids[0])
+    return _result(limits, ids, stdout, stderr, info, reason, start)
+
+
+def _result(
+    limits: SandboxLimits,
+    ids: tuple[int, int] | None,
+    stdout: bytes,
+    stderr: bytes,
+    info: dict,
+    reason: str | None,
+    start: float,
+) -> SandboxResult:
+    if not info.get("ready"):
+        raise SandboxError(
+            f"the sandbox supervisor failed to start: {stderr.decode(errors='replace')[-500:]}"
+        )
+    if "setup_error" in info:
+        raise SandboxError(f"sandbox setup failed: {info['setup_error']}")
+    layers = ["rlimits", *(["uid"] if ids else []), *info["layers"]]
+    if "netns" not in layers:
+        layers.append("audit_hook_net")
+    if "mountns" not in layers:
+        layers.append("audit_hook_fs")
+    returncode = None
+    if reason is None:
+        if "status" in info:
+            returncode = os.waitstatus_to_exitcode(info["status"])
+            if returncode < 0:
+                sig = signal.Signals(-returncode)
+                reason = _KILLED_BY.get(sig, f"signal:{sig.name}")
+        else:
+            reason = "supervisor_died"
+    return SandboxResult(
+        returncode=returncode,
+        stdout=stdout.decode(errors="replace"),
+        stderr=stderr.decode(errors="replace"),
+        timed_out=reason in ("wall_time", "cpu_time"),
+        killed_reason=reason,
+        seconds=time.monotonic() - start,
+        isolation=tuple(layers),
+    )
