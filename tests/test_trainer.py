@@ -215,3 +215,21 @@ def test_resume_restores_a_reset_reference(tmp_path):
     a, b = step_rows(ref_dir), step_rows(run_dir)
     assert_same_steps(a, b)
     assert a[4]["policy/kl_ref"] == pytest.approx(b[4]["policy/kl_ref"], rel=1e-5)
+
+
+def test_weighted_reward_terms_are_logged_separately(tmp_path):
+    terms = [
+        {"name": "numeric", "weight": 1.0},
+        {"name": "format", "weight": 0.5, "params": {"pattern": "[a-z]"}, "label": "has_letter"},
+    ]
+    cfg = tiny_config(tmp_path / "run", steps=1, reward={"function": None, "terms": terms})
+    train(build_config(cfg))
+    row = [r for r in read_metrics(tmp_path / "run") if r["step"] == 1][0]
+    assert {"reward/numeric/mean", "reward/has_letter/mean", "reward/errors"} <= set(row)
+    expected = row["reward/numeric/mean"] + 0.5 * row["reward/has_letter/mean"]
+    assert row["reward/mean"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_reward_function_and_terms_together_is_a_config_error():
+    with pytest.raises(ValueError, match="not both"):
+        build_config({"reward": {"function": "m:f", "terms": [{"name": "math"}]}})

@@ -67,14 +67,42 @@ class RolloutConfig(Section):
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
 
 
+class RewardTerm(Section):
+    """One weighted reward of a combination (``rlvr.rewards.available_rewards()`` lists names)."""
+
+    name: str = Field(
+        description="a registered reward (math, numeric, format, json_schema, "
+        "bleu, chrf, python_unit_tests, ...) or 'module:function'"
+    )
+    weight: float = 1.0
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    label: str | None = Field(None, description="name in the metrics (default: name)")
+
+
 class RewardConfig(Section):
-    """How completions are scored: the task's own verifier, or a user function."""
+    """How completions are scored: the task's own verifier (default), a user function, or a
+    weighted sum of registered rewards, each logged separately."""
 
     function: str | None = Field(
         None,
         description="'module:function' called as f(completion, problem) -> float; "
         "None: the task's verifier",
     )
+    terms: list[RewardTerm] = Field(
+        default_factory=list, description="weighted rewards summed (replaces the verifier)"
+    )
+    on_error: Literal["raise", "zero"] = Field(
+        "raise",
+        description="a reward that raises or returns NaN: stop the run, or score 0 "
+        "and count it in reward/errors",
+    )
+    timeout_s: float = Field(60.0, gt=0, description="time limit of one reward call")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RewardConfig:
+        if self.function and self.terms:
+            raise ValueError("set reward.function or reward.terms, not both")
+        return self
 
 
 class AlgorithmConfig(Section):

@@ -38,6 +38,7 @@ from rlvr.logging import MetricsLogger, ProgressDisplay
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
+from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
 
@@ -187,6 +188,13 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     policy.config.use_cache = False
     task = build_task(cfg)
     reward_fn = make_reward(task, cfg.reward.function)
+    combined = None
+    if cfg.reward.terms:
+        combined = CombinedReward(
+            [RewardSpec(t.name, t.weight, t.params, t.label) for t in cfg.reward.terms],
+            on_error=cfg.reward.on_error,
+            timeout_s=cfg.reward.timeout_s,
+        )
     fast = auto_dtype() if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
     train_dtype = auto_dtype() if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
     sampling = SamplingParams(
@@ -248,11 +256,24 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             out["eval/sampled_accuracy"] = acc["accuracy"]
         return out
 
+    reward_metrics: dict[str, list[float]] = {}
+
     def score(
         texts: list[str], owners: list[Problem], completions: list[list[int]]
     ) -> torch.Tensor:
         """Rewards [N] of completions, with DAPO's overlong penalty when the preset has one."""
-        rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
+        if combined is None:
+            rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
+        else:
+            breakdown = combined(
+                texts,
+                owners,
+                group_ids=[p.id for p in owners],
+                num_tokens=[len(c) for c in completions],
+            )
+            rewards = torch.tensor(breakdown.total, dtype=torch.float)
+            for key, value in breakdown.metrics().items():
+                reward_metrics.setdefault(key, []).append(value)
         if algo.overlong_buffer_frac is not None:
             lengths = torch.tensor([len(c) for c in completions])
             budget = cfg.rollout.max_new_tokens
@@ -302,7 +323,10 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                     rollout.stats["rollout/tokens_per_s"],
                 )
             )
-        return merge_samples(parts), {f"sampling/{k}": v for k, v in draws.metrics().items()}
+        metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
+        metrics.update({k: sum(v) / len(v) for k, v in reward_metrics.items()})
+        reward_metrics.clear()
+        return merge_samples(parts), metrics
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
@@ -421,6 +445,8 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             summary["after"] = run_eval()
             logger.log(state.step, summary["after"])
     logger.close()
+    if combined is not None:
+        combined.close()
     summary["steps"] = state.step
     summary["wall_seconds"] = time.perf_counter() - start_time
     return summary
@@ -576,6 +602,7 @@ def update_policy(
             scheduler.step()
     policy.eval()
     metrics = {k: sums[k] / counts[k] for k in sums}
+    metrics.setdefault("policy/loss", 0.0)  # every advantage was zero: nothing to train on
     if kl_in_reward:
         metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
     metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
