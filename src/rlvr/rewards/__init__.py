@@ -6,7 +6,7 @@
 - built-in rewards: ``math``, ``numeric``, ``exact_match``, ``multiple_choice``
   (:mod:`.answers`), ``format``, ``json_schema`` (:mod:`.structure`), ``bleu``, ``chrf``
   (:mod:`.similarity`), ``overlong``, ``length_truncation`` (:mod:`.length`),
-  ``python_unit_tests`` (:mod:`.code`);
+  ``python_unit_tests`` (:mod:`.code`), ``majority_vote`` (TTRL, label-free, :mod:`.label_free`);
 - :mod:`rlvr.rewards.sandbox`: ``run_python`` for model-written code.
 """
 

@@ -52,6 +52,7 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.similarity",
     "rlvr.rewards.length",
     "rlvr.rewards.code",
+    "rlvr.rewards.label_free",
 )
 
 
