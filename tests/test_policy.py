@@ -76,3 +76,24 @@ def test_shared_prefix_gradients_equal_padded_forward(tiny):
     assert grads_a.keys() == grads_b.keys() and grads_a
     for name in grads_a:
         assert (grads_a[name] - grads_b[name]).abs().max() <= 1e-5, name
+
+
+def test_value_head_is_the_same_through_both_forwards(tiny):
+    from rlvr.policy import ValueHead
+
+    model, _ = tiny
+    batch = make_batch(PROMPTS, COMPLETIONS, pad_id=0, prompt_index=INDEX)
+    head = ValueHead(model.config.hidden_size)
+    with torch.no_grad():
+        head.linear.weight.normal_(generator=torch.Generator().manual_seed(0))
+    out = {}
+    for shared in (False, True):
+        head.zero_grad(set_to_none=True)
+        _, _, values = completion_logprobs(model, batch, shared_prefix=shared, value_head=head)
+        values.sum().backward()
+        out[shared] = (values.detach(), head.linear.weight.grad.clone())
+    assert out[False][0].shape == batch.completion_mask.shape
+    assert (out[False][0][batch.completion_mask == 0] == 0).all()
+    assert torch.allclose(out[False][0], out[True][0], atol=1e-5)
+    assert torch.allclose(out[False][1], out[True][1], atol=1e-4)
+    model.zero_grad(set_to_none=True)

@@ -233,3 +233,16 @@ def test_weighted_reward_terms_are_logged_separately(tmp_path):
 def test_reward_function_and_terms_together_is_a_config_error():
     with pytest.raises(ValueError, match="not both"):
         build_config({"reward": {"function": "m:f", "terms": [{"name": "math"}]}})
+
+
+def test_ppo_resumes_exactly_with_its_value_head(tmp_path):
+    algorithm = {"preset": "ppo"}
+    constant = {"lr_schedule": "constant", "warmup_steps": 0}
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    train(build_config(tiny_config(ref_dir, steps=3, algorithm=algorithm, train=constant)))
+    train(build_config(tiny_config(run_dir, steps=2, algorithm=algorithm, train=constant)))
+    resumed = build_config(tiny_config(run_dir, steps=3, algorithm=algorithm, train=constant))
+    train(resumed, resume=run_dir)
+    a, b = step_rows(ref_dir), step_rows(run_dir)
+    assert_same_steps(a, b)
+    assert a[3]["value/loss"] == pytest.approx(b[3]["value/loss"], rel=1e-5)

@@ -71,12 +71,12 @@ def save_checkpoint(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     generator: torch.Generator,
     keep: int = 2,
-    reference: PreTrainedModel | None = None,
+    extra: dict[str, torch.nn.Module] | None = None,
 ) -> Path:
     """Write a complete checkpoint atomically and prune all but the ``keep`` newest.
 
-    ``reference`` is saved too when given: a reference policy that is reset during training
-    (ProRL) is not the initial model any more and must come back on resume.
+    ``extra`` modules are saved as ``NAME.safetensors``: a value head, or a reference policy
+    that is reset during training (ProRL) and so is not the initial model any more.
     """
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -89,8 +89,8 @@ def save_checkpoint(
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(generator), tmp / "rng.pt")
-    if reference is not None:
-        save_model(reference, str(tmp / "reference.safetensors"))
+    for name, module in (extra or {}).items():
+        save_model(module, str(tmp / f"{name}.safetensors"))
     (tmp / "state.json").write_text(json.dumps(asdict(state)))
     if final.exists():
         shutil.rmtree(final)
@@ -109,10 +109,11 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in done if (p / "state.json").is_file())
 
 
-def _load_weights(model: PreTrainedModel, file: Path) -> None:
+def _load_weights(model: torch.nn.Module, file: Path) -> None:
     """Load a safetensors file into ``model``; tied output embeddings may be absent."""
     missing, unexpected = load_model(model, str(file), strict=False)
-    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    config = getattr(model, "config", None)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
         raise ValueError(
             f"checkpoint {file} does not match the model: missing {sorted(set(missing) - tied)}, "
@@ -131,15 +132,16 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     generator: torch.Generator,
-    reference: PreTrainedModel | None = None,
+    extra: dict[str, torch.nn.Module] | None = None,
 ) -> TrainerState:
     """Restore weights, optimiser, scheduler and RNG states in place; return the trainer state.
 
-    ``reference`` is restored as well when the checkpoint holds one.
+    ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them.
     """
     _load_weights(model, path / "model.safetensors")
-    if reference is not None and (path / "reference.safetensors").is_file():
-        _load_weights(reference, path / "reference.safetensors")
+    for name, module in (extra or {}).items():
+        if (path / f"{name}.safetensors").is_file():
+            _load_weights(module, path / f"{name}.safetensors")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)

@@ -112,6 +112,22 @@ def _token_logprobs(
     return logp, entropy
 
 
+class ValueHead(torch.nn.Module):
+    """PPO's critic on the policy's last hidden state: V(s_t) = w . h_t + b (Ouyang et al. 2022,
+    one scalar per position, zero-initialised so the first advantages are the returns)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.linear.weight)
+        torch.nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[N, T, H] hidden states -> [N, T] values (fp32, also under autocast)."""
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.linear(hidden.float()).squeeze(-1)
+
+
 def completion_logprobs(
     model: PreTrainedModel,
     batch: Batch,
@@ -119,22 +135,30 @@ def completion_logprobs(
     with_entropy: bool = False,
     shared_prefix: bool = False,
     entropy_grad: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    value_head: ValueHead | None = None,
+) -> (
+    tuple[torch.Tensor, torch.Tensor | None]
+    | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
+):
     """Per-token log-probs of the completion tokens under ``model`` at ``temperature``.
 
     Returns:
         logp [N, T] (fp32; zero where the completion mask is 0), and the per-token entropy of
         the temperature-scaled distribution [N, T] when ``with_entropy`` (without gradient) or
-        ``entropy_grad`` (with gradient, for an entropy bonus).
+        ``entropy_grad`` (with gradient, for an entropy bonus); with a ``value_head``, also the
+        values [N, T] of the states that predict each completion token.
     """
-    if shared_prefix:
-        logits = _shared_prefix_logits(model, batch)
-    else:
-        logits = _padded_logits(model, batch)
-    return _token_logprobs(logits, batch, temperature, with_entropy, entropy_grad)
+    forward = _shared_prefix_forward if shared_prefix else _padded_forward
+    logits, hidden = forward(model, batch, value_head is not None)
+    logp, entropy = _token_logprobs(logits, batch, temperature, with_entropy, entropy_grad)
+    if value_head is None:
+        return logp, entropy
+    return logp, entropy, value_head(hidden) * batch.completion_mask
 
 
-def _padded_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+def _padded_forward(
+    model: PreTrainedModel, batch: Batch, hidden: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The plain forward: every sample carries its own copy of its prompt."""
     t = batch.completion_ids.shape[1]
     idx = batch.prompt_index
@@ -147,11 +171,15 @@ def _padded_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
         position_ids=positions,
         use_cache=False,
         logits_to_keep=t + 1,
+        output_hidden_states=hidden,
     )
-    return out.logits[:, :-1, :]  # position k predicts token k+1
+    states = out.hidden_states[-1][:, -(t + 1) : -1] if hidden else None
+    return out.logits[:, :-1, :], states  # position k predicts token k+1
 
 
-def _shared_prefix_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
+def _shared_prefix_forward(
+    model: PreTrainedModel, batch: Batch, hidden: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Prefix Grouper: encode each distinct prompt once, attend to its KV from every sample."""
     idx = batch.prompt_index
     prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
@@ -163,6 +191,7 @@ def _shared_prefix_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        output_hidden_states=hidden,
     )
     cache.batch_select_indices(idx)  # gather (with gradient) each sample's prompt KV
     t = batch.completion_ids.shape[1]
@@ -176,6 +205,11 @@ def _shared_prefix_logits(model: PreTrainedModel, batch: Batch) -> torch.Tensor:
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=t,
+        output_hidden_states=hidden,
     )
     first = prefix.logits[idx, -1:, :]  # the prompt's last position predicts token 0
-    return torch.cat([first, out.logits[:, :-1, :]], dim=1)
+    logits = torch.cat([first, out.logits[:, :-1, :]], dim=1)
+    if not hidden:
+        return logits, None
+    states = torch.cat([prefix.hidden_states[-1][idx, -1:], out.hidden_states[-1][:, :-1]], 1)
+    return logits, states

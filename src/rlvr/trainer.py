@@ -36,7 +36,7 @@ from rlvr.evaluation import (
 )
 from rlvr.logging import MetricsLogger, ProgressDisplay
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
-from rlvr.policy import Batch, completion_logprobs, make_batch
+from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rewards.verifiers import extract_answer
@@ -52,12 +52,6 @@ def resolve_algorithm(cfg: Config) -> algorithms.Preset:
         algo = algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
-    if algo.advantage == "gae":
-        raise ConfigError(
-            f"algorithm {algo.name!r} uses GAE, which needs a value head: the trainer has none "
-            "yet (the pure functions gae and value_loss exist in rlvr.algorithms). Choose "
-            "another preset, e.g. grpo or reinforce_pp."
-        )
     return algo
 
 
@@ -216,8 +210,15 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
     # --- optimiser, schedule, RNG, resume ----------------------------------------------
+    value_head = ValueHead(policy.config.hidden_size) if algo.advantage == "gae" else None
+    extra_modules: dict[str, torch.nn.Module] = {}
+    if value_head is not None:
+        extra_modules["value_head"] = value_head
+    if reference is not None and algo.reference_reset_every:
+        extra_modules["reference"] = reference
+    trained = list(policy.parameters()) + list(value_head.parameters() if value_head else [])
     optimizer = torch.optim.AdamW(
-        policy.parameters(),
+        trained,
         lr=cfg.train.lr,
         betas=cfg.train.betas,
         weight_decay=cfg.train.weight_decay,
@@ -230,7 +231,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
     if checkpoint is not None:
         state = load_checkpoint(
-            checkpoint, policy, optimizer, scheduler, generator, reference=reference
+            checkpoint, policy, optimizer, scheduler, generator, extra=extra_modules
         )
     engine = TorchEngine(
         policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch
@@ -355,6 +356,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             )
             train_metrics = update_policy(
                 policy,
+                value_head,
                 reference,
                 optimizer,
                 scheduler,
@@ -418,7 +420,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                     scheduler,
                     generator,
                     keep=cfg.checkpoint.keep,
-                    reference=reference if algo.reference_reset_every else None,
+                    extra=extra_modules,
                 )
             if stop.signal is not None:
                 progress.print(
@@ -439,7 +441,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 scheduler,
                 generator,
                 keep=cfg.checkpoint.keep,
-                reference=reference if algo.reference_reset_every else None,
+                extra=extra_modules,
             )
         if cfg.eval.after:
             summary["after"] = run_eval()
@@ -454,6 +456,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
 def update_policy(
     policy: torch.nn.Module,
+    value_head: ValueHead | None,
     reference: torch.nn.Module | None,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -467,8 +470,10 @@ def update_policy(
 ) -> dict[str, float]:
     """Advantages, then ``ppo_epochs`` passes of ``minibatches`` optimiser steps over a batch.
 
-    Samples whose advantages are all zero contribute exactly zero loss and gradient when there
-    is no KL term in the loss and no entropy bonus, so they are skipped in the forward pass;
+    With a ``value_head`` (PPO), per-token GAE advantages come from the rollout-time values and
+    the clipped value loss is added with weight ``vf_coef``. Samples whose advantages are all
+    zero contribute exactly zero loss and gradient when there is no KL term in the loss, no
+    entropy bonus and no value loss, so they are skipped in the forward pass;
     they still count in the aggregation's normalisers. Returns averaged metrics (loss, clip
     fractions, ratio, entropy, KL, grad norm).
     """
@@ -480,23 +485,32 @@ def update_policy(
     kl_in_loss = reference is not None and algo.kl_in == "loss"
     kl_in_reward = reference is not None and algo.kl_in == "reward"
     on_policy = cfg.algorithm.ppo_epochs == 1 and cfg.algorithm.minibatches == 1
-    need_old = not on_policy or kl_in_reward or algo.top_entropy_rho is not None
+    need_old = (
+        not on_policy or kl_in_reward or algo.top_entropy_rho is not None or value_head is not None
+    )
 
-    def no_grad_pass(model: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
-        """log-probs and entropies [N, T] of every sample under ``model``, no gradient."""
-        logp = torch.zeros(batch.completion_mask.shape)
-        entropy = torch.zeros(batch.completion_mask.shape)
+    def no_grad_pass(
+        model: torch.nn.Module, head: ValueHead | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """log-probs, entropies (and values) [N, T] of every sample under ``model``."""
+        outs = [torch.zeros(batch.completion_mask.shape) for _ in range(3 if head else 2)]
         with torch.no_grad(), autocast:
             for lo in range(0, n, mb):
                 rows = torch.arange(lo, min(n, lo + mb))
                 sub = batch.select(rows)
                 width = sub.completion_ids.shape[1]
-                lp, ent = completion_logprobs(model, sub, temperature, True, shared_prefix=shared)
-                logp[rows, :width], entropy[rows, :width] = lp, ent
-        return logp, entropy
+                parts = completion_logprobs(
+                    model, sub, temperature, True, shared_prefix=shared, value_head=head
+                )
+                for out, part in zip(outs, parts, strict=True):
+                    out[rows, :width] = part
+        return tuple(outs)
 
     policy.eval()
-    old_logp, old_entropy = no_grad_pass(policy) if need_old else (None, None)
+    old_logp, old_entropy, old_values = None, None, None
+    if need_old:
+        old_logp, old_entropy, *rest = no_grad_pass(policy, value_head)
+        old_values = rest[0] if rest else None
     ref_logp = no_grad_pass(reference)[0] if reference is not None else None
 
     # advantages [N] or [N, T]
@@ -509,13 +523,15 @@ def update_policy(
         group_ids=data.group_ids,
         mask=mask,
         token_kl=token_kl,
+        values=old_values,
         greedy_rewards=data.greedy_rewards,
     )
-    advantages = algorithms.preset_advantages(algo, inputs).advantages
+    estimated = algorithms.preset_advantages(algo, inputs)
+    advantages, returns = estimated.advantages, estimated.returns
     train_mask = mask.float()
     if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens only
         train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho).float()
-    skippable = not kl_in_loss and not algo.entropy_coef
+    skippable = not kl_in_loss and not algo.entropy_coef and value_head is None
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
 
     sums: dict[str, float] = {}
@@ -525,6 +541,7 @@ def update_policy(
         sums[key] = sums.get(key, 0.0) + value
         counts[key] = counts.get(key, 0) + 1
 
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     policy.train()
     for _epoch in range(cfg.algorithm.ppo_epochs):
         order = torch.randperm(n, generator=generator)
@@ -540,13 +557,14 @@ def update_policy(
                 width = sub.completion_ids.shape[1]
                 sub_mask = train_mask[sub_rows, :width]
                 with autocast:
-                    logp, entropy = completion_logprobs(
+                    logp, entropy, *values = completion_logprobs(
                         policy,
                         sub,
                         temperature,
                         True,
                         shared_prefix=shared,
                         entropy_grad=bool(algo.entropy_coef),
+                        value_head=value_head,
                     )
                 old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
                 adv = advantages[sub_rows]
@@ -575,6 +593,25 @@ def update_policy(
                     total_seqs=total_seqs,
                     max_len=cfg.rollout.max_new_tokens,
                 )
+                if value_head is not None:  # PPO critic: clipped value loss on the returns
+                    v_loss = algorithms.value_loss(
+                        values[0],
+                        old_values[sub_rows, :width],
+                        returns[sub_rows, :width],
+                        sub.completion_mask,
+                        algo.value_clip,
+                    )
+                    v_loss = algorithms.aggregate(
+                        v_loss,
+                        sub_mask,
+                        algo.aggregation,
+                        total_tokens=total_tokens,
+                        total_seqs=total_seqs,
+                        max_len=cfg.rollout.max_new_tokens,
+                    )
+                    loss = loss + algo.vf_coef * v_loss
+                    add("value/loss", v_loss.item())
+                    add("value/mean", algorithms.masked_mean(values[0].detach(), sub_mask).item())
                 loss.backward()
                 add("policy/loss", loss.item())
                 ent = entropy.detach()
@@ -592,11 +629,9 @@ def update_policy(
                         algorithms.masked_mean(diff, sub.completion_mask).item(),
                     )
             if cfg.train.grad_clip > 0:
-                norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.train.grad_clip)
+                norm = torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
             else:
-                norm = torch.nn.utils.get_total_norm(
-                    [p.grad for p in policy.parameters() if p.grad is not None]
-                )
+                norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
             add("policy/grad_norm", float(norm))
             optimizer.step()
             scheduler.step()
