@@ -258,20 +258,17 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         return out
 
     reward_metrics: dict[str, list[float]] = {}
+    reward_seconds = [0.0]  # time spent scoring in the current step
 
     def score(
         texts: list[str], owners: list[Problem], completions: list[list[int]]
     ) -> torch.Tensor:
         """Rewards [N] of completions, with DAPO's overlong penalty when the preset has one."""
+        start = time.perf_counter()
         if combined is None:
             rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
         else:
-            breakdown = combined(
-                texts,
-                owners,
-                group_ids=[p.id for p in owners],
-                num_tokens=[len(c) for c in completions],
-            )
+            breakdown = combined(texts, owners, num_tokens=[len(c) for c in completions])
             rewards = torch.tensor(breakdown.total, dtype=torch.float)
             for key, value in breakdown.metrics().items():
                 reward_metrics.setdefault(key, []).append(value)
@@ -280,6 +277,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             budget = cfg.rollout.max_new_tokens
             cache_len = max(1, round(algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
+        reward_seconds[0] += time.perf_counter() - start
         return rewards
 
     def collect_samples(state: TrainerState) -> tuple[StepSamples, dict[str, float]]:
@@ -326,7 +324,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
         metrics.update({k: sum(v) / len(v) for k, v in reward_metrics.items()})
+        metrics["time/reward"] = reward_seconds[0]
         reward_metrics.clear()
+        reward_seconds[0] = 0.0
         return merge_samples(parts), metrics
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
