@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from rlvr.rollout.torch_engine import left_pad
+
 
 @dataclass
 class Batch:
@@ -81,12 +83,7 @@ def make_batch(
     index = torch.as_tensor(range(n) if prompt_index is None else prompt_index, dtype=torch.long)
     if index.shape != (n,) or int(index.max()) >= len(prompts):
         raise ValueError(f"prompt_index must map {n} completions to {len(prompts)} prompts")
-    lp = max(len(p) for p in prompts)
-    prompt_ids = torch.full((len(prompts), lp), pad_id, dtype=torch.long)
-    prompt_mask = torch.zeros((len(prompts), lp), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        prompt_ids[i, lp - len(p) :] = torch.tensor(p, dtype=torch.long)
-        prompt_mask[i, lp - len(p) :] = 1
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id)
     t = max(1, max(len(c) for c in completions))
     completion_ids = torch.full((n, t), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((n, t), dtype=torch.long)

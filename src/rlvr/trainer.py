@@ -329,6 +329,19 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         reward_seconds[0] = 0.0
         return merge_samples(parts), metrics
 
+    def checkpoint_now() -> None:
+        save_checkpoint(
+            run_dir,
+            state,
+            policy,
+            tokenizer,
+            optimizer,
+            scheduler,
+            generator,
+            keep=cfg.checkpoint.keep,
+            extra=extra_modules,
+        )
+
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     if cfg.eval.before and state.step == 0:
@@ -411,17 +424,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             progress.update(metrics)
             due = cfg.checkpoint.every and state.step % cfg.checkpoint.every == 0
             if due or stop.signal is not None:
-                save_checkpoint(
-                    run_dir,
-                    state,
-                    policy,
-                    tokenizer,
-                    optimizer,
-                    scheduler,
-                    generator,
-                    keep=cfg.checkpoint.keep,
-                    extra=extra_modules,
-                )
+                checkpoint_now()
             if stop.signal is not None:
                 progress.print(
                     f"stopped by signal {stop.signal} after step {state.step}; "
@@ -432,17 +435,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
 
     if not summary.get("stopped"):
         if cfg.checkpoint.save_final:
-            save_checkpoint(
-                run_dir,
-                state,
-                policy,
-                tokenizer,
-                optimizer,
-                scheduler,
-                generator,
-                keep=cfg.checkpoint.keep,
-                extra=extra_modules,
-            )
+            checkpoint_now()
         if cfg.eval.after:
             summary["after"] = run_eval()
             logger.log(state.step, summary["after"])
