@@ -67,11 +67,15 @@ def test_command_help_shows_example(command: str, example: str) -> None:
 # ---------------------------------------------------------------- listings
 
 
-def test_tasks_lists_builtin_tasks() -> None:
+def test_tasks_lists_builtin_tasks(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
     result = run("tasks")
     assert result.exit_code == 0, result.output
     names = re.findall(r"^│ (\w+)", result.clean, flags=re.M)
-    assert names == ["arithmetic", "file"]
+    from rlvr.data import TASKS
+
+    assert names == [name.split(":")[0] for name in TASKS]
+    assert {"arithmetic", "file", "countdown", "reasoning_gym"} <= set(names)
     assert "levels 1-6" in result.flat
 
 

@@ -35,8 +35,14 @@ class ModelConfig(Section):
 class TaskConfig(Section):
     """Where prompts and reference answers come from (``rlvr tasks`` lists them)."""
 
-    name: Literal["arithmetic", "file"] = "arithmetic"
-    level: int = Field(2, ge=1, le=6, description="arithmetic difficulty, 1 (one-digit +) to 6")
+    name: str = Field(
+        "arithmetic",
+        description="arithmetic, file, countdown, or reasoning_gym:NAME "
+        "(e.g. reasoning_gym:chain_sum)",
+    )
+    level: int = Field(
+        2, ge=1, le=6, description="difficulty: arithmetic 1 (one-digit +) to 6, countdown 1 to 3"
+    )
     path: str | None = Field(None, description="file task: .jsonl/.json/.parquet/.csv")
     prompt_column: str = "prompt"
     answer_column: str = "answer"
@@ -46,9 +52,30 @@ class TaskConfig(Section):
     )
     n_eval: int = Field(200, ge=1, description="held-out problems")
     seed: int = 0
+    size: int = Field(10_000, ge=1, description="reasoning_gym: training items, cycled through")
+    dataset_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="reasoning_gym: the dataset's own options, e.g. {min_terms: 2, max_terms: 4}",
+    )
 
     @model_validator(mode="after")
-    def _file_needs_path(self) -> TaskConfig:
+    def _check_task(self) -> TaskConfig:
+        builtin = ("arithmetic", "file", "countdown")
+        rg = self.name.startswith("reasoning_gym:")
+        if self.name not in builtin and not (rg and len(self.name) > len("reasoning_gym:")):
+            raise ValueError(
+                f"task.name must be one of {', '.join(builtin)}, or reasoning_gym:NAME with NAME "
+                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum); got {self.name!r}"
+            )
+        if self.name == "countdown" and self.level > 3:
+            raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
+        if self.dataset_kwargs and not rg:
+            raise ValueError("task.dataset_kwargs only applies to reasoning_gym:NAME tasks")
+        reserved = sorted(
+            {"name", "seed", "size", "n_eval", "prompt_template"} & set(self.dataset_kwargs)
+        )
+        if reserved:
+            raise ValueError(f"task.dataset_kwargs cannot set {reserved}: use the task.* fields")
         if self.name == "file" and not self.path:
             raise ValueError("task.path is required when task.name is 'file'")
         return self

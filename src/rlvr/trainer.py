@@ -99,8 +99,10 @@ def build_task(cfg: Config) -> Task:
     kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
     if t.prompt_template is not None:
         kwargs["prompt_template"] = t.prompt_template
-    if t.name == "arithmetic":
-        return make_task("arithmetic", level=t.level, **kwargs)
+    if t.name in ("arithmetic", "countdown"):
+        return make_task(t.name, level=t.level, **kwargs)
+    if t.name.startswith("reasoning_gym:"):
+        return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
     return make_task(
         "file",
         path=t.path,
@@ -168,7 +170,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         run_dir = Path(resume)
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name}")
+        run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name.replace(':', '-')}")
         run_dir.mkdir(parents=True, exist_ok=True)
     save_config(cfg, run_dir / "config.yaml")
     if cfg.train.threads:

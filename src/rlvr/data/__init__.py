@@ -2,18 +2,26 @@
 
 from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, Problem, Task
+from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask
-from rlvr.data.registry import TASKS, make_task
+from rlvr.data.reasoning_gym import RG_PROMPT_TEMPLATE, ReasoningGymTask
+from rlvr.data.registry import TASKS, is_task_name, make_task
 from rlvr.rewards.verifiers import extract_answer, numeric_match, numeric_reward, parse_number
 
 __all__ = [
+    "COUNTDOWN_PROMPT_TEMPLATE",
     "DEFAULT_PROMPT_TEMPLATE",
+    "RG_PROMPT_TEMPLATE",
     "TASKS",
     "ArithmeticTask",
+    "CountdownTask",
     "FileTask",
     "Problem",
+    "ReasoningGymTask",
     "Task",
+    "countdown_reward",
     "extract_answer",
+    "is_task_name",
     "make_task",
     "numeric_match",
     "numeric_reward",
