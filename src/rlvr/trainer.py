@@ -40,7 +40,7 @@ from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rewards.verifiers import extract_answer
-from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
+from rlvr.rollout import Rollout, SamplingParams, TorchEngine, auto_dtype
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -191,6 +191,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             on_error=cfg.reward.on_error,
             timeout_s=cfg.reward.timeout_s,
         )
+    # rewards that score the model's confidence get per-token statistics from the engine
+    confidence_fields = {"self_certainty", "token_entropy"}
+    wants_stats = combined is not None and bool(confidence_fields & combined.field_names())
     fast = auto_dtype() if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
     train_dtype = auto_dtype() if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
     sampling = SamplingParams(
@@ -199,6 +202,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         top_k=cfg.rollout.top_k,
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=stop_token_ids(tokenizer),
+        token_stats=wants_stats,
     )
     greedy = dataclasses.replace(
         sampling, temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or sampling.max_new_tokens
@@ -262,20 +266,24 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     reward_metrics: dict[str, list[float]] = {}
     reward_seconds = [0.0]  # time spent scoring in the current step
 
-    def score(
-        texts: list[str], owners: list[Problem], completions: list[list[int]]
-    ) -> torch.Tensor:
+    def score(texts: list[str], owners: list[Problem], rollout: Rollout) -> torch.Tensor:
         """Rewards [N] of completions, with DAPO's overlong penalty when the preset has one."""
         start = time.perf_counter()
         if combined is None:
             rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
         else:
-            breakdown = combined(texts, owners, num_tokens=[len(c) for c in completions])
+            fields: dict[str, list[float]] = {
+                "num_tokens": [len(c) for c in rollout.completion_ids]
+            }
+            if rollout.token_entropy:  # mean over each completion's tokens
+                fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
+                fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
+            breakdown = combined(texts, owners, **fields)
             rewards = torch.tensor(breakdown.total, dtype=torch.float)
             for key, value in breakdown.metrics().items():
                 reward_metrics.setdefault(key, []).append(value)
         if algo.overlong_buffer_frac is not None:
-            lengths = torch.tensor([len(c) for c in completions])
+            lengths = torch.tensor([len(c) for c in rollout.completion_ids])
             budget = cfg.rollout.max_new_tokens
             cache_len = max(1, round(algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
@@ -298,7 +306,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             rollout = engine.generate(prompt_ids, n, sampling, generator)
             texts = [decode(c) for c in rollout.completion_ids]
             ids = rollout.group_ids
-            rewards = score(texts, [problems[i] for i in ids.tolist()], rollout.completion_ids)
+            rewards = score(texts, [problems[i] for i in ids.tolist()], rollout)
             keep = torch.arange(len(texts))
             if algo.group_filter:  # GFPO: keep G of the n samples of each group
                 lengths = torch.tensor([len(c) for c in rollout.completion_ids])
@@ -308,7 +316,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
                 greedy_out = engine.generate(prompt_ids, 1, greedy, generator)
                 greedy_texts = [decode(c) for c in greedy_out.completion_ids]
-                greedy_rewards = score(greedy_texts, problems, greedy_out.completion_ids)[ids[keep]]
+                greedy_rewards = score(greedy_texts, problems, greedy_out)[ids[keep]]
             k = keep.tolist()
             parts.append(
                 StepSamples(

@@ -1,5 +1,9 @@
 """Label-free rewards: the reference answer is never read.
 
+- ``self_certainty`` (Intuitor) and ``negative_entropy`` (RENT) score the model's confidence
+  from per-token statistics the rollout engine records while sampling (fields
+  ``self_certainty`` and ``token_entropy``: the mean over the completion's tokens).
+
 - ``majority_vote`` (TTRL, Zuo et al. 2025, "TTRL: Test-Time Reinforcement Learning"): the most
   frequent final answer of a prompt's group is a pseudo-label; a sample scores 1 if its answer
   equals it, else 0. Answers are compared numerically when both parse as numbers, else as
@@ -46,3 +50,20 @@ def majority_vote(completions: list[str], problem: Problem, min_votes: int = 1) 
     if label is None or keys.count(label) < min_votes:
         return [0.0] * len(completions)
     return [float(k == label) for k in keys]
+
+
+@register_reward("self_certainty")
+def self_certainty(completion: str, problem: Problem, self_certainty: float) -> float:
+    """Intuitor's reward (Zhao et al. 2025, "Learning to Reason without External Rewards"): the
+    mean over the completion's tokens of KL(U || p), the model's confidence in its own
+    next-token distributions. The ``self_certainty`` field comes from the rollout engine
+    (``SamplingParams.token_stats``), so no model is reloaded to score."""
+    return self_certainty
+
+
+@register_reward("negative_entropy")
+def negative_entropy(completion: str, problem: Problem, token_entropy: float) -> float:
+    """Entropy minimisation as a reward (RENT, Prabhudesai et al. 2025, "Maximizing Confidence
+    Alone Improves Reasoning"): minus the mean token entropy of the completion (nats), from the
+    rollout engine's ``token_entropy`` field."""
+    return -token_entropy

@@ -408,6 +408,11 @@ class CombinedReward:
         """Stop the workers (killing process workers); the object can still be called after."""
         self._discard_pool(kill=True)
 
+    def field_names(self) -> set[str]:
+        """Per-sample fields some term declares as a keyword parameter (e.g. ``num_tokens``,
+        ``self_certainty``), so a caller computes only what the rewards read."""
+        return {name for term in self.terms for name in term.signature.names}
+
     def __call__(
         self,
         completions: Sequence[str],

@@ -18,7 +18,8 @@ class SamplingParams:
 
     ``top_k == 0`` and ``top_p == 1`` disable those filters. Generation of a sample stops at
     any of ``stop_token_ids`` (the tokenizer's EOS is added by the trainer) or after
-    ``max_new_tokens``.
+    ``max_new_tokens``. ``token_stats`` records, per sampled position, the entropy and the
+    self-certainty of the model's distribution (see :func:`rlvr.rollout.sampling.token_stats`).
     """
 
     temperature: float = 1.0
@@ -26,6 +27,7 @@ class SamplingParams:
     top_k: int = 0
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
+    token_stats: bool = False  # also record per-token entropy and self-certainty
 
 
 @dataclass
@@ -39,6 +41,8 @@ class Rollout:
             distribution, before top-k/top-p truncation).
         finished: N flags, True if the sample ended with a stop token (False: truncated).
         n: samples per prompt (the group size G).
+        token_entropy, self_certainty: N lists of per-token values when
+            ``SamplingParams.token_stats`` (else empty).
     """
 
     prompt_ids: list[list[int]]
@@ -47,6 +51,8 @@ class Rollout:
     finished: list[bool]
     n: int
     stats: dict[str, float] = field(default_factory=dict)
+    token_entropy: list[list[float]] = field(default_factory=list)
+    self_certainty: list[list[float]] = field(default_factory=list)
 
     @property
     def group_ids(self) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rlvr.rollout.base import SamplingParams
@@ -63,3 +65,16 @@ def sample_next(
     filtered = filter_logits(scaled, params.top_k, params.top_p)
     tokens = _inverse_cdf_sample(filtered.softmax(-1), generator)
     return tokens, scaled.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+
+
+def token_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Confidence of the model's next-token distribution p = softmax(logits) (temperature 1).
+
+    Returns [B] entropy H(p) = -sum_j p_j log p_j (RENT, Prabhudesai et al. 2025) and [B]
+    self-certainty KL(U || p) = -log V - (1/V) sum_j log p_j (Intuitor, Zhao et al. 2025,
+    "Learning to Reason without External Rewards"), both in nats.
+    """
+    logp = logits.float().log_softmax(-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    self_certainty = -math.log(logits.shape[-1]) - logp.mean(-1)
+    return entropy, self_certainty

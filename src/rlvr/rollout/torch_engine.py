@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 
 from rlvr.rollout import attention as decode_attention
 from rlvr.rollout.base import Rollout, SamplingParams
-from rlvr.rollout.sampling import sample_next
+from rlvr.rollout.sampling import sample_next, token_stats
 
 
 def auto_dtype(device: torch.device | str = "cpu") -> torch.dtype:
@@ -101,19 +101,23 @@ class TorchEngine:
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
+        entropies: list[list[float]] = []
+        certainties: list[list[float]] = []
         # Samples are decoded in chunks of at most max_batch (sample i belongs to prompt i // n):
         # memory stays flat as n grows (Infinite Sampling's micro sampling groups); a group
         # split across chunks has its prompt prefilled once per chunk.
         for lo in range(0, total, self.max_batch):
             owner = torch.arange(lo, min(total, lo + self.max_batch)) // n
-            c, lp, f = self._generate_chunk(prompts, owner, sampling, generator)
+            c, lp, f, ent, sc = self._generate_chunk(prompts, owner, sampling, generator)
             completions += c
             logprobs += lp
             finished += f
+            entropies += ent
+            certainties += sc
         seconds = time.perf_counter() - start
         tokens = sum(len(c) for c in completions)
         stats = {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
-        return Rollout(prompts, completions, logprobs, finished, n, stats)
+        return Rollout(prompts, completions, logprobs, finished, n, stats, entropies, certainties)
 
     def _generate_chunk(
         self,
@@ -121,8 +125,12 @@ class TorchEngine:
         owner: torch.Tensor,
         sampling: SamplingParams,
         generator: torch.Generator | None,
-    ) -> tuple[list[list[int]], list[list[float]], list[bool]]:
-        """Decode one sample per entry of ``owner`` (its prompt index)."""
+    ) -> tuple[
+        list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
+    ]:
+        """Decode one sample per entry of ``owner`` (its prompt index); returns token ids,
+        log-probs, finished flags, and per-token entropy / self-certainty (empty lists unless
+        ``sampling.token_stats``)."""
         device = next(self.model.parameters()).device
         used, row_prompt = torch.unique(owner, return_inverse=True)
         ids, mask = left_pad([prompts[i] for i in used.tolist()], self.pad_token_id)
@@ -148,11 +156,19 @@ class TorchEngine:
         tokens_out: list[list[int]] = [[] for _ in range(total)]
         logps_out: list[list[float]] = [[] for _ in range(total)]
         done = [False] * total
+        n_stats = total if sampling.token_stats else 0
+        entropy_out: list[list[float]] = [[] for _ in range(n_stats)]
+        certainty_out: list[list[float]] = [[] for _ in range(n_stats)]
         for step in range(sampling.max_new_tokens):
             tok, logp = sample_next(logits, sampling, generator)
             for row, (t, lp) in enumerate(zip(tok.tolist(), logp.tolist(), strict=True)):
                 tokens_out[live[row]].append(t)
                 logps_out[live[row]].append(lp)
+            if sampling.token_stats:
+                ent, sc = token_stats(logits)
+                for row, (e, c) in enumerate(zip(ent.tolist(), sc.tolist(), strict=True)):
+                    entropy_out[live[row]].append(e)
+                    certainty_out[live[row]].append(c)
             hit = torch.isin(tok, stop) if stop.numel() else torch.zeros_like(tok, dtype=torch.bool)
             if step == sampling.max_new_tokens - 1:
                 for row in hit.nonzero()[:, 0].tolist():
@@ -177,4 +193,4 @@ class TorchEngine:
             )
             logits = out.logits[:, -1, :]
             next_pos = next_pos + 1
-        return tokens_out, logps_out, done
+        return tokens_out, logps_out, done, entropy_out, certainty_out
