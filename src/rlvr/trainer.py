@@ -38,6 +38,7 @@ from rlvr.logging import MetricsLogger, ProgressDisplay
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
+from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import Rollout, SamplingParams, TorchEngine, auto_dtype
@@ -194,6 +195,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     # rewards that score the model's confidence get per-token statistics from the engine
     confidence_fields = {"self_certainty", "token_entropy"}
     wants_stats = combined is not None and bool(confidence_fields & combined.field_names())
+    # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
+    reference_fields = {"reference_logprobs", "reference_logprobs_bare"}
+    wants_reference = combined is not None and bool(reference_fields & combined.field_names())
     fast = auto_dtype() if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
     train_dtype = auto_dtype() if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
     sampling = SamplingParams(
@@ -278,6 +282,20 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             if rollout.token_entropy:  # mean over each completion's tokens
                 fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
                 fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
+            if wants_reference:
+                fields.update(
+                    reference_answer_logprobs(
+                        policy,
+                        tokenizer,
+                        rollout.prompt_ids,
+                        rollout.group_ids.tolist(),
+                        texts,
+                        [p.answer for p in owners],
+                        cfg.reward.answer_format,
+                        cfg.train.micro_batch_size,
+                        train_dtype,
+                    )
+                )
             breakdown = combined(texts, owners, **fields)
             rewards = torch.tensor(breakdown.total, dtype=torch.float)
             for key, value in breakdown.metrics().items():
@@ -535,6 +553,10 @@ def update_policy(
     if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens only
         train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho).float()
     skippable = not kl_in_loss and not algo.entropy_coef and value_head is None
+    sampler_logp = torch.zeros(mask.shape)  # [N, T] the rollout engine's log-probs
+    for i, lps in enumerate(data.sampler_logprobs):
+        sampler_logp[i, : len(lps)] = torch.tensor(lps)
+    tis_cap = cfg.algorithm.tis_cap
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
 
     sums: dict[str, float] = {}
@@ -582,6 +604,16 @@ def update_policy(
                     algo.clip_high,
                     algo.dual_clip,
                 )
+                if tis_cap is not None:  # truncated importance sampling (Yao et al. 2025)
+                    weights = algorithms.truncated_importance_weights(
+                        old, sampler_logp[sub_rows, :width], sub.completion_mask, tis_cap
+                    )
+                    loss_tok = loss_tok * weights
+                    add("rollout/tis_weight_mean", algorithms.masked_mean(weights, sub_mask).item())
+                    clipped = (weights >= tis_cap).float()
+                    add(
+                        "rollout/tis_clipped_frac", algorithms.masked_mean(clipped, sub_mask).item()
+                    )
                 if kl_in_loss:
                     kl = algorithms.kl_penalty(algo.kl_estimator, logp, ref_logp[sub_rows, :width])
                     loss_tok = loss_tok + algo.beta * kl
@@ -622,11 +654,7 @@ def update_policy(
                 for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
                     add(f"policy/{k}", v)
                 if on_policy:  # sampler (bf16 engine) vs trainer log-probs of the same tokens
-                    sampled = torch.zeros_like(logp)
-                    for j, r in enumerate(sub_rows.tolist()):
-                        lps = data.sampler_logprobs[r]
-                        sampled[j, : len(lps)] = torch.tensor(lps)
-                    diff = (logp.detach() - sampled).abs()
+                    diff = (logp.detach() - sampler_logp[sub_rows, :width]).abs()
                     add(
                         "rollout/logprob_abs_diff",
                         algorithms.masked_mean(diff, sub.completion_mask).item(),

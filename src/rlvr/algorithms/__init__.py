@@ -33,6 +33,7 @@ from rlvr.algorithms.filters import (
     register_group_filter,
     top_entropy_mask,
 )
+from rlvr.algorithms.importance import truncated_importance_weights
 from rlvr.algorithms.kl import (
     KL_ESTIMATORS,
     entropy_bonus,
@@ -134,6 +135,7 @@ __all__ = [
     "should_reset_reference",
     "token_rewards",
     "top_entropy_mask",
+    "truncated_importance_weights",
     "validate",
     "value_loss",
     "weight_by_sign",

@@ -53,6 +53,7 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.length",
     "rlvr.rewards.code",
     "rlvr.rewards.label_free",
+    "rlvr.rewards.reference_probability",
 )
 
 
