@@ -10,7 +10,8 @@ without bf16). Measures in the same run:
   tokens are the tokens the padded layout processes (prompt repeated per sample + completion).
 
 Writes bench/results/training-cpu.json.
-Usage: python bench/training.py [--groups 2] [--G 8] [--completion-len 48] [--repeats 3]
+Usage: python bench/training.py [--groups 2] [--G 8] [--completion-len 48] [--min-len 8]
+       [--max-len 96] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -54,12 +55,43 @@ def time_step(model, batch, dtype, shared: bool, repeats: int) -> float:
     return best
 
 
+def scenario(model, prompts, lengths, group_size, pad_id, dtype, peak, repeats) -> dict:
+    """Padded vs shared-prefix (packed) forward+backward on completions of the given lengths."""
+    g = torch.Generator().manual_seed(0)
+    completions = [torch.randint(200, 40000, (k,), generator=g).tolist() for k in lengths]
+    n = len(lengths)
+    batch = make_batch(prompts, completions, pad_id, torch.arange(n) // group_size)
+    params = sum(p.numel() for p in model.parameters())
+    flops = 6 * params * batch.tokens  # useful work: prompt per sample + real completion tokens
+    padded = time_step(model, batch, dtype, shared=False, repeats=repeats)
+    shared = time_step(model, batch, dtype, shared=True, repeats=repeats)
+    padded_tokens = n * (batch.prompt_ids.shape[1] + batch.completion_ids.shape[1])
+    return {
+        "completion_lengths": lengths,
+        "prompt_token_share": 1 - int(batch.completion_mask.sum()) / batch.tokens,
+        "padding_share_of_padded_layout": 1 - batch.tokens / padded_tokens,
+        "baseline": {
+            "name": "padded forward",
+            "seconds": padded,
+            "mfu": flops / padded / 1e12 / peak,
+        },
+        "ours": {
+            "name": "shared-prefix packed forward",
+            "seconds": shared,
+            "mfu_equivalent": flops / shared / 1e12 / peak,
+        },
+        "ratio": padded / shared,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--G", type=int, default=8)
     ap.add_argument("--completion-len", type=int, default=48)
+    ap.add_argument("--min-len", type=int, default=8, help="variable scenario: shortest")
+    ap.add_argument("--max-len", type=int, default=96, help="variable scenario: longest")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
@@ -69,19 +101,14 @@ def main() -> None:
     model.train()
     task = ArithmeticTask(level=2)
     prompts = [encode_prompt(tok, task.train_problem(i).prompt) for i in range(args.groups)]
-    g = torch.Generator().manual_seed(0)
     n = args.groups * args.G
-    completions = [
-        torch.randint(200, 40000, (args.completion_len,), generator=g).tolist() for _ in range(n)
-    ]
-    batch = make_batch(prompts, completions, tok.pad_token_id, torch.arange(n) // args.G)
-    params = sum(p.numel() for p in model.parameters())
-    flops = 6 * params * batch.tokens
-
+    g = torch.Generator().manual_seed(1)
+    spread = torch.randint(args.min_len, args.max_len + 1, (n,), generator=g).tolist()
     peak = matmul_peak(dtype)
-    padded = time_step(model, batch, dtype, shared=False, repeats=args.repeats)
-    shared = time_step(model, batch, dtype, shared=True, repeats=args.repeats)
-    prompt_share = 1 - int(batch.completion_mask.sum()) / batch.tokens
+    scenarios = {
+        "fixed": [args.completion_len] * n,
+        "variable": spread,
+    }
     result = {
         "benchmark": "training forward+backward",
         "device": f"cpu ({platform.processor() or platform.machine()}, "
@@ -91,28 +118,27 @@ def main() -> None:
         "samples": n,
         "group_size": args.G,
         "prompt_len": [len(p) for p in prompts],
-        "completion_len": args.completion_len,
-        "prompt_token_share": prompt_share,
         "matmul_peak_tflops": peak,
-        "baseline": {
-            "name": "padded forward",
-            "seconds": padded,
-            "mfu": flops / padded / 1e12 / peak,
-        },
-        "ours": {
-            "name": "shared-prefix forward",
-            "seconds": shared,
-            "mfu_equivalent": flops / shared / 1e12 / peak,
-        },
-        "ratio": padded / shared,
     }
-    print(f"{dtype} matmul peak: {peak:.2f} TFLOP/s; prompt share of tokens {prompt_share:.0%}")
-    print(f"padded forward+backward:        {padded:.2f} s  (MFU {result['baseline']['mfu']:.0%})")
-    print(
-        f"shared-prefix forward+backward: {shared:.2f} s  "
-        f"(same work at MFU-equivalent {result['ours']['mfu_equivalent']:.0%})"
-    )
-    print(f"ratio: {result['ratio']:.2f}x")
+    print(f"{dtype} matmul peak: {peak:.2f} TFLOP/s")
+    for name, lengths in scenarios.items():
+        r = scenario(model, prompts, lengths, args.G, tok.pad_token_id, dtype, peak, args.repeats)
+        result[name] = r
+        print(
+            f"{name} completion lengths ({min(lengths)}-{max(lengths)}): prompt share "
+            f"{r['prompt_token_share']:.0%}, padding share of the padded layout "
+            f"{r['padding_share_of_padded_layout']:.0%}"
+        )
+        print(
+            f"  padded forward+backward:        {r['baseline']['seconds']:.2f} s  "
+            f"(MFU {r['baseline']['mfu']:.0%})"
+        )
+        print(
+            f"  shared-prefix packed:           {r['ours']['seconds']:.2f} s  "
+            f"(same work at MFU-equivalent {r['ours']['mfu_equivalent']:.0%})"
+        )
+        print(f"  ratio: {r['ratio']:.2f}x")
+    result["ratio"] = result["variable"]["ratio"]
     path = Path(__file__).parent / "results" / "training-cpu.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")

@@ -6,10 +6,11 @@ right-padded to ``T``. Two forwards give the same log-probs and gradients:
 
 * :func:`completion_logprobs` with ``shared_prefix=False`` (the plain padded forward): each
   sample is the sequence ``[pad.. prompt | completion ..pad]`` of width ``Lp + T``;
-* ``shared_prefix=True`` (Prefix Grouper, Liu et al. 2025): each distinct prompt is encoded
-  once, its key/value cache (with gradient) is gathered for the samples that share it, and
-  only completion tokens are run through the model. A group of G samples of a prompt of length
-  ``Lp`` then costs ``Lp + G*T`` token-passes instead of ``G*(Lp + T)``.
+* ``shared_prefix=True`` (Prefix Grouper, Liu et al. 2025, packed): each distinct prompt is
+  encoded once and the completions that share it are concatenated without padding into one
+  row that attends to the prompt's key/value cache (with gradient) under a block mask. A group
+  of G samples of lengths ``T_i`` of a prompt of length ``Lp`` then costs ``Lp + sum_i T_i``
+  token-passes instead of ``G*(Lp + max_i T_i)``.
 
 Only the logits that predict completion tokens are computed: with a 50k vocabulary they are
 the expensive part of the output layer.
@@ -95,18 +96,28 @@ def make_batch(
 
 
 def _token_logprobs(
-    logits: torch.Tensor, batch: Batch, temperature: float, with_entropy: bool, entropy_grad: bool
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log pi(y_t) [N, T] from logits [N, T, V] that predict the completion tokens."""
+    """log pi(y_k) [K] from logits [K, V] that predict the K completion tokens ``targets``."""
     logits = logits.float() / temperature
     logz = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, batch.completion_ids[..., None])[..., 0] - logz
-    logp = logp * batch.completion_mask
+    logp = logits.gather(-1, targets[:, None])[:, 0] - logz
     entropy = None
     if with_entropy or entropy_grad:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)  # H = log Z - E[z]
     return logp, entropy
+
+
+def _unflatten(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scatter [K] values of the K real tokens back to the padded [N, T] layout (0 elsewhere)."""
+    out = flat.new_zeros(mask.shape)
+    out[mask.bool()] = flat
+    return out
 
 
 class ValueHead(torch.nn.Module):
@@ -145,12 +156,16 @@ def completion_logprobs(
         ``entropy_grad`` (with gradient, for an entropy bonus); with a ``value_head``, also the
         values [N, T] of the states that predict each completion token.
     """
-    forward = _shared_prefix_forward if shared_prefix else _padded_forward
-    logits, hidden = forward(model, batch, value_head is not None)
-    logp, entropy = _token_logprobs(logits, batch, temperature, with_entropy, entropy_grad)
+    forward = _grouped_forward if shared_prefix else _padded_forward
+    logits, hidden = forward(model, batch, value_head is not None)  # [K, V], [K, H]
+    mask = batch.completion_mask
+    targets = batch.completion_ids[mask.bool()]
+    logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy, entropy_grad)
+    logp = _unflatten(logp, mask)
+    entropy = _unflatten(entropy, mask) if entropy is not None else None
     if value_head is None:
         return logp, entropy
-    return logp, entropy, value_head(hidden) * batch.completion_mask
+    return logp, entropy, _unflatten(value_head(hidden), mask)
 
 
 def _padded_forward(
@@ -170,15 +185,28 @@ def _padded_forward(
         logits_to_keep=t + 1,
         output_hidden_states=hidden,
     )
-    states = out.hidden_states[-1][:, -(t + 1) : -1] if hidden else None
-    return out.logits[:, :-1, :], states  # position k predicts token k+1
+    real = batch.completion_mask.bool()
+    states = out.hidden_states[-1][:, -(t + 1) : -1][real] if hidden else None
+    return out.logits[:, :-1, :][real], states  # position k predicts token k+1
 
 
-def _shared_prefix_forward(
+def _grouped_forward(
     model: PreTrainedModel, batch: Batch, hidden: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Prefix Grouper: encode each distinct prompt once, attend to its KV from every sample."""
-    idx = batch.prompt_index
+    """Prefix Grouper (Liu et al. 2025), packed: each distinct prompt is encoded once and the
+    completions that share it are concatenated, unpadded, into one row after it.
+
+    Row ``j`` holds prompt ``j``'s KV (with gradient, from the prefix pass) followed by its
+    samples' completions back to back; a block mask lets each completion token attend to the
+    prompt and causally to its own completion only, with positions continuing from the prompt,
+    so every token sees exactly what it sees in the plain forward. Padding is only what is left
+    at the end of rows shorter than the longest: no per-sample padding.
+
+    Returns logits [K, V] (and last hidden states [K, H]) predicting the K real completion
+    tokens, in the row-major order of ``batch.completion_mask``.
+    """
+    n_prompts, lp = batch.prompt_ids.shape
+    lengths = batch.completion_mask.sum(-1).tolist()
     prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     prefix = model(
@@ -190,23 +218,45 @@ def _shared_prefix_forward(
         logits_to_keep=1,
         output_hidden_states=hidden,
     )
-    cache.batch_select_indices(idx)  # gather (with gradient) each sample's prompt KV
-    t = batch.completion_ids.shape[1]
-    start = batch.prompt_mask.sum(-1)[idx]  # position of the first completion token
-    positions = start[:, None] + torch.arange(t, device=start.device)[None, :]
-    attention = torch.cat([batch.prompt_mask[idx], batch.completion_mask], dim=1)
+    # pack: sample i occupies row prompt_index[i], columns offset[i] .. offset[i] + len_i - 1
+    fill = [0] * n_prompts
+    offsets = []
+    for i, j in enumerate(batch.prompt_index.tolist()):
+        offsets.append(fill[j])
+        fill[j] += lengths[i]
+    width = max(1, max(fill))
+    ids = torch.zeros((n_prompts, width), dtype=torch.long)
+    owner = torch.full((n_prompts, width), -1, dtype=torch.long)  # sample of each slot
+    positions = torch.zeros((n_prompts, width), dtype=torch.long)
+    prompt_len = batch.prompt_mask.sum(-1)
+    source = []  # where the logits predicting each real token are, in the flat order
+    for i, (j, o, length) in enumerate(
+        zip(batch.prompt_index.tolist(), offsets, lengths, strict=True)
+    ):
+        ids[j, o : o + length] = batch.completion_ids[i, :length]
+        owner[j, o : o + length] = i
+        positions[j, o : o + length] = prompt_len[j] + torch.arange(length)
+        if length:  # token 0 <- the prompt's last position; token t <- slot o + t - 1
+            source += [j] + [n_prompts + j * width + o + t for t in range(length - 1)]
+    # [P, 1, width, Lp + width], True = attend: every slot sees its row's real prompt tokens
+    # (so padding slots attend to something and stay finite) and its own completion causally
+    same = (owner[:, :, None] == owner[:, None, :]) & (owner[:, :, None] >= 0)
+    causal = torch.ones(width, width, dtype=torch.bool).tril()
+    see_prompt = batch.prompt_mask.bool()[:, None, :].expand(n_prompts, width, lp)
+    mask = torch.cat([see_prompt, same & causal], dim=-1)[:, None]
     out = model(
-        input_ids=batch.completion_ids,
-        attention_mask=attention,
+        input_ids=ids,
+        attention_mask=mask,
         position_ids=positions,
         past_key_values=cache,
         use_cache=True,
-        logits_to_keep=t,
         output_hidden_states=hidden,
     )
-    first = prefix.logits[idx, -1:, :]  # the prompt's last position predicts token 0
-    logits = torch.cat([first, out.logits[:, :-1, :]], dim=1)
+    index = torch.tensor(source, dtype=torch.long)
+    vocab = out.logits.shape[-1]
+    logits = torch.cat([prefix.logits[:, -1], out.logits.reshape(-1, vocab)])[index]
     if not hidden:
         return logits, None
-    states = torch.cat([prefix.hidden_states[-1][idx, -1:], out.hidden_states[-1][:, :-1]], 1)
-    return logits, states
+    size = out.hidden_states[-1].shape[-1]
+    states = torch.cat([prefix.hidden_states[-1][:, -1], out.hidden_states[-1].reshape(-1, size)])
+    return logits, states[index]
