@@ -609,5 +609,116 @@ def algorithms(
     console.print(table)
 
 
+# ---------------------------------------------------------------- rlvr rm (reward models)
+
+rm_app = typer.Typer(
+    help="Bradley-Terry reward models: train on preference pairs, evaluate, then use one in a "
+    "run as reward.terms: [{name: reward_model, params: {path: DIR}}].",
+    no_args_is_help=True,
+)
+app.add_typer(rm_app, name="rm")
+
+PromptColumn = Annotated[str, typer.Option(help="column of the user message")]
+ChosenColumn = Annotated[str, typer.Option(help="column of the preferred response")]
+RejectedColumn = Annotated[str, typer.Option(help="column of the rejected response")]
+
+
+def _rm_metrics_text(metrics: dict[str, float]) -> str:
+    if not metrics:
+        return "- (no held-out pairs)"
+    return f"{metrics['accuracy']:.1%} (mean margin {metrics['margin']:+.3f})"
+
+
+@rm_app.command("train")
+def rm_train(
+    data: Annotated[Path, typer.Option(help="preference pairs: .jsonl/.json/.parquet/.csv file")],
+    model: Annotated[str, typer.Option(help="backbone: alias, HF dir, .gguf file or hub id")],
+    out: Annotated[Path, typer.Option(help="output directory of the reward model")],
+    epochs: Annotated[int, typer.Option(min=1, help="passes over the training pairs")] = 1,
+    lr: Annotated[float, typer.Option(min=0.0, help="AdamW learning rate")] = 1e-5,
+    batch_size: Annotated[int, typer.Option(min=1, help="pairs per optimiser step")] = 8,
+    max_length: Annotated[
+        int, typer.Option(min=2, help="longest sequence in tokens; longer ones are truncated")
+    ] = 1024,
+    eval_fraction: Annotated[
+        float, typer.Option(min=0.0, max=0.99, help="held-out share of the pairs")
+    ] = 0.1,
+    seed: Annotated[int, typer.Option(help="seed of the split, head init and shuffling")] = 0,
+    dtype: Annotated[str, typer.Option(help="fp32, or bf16 autocast")] = "fp32",
+    center_coef: Annotated[
+        float, typer.Option(min=0.0, help="weight of the reward-centering term")
+    ] = 0.0,
+    system_prompt: Annotated[
+        str | None, typer.Option(help="system message (used again when scoring)")
+    ] = None,
+    threads: Annotated[int | None, typer.Option(min=1, help="torch CPU threads")] = None,
+    prompt_column: PromptColumn = "prompt",
+    chosen_column: ChosenColumn = "chosen",
+    rejected_column: RejectedColumn = "rejected",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Train a Bradley-Terry reward model on preference pairs (prompt, chosen, rejected).
+
+    Example: rlvr rm train --data pairs.jsonl --model smollm2-135m-instruct --out runs/rm
+    """
+    from rlvr.rewards.reward_model import RewardModelConfig, train_reward_model
+
+    try:
+        config = RewardModelConfig(
+            data=str(data),
+            model=model,
+            out=str(out),
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            max_length=max_length,
+            eval_fraction=eval_fraction,
+            seed=seed,
+            dtype=dtype,  # type: ignore[arg-type]
+            center_coef=center_coef,
+            system_prompt=system_prompt,
+            threads=threads,
+            prompt_column=prompt_column,
+            chosen_column=chosen_column,
+            rejected_column=rejected_column,
+        )
+        report = train_reward_model(config, progress=progress, console=console)
+    except ValueError as err:  # ModelSpecError included
+        _fail(str(err))
+        return
+    console.print(f"pairs: {report.n_train} train, {report.n_eval} held out")
+    console.print(f"held-out pairwise accuracy before: {_rm_metrics_text(report.before)}")
+    console.print(f"held-out pairwise accuracy after:  {_rm_metrics_text(report.after)}")
+    if report.truncated:
+        console.print(f"truncated sequences (> {max_length} tokens): {report.truncated}")
+    console.print(f"steps: {report.steps}   wall time: {report.wall_seconds:.1f} s")
+    console.print(f"reward model: [bold]{report.out}[/]")
+
+
+@rm_app.command("eval")
+def rm_eval(
+    model_dir: Annotated[Path, typer.Option(help="directory written by `rlvr rm train`")],
+    data: Annotated[Path, typer.Option(help="preference pairs to score (every row)")],
+    batch_size: Annotated[int, typer.Option(min=1, help="sequences per forward")] = 16,
+    prompt_column: PromptColumn = "prompt",
+    chosen_column: ChosenColumn = "chosen",
+    rejected_column: RejectedColumn = "rejected",
+) -> None:
+    """Pairwise accuracy of a trained reward model on every pair of a file.
+
+    Example: rlvr rm eval --model-dir runs/rm --data pairs-test.jsonl
+    """
+    from rlvr.rewards.reward_model import evaluate_pairs, load_pairs, load_reward_model
+
+    try:
+        pairs = load_pairs(data, prompt_column, chosen_column, rejected_column)
+        metrics = evaluate_pairs(load_reward_model(model_dir), pairs, batch_size)
+    except ValueError as err:  # ModelSpecError included
+        _fail(str(err))
+        return
+    console.print(f"pairs: {len(pairs)}")
+    console.print(f"pairwise accuracy: {_rm_metrics_text(metrics)}")
+
+
 if __name__ == "__main__":
     app()

@@ -54,6 +54,8 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.code",
     "rlvr.rewards.label_free",
     "rlvr.rewards.reference_probability",
+    "rlvr.rewards.reward_model",
+    "rlvr.rewards.novelty",
 )
 
 
