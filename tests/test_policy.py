@@ -97,3 +97,12 @@ def test_value_head_is_the_same_through_both_forwards(tiny):
     assert torch.allclose(out[False][0], out[True][0], atol=1e-5)
     assert torch.allclose(out[False][1], out[True][1], atol=1e-4)
     model.zero_grad(set_to_none=True)
+
+
+def test_pack_rows_first_fit_decreasing_per_prompt():
+    from rlvr.policy import pack_rows
+
+    # width = longest completion (5); prompt 0: 5 | 3+2 ; prompt 1: 4+1 | 4
+    rows = pack_rows([0, 0, 0, 1, 1, 1], [3, 5, 2, 4, 4, 1])
+    assert rows == [(0, [1]), (0, [0, 2]), (1, [3, 5]), (1, [4])]
+    assert pack_rows([], []) == []

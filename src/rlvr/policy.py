@@ -6,11 +6,11 @@ right-padded to ``T``. Two forwards give the same log-probs and gradients:
 
 * :func:`completion_logprobs` with ``shared_prefix=False`` (the plain padded forward): each
   sample is the sequence ``[pad.. prompt | completion ..pad]`` of width ``Lp + T``;
-* ``shared_prefix=True`` (Prefix Grouper, Liu et al. 2025, packed): each distinct prompt is
-  encoded once and the completions that share it are concatenated without padding into one
-  row that attends to the prompt's key/value cache (with gradient) under a block mask. A group
-  of G samples of lengths ``T_i`` of a prompt of length ``Lp`` then costs ``Lp + sum_i T_i``
-  token-passes instead of ``G*(Lp + max_i T_i)``.
+* ``shared_prefix=True`` (Prefix Grouper, Liu et al. 2025, with packing): each distinct prompt
+  is encoded once and the completions that share it are packed back to back into rows as wide
+  as the longest completion, which attend to the prompt's key/value cache (with gradient)
+  under a block mask. A group of G samples of lengths ``T_i`` of a prompt of length ``Lp`` then
+  costs about ``Lp + sum_i T_i`` token-passes instead of ``G*(Lp + max_i T_i)``.
 
 Only the logits that predict completion tokens are computed: with a 50k vocabulary they are
 the expensive part of the output layer.
@@ -190,23 +190,46 @@ def _padded_forward(
     return out.logits[:, :-1, :][real], states  # position k predicts token k+1
 
 
+def pack_rows(prompt_index: list[int], lengths: list[int]) -> list[tuple[int, list[int]]]:
+    """Bin-pack completions into rows as wide as the longest one, a row per prompt's samples.
+
+    First-fit decreasing per prompt (samples of one prompt only share a row, so a row attends
+    to one prompt). Returns ``[(prompt, [sample, ...]), ...]``; samples keep ascending order
+    within a row. Rows of capacity ``max(lengths)`` keep attention per row as cheap as in the
+    per-sample layout while removing most padding.
+    """
+    width = max(lengths, default=0)
+    rows: list[tuple[int, list[int], int]] = []  # (prompt, samples, used)
+    order = sorted(range(len(lengths)), key=lambda i: (prompt_index[i], -lengths[i], i))
+    for i in order:
+        for r, (j, members, used) in enumerate(rows):
+            if j == prompt_index[i] and used + lengths[i] <= width:
+                rows[r] = (j, members + [i], used + lengths[i])
+                break
+        else:
+            rows.append((prompt_index[i], [i], lengths[i]))
+    return [(j, sorted(members)) for j, members, _ in rows]
+
+
 def _grouped_forward(
     model: PreTrainedModel, batch: Batch, hidden: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Prefix Grouper (Liu et al. 2025), packed: each distinct prompt is encoded once and the
-    completions that share it are concatenated, unpadded, into one row after it.
+    """Prefix Grouper (Liu et al. 2025) with packing: each distinct prompt is encoded once, and
+    its samples' completions are packed back to back into rows (:func:`pack_rows`) that attend
+    to the prompt's key/value cache (with gradient, gathered per row).
 
-    Row ``j`` holds prompt ``j``'s KV (with gradient, from the prefix pass) followed by its
-    samples' completions back to back; a block mask lets each completion token attend to the
-    prompt and causally to its own completion only, with positions continuing from the prompt,
-    so every token sees exactly what it sees in the plain forward. Padding is only what is left
-    at the end of rows shorter than the longest: no per-sample padding.
+    A block mask lets each completion token attend to its row's prompt and causally to its own
+    completion only, with positions continuing from the prompt, so every token sees exactly
+    what it sees in the plain forward. Rows are as wide as the longest completion, so attention
+    costs what the per-sample layout costs per row, and most padding is gone.
 
     Returns logits [K, V] (and last hidden states [K, H]) predicting the K real completion
     tokens, in the row-major order of ``batch.completion_mask``.
     """
-    n_prompts, lp = batch.prompt_ids.shape
+    lp = batch.prompt_ids.shape[1]
     lengths = batch.completion_mask.sum(-1).tolist()
+    rows = pack_rows(batch.prompt_index.tolist(), lengths)
+    row_prompt = torch.tensor([j for j, _ in rows], dtype=torch.long)
     prompt_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     prefix = model(
@@ -218,31 +241,35 @@ def _grouped_forward(
         logits_to_keep=1,
         output_hidden_states=hidden,
     )
-    # pack: sample i occupies row prompt_index[i], columns offset[i] .. offset[i] + len_i - 1
-    fill = [0] * n_prompts
-    offsets = []
-    for i, j in enumerate(batch.prompt_index.tolist()):
-        offsets.append(fill[j])
-        fill[j] += lengths[i]
-    width = max(1, max(fill))
-    ids = torch.zeros((n_prompts, width), dtype=torch.long)
-    owner = torch.full((n_prompts, width), -1, dtype=torch.long)  # sample of each slot
-    positions = torch.zeros((n_prompts, width), dtype=torch.long)
-    prompt_len = batch.prompt_mask.sum(-1)
-    source = []  # where the logits predicting each real token are, in the flat order
-    for i, (j, o, length) in enumerate(
-        zip(batch.prompt_index.tolist(), offsets, lengths, strict=True)
-    ):
-        ids[j, o : o + length] = batch.completion_ids[i, :length]
-        owner[j, o : o + length] = i
-        positions[j, o : o + length] = prompt_len[j] + torch.arange(length)
-        if length:  # token 0 <- the prompt's last position; token t <- slot o + t - 1
-            source += [j] + [n_prompts + j * width + o + t for t in range(length - 1)]
-    # [P, 1, width, Lp + width], True = attend: every slot sees its row's real prompt tokens
+    cache.batch_select_indices(row_prompt)  # gather (with gradient) each row's prompt KV
+    n_rows, width = len(rows), max(1, max(lengths))
+    ids = torch.zeros((n_rows, width), dtype=torch.long)
+    owner = torch.full((n_rows, width), -1, dtype=torch.long)  # sample of each slot
+    positions = torch.zeros((n_rows, width), dtype=torch.long)
+    prompt_len = batch.prompt_mask.sum(-1).tolist()
+    slot = [0] * len(lengths)  # flat slot of each sample's first token
+    for r, (j, members) in enumerate(rows):
+        o = 0
+        for i in members:
+            length = lengths[i]
+            ids[r, o : o + length] = batch.completion_ids[i, :length]
+            owner[r, o : o + length] = i
+            positions[r, o : o + length] = prompt_len[j] + torch.arange(length)
+            slot[i] = r * width + o
+            o += length
+    # where the logits predicting each real token are (flat order): token 0 <- the prompt's
+    # last position (row j of the prefix logits); token t <- slot + t - 1 of the packed rows
+    n_prompts = batch.prompt_ids.shape[0]
+    source = []
+    for i, length in enumerate(lengths):
+        if length:
+            j = int(batch.prompt_index[i])
+            source += [j] + [n_prompts + slot[i] + t for t in range(length - 1)]
+    # [rows, 1, width, Lp + width], True = attend: every slot sees its row's real prompt tokens
     # (so padding slots attend to something and stay finite) and its own completion causally
     same = (owner[:, :, None] == owner[:, None, :]) & (owner[:, :, None] >= 0)
     causal = torch.ones(width, width, dtype=torch.bool).tril()
-    see_prompt = batch.prompt_mask.bool()[:, None, :].expand(n_prompts, width, lp)
+    see_prompt = batch.prompt_mask.bool()[row_prompt][:, None, :].expand(n_rows, width, lp)
     mask = torch.cat([see_prompt, same & causal], dim=-1)[:, None]
     out = model(
         input_ids=ids,
