@@ -2,7 +2,10 @@
 
 Each G runs in a fresh subprocess: rollout of ``prompts`` x G completions (decoded at most
 ``rollout.max_batch`` samples at a time) and one policy update over micro-batches of
-``train.micro_batch_size``. Reports the process's peak RSS (ru_maxrss) per G and the step time.
+``train.micro_batch_size``, with a dense reward (minus the mean token entropy) so that every
+G takes a real optimizer step. Reports the process's peak RSS (ru_maxrss) per G and the step
+time. The floor (fp32 policy, bf16 engine copy, AdamW moments, gradients: ~2 GB for
+SmolLM2-135M) does not depend on G.
 Writes bench/results/memory-cpu.json.
 
 Usage: python bench/memory.py [--groups 8,32,128] [--prompts 2] [--max-new-tokens 48]
@@ -29,6 +32,9 @@ cfg = build_config({
     "rollout": {"group_size": G, "prompts_per_step": prompts, "max_new_tokens": max_new,
                 "max_batch": 64},
     "algorithm": {"preset": "grpo", "beta": 0.0},
+    # a dense reward: every G trains (a 0/1 verifier leaves small groups all-equal, and a step
+    # without gradients never allocates the optimizer state, which would flatter small G)
+    "reward": {"terms": [{"name": "negative_entropy"}]},
     "train": {"steps": 1, "micro_batch_size": 16},
     "eval": {"before": False, "after": False},
     "logging": {"run_dir": run_dir, "progress": False, "tensorboard": False},

@@ -6,8 +6,16 @@
 - built-in rewards: ``math``, ``numeric``, ``exact_match``, ``multiple_choice``
   (:mod:`.answers`), ``format``, ``json_schema`` (:mod:`.structure`), ``bleu``, ``chrf``
   (:mod:`.similarity`), ``overlong``, ``length_truncation`` (:mod:`.length`),
-  ``python_unit_tests`` (:mod:`.code`), ``majority_vote`` (TTRL, label-free, :mod:`.label_free`);
+  ``python_unit_tests`` (:mod:`.code`); label-free ``majority_vote`` (TTRL),
+  ``self_certainty`` (Intuitor), ``negative_entropy`` (RENT) (:mod:`.label_free`) and
+  ``evol_novelty`` (EVOL-RL, :mod:`.novelty`, embeddings in :mod:`.embeddings`);
+  verifier-free ``rlpr``, ``verifree``, ``reference_probability``
+  (:mod:`.reference_probability`); ``reward_model`` (Bradley-Terry, :mod:`.reward_model`);
 - :mod:`rlvr.rewards.sandbox`: ``run_python`` for model-written code.
+
+Rewards that need model scores declare them as fields (``token_entropy``,
+``self_certainty``, ``reference_logprobs``, ``reference_logprobs_bare``); the trainer computes
+only the fields some configured reward declares, from the rollout engine or the policy.
 """
 
 from rlvr.rewards.registry import (

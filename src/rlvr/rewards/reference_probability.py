@@ -94,7 +94,7 @@ def reference_answer_logprobs(
     Returns:
         ``{"reference_logprobs": N lists, "reference_logprobs_bare": N lists}``: the log-probs
         of the reference answer's tokens after ``prompt + reasoning`` and after the prompt alone
-        (computed once per prompt). Contexts share their prompt's KV (shared-prefix forward).
+        (computed once per prompt). Probes of one prompt share its KV (shared-prefix forward).
     """
     device = next(model.parameters()).device
     autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
@@ -102,29 +102,39 @@ def reference_answer_logprobs(
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    contexts: list[list[int]] = []
-    answers: list[list[int]] = []
+    # every probe continues its prompt: completion = context tokens + answer tokens, scored with
+    # the shared-prefix forward (each prompt encoded once per micro-batch)
+    owners: list[int] = []
+    probes: list[list[int]] = []
+    answer_lens: list[int] = []
     bare: dict[int, int] = {}  # prompt index -> row of its no-reasoning probe
     for g, text, ref in zip(group_ids, completions, references, strict=True):
         context, answer = answer_probe(split_reasoning(text), ref, answer_format)
-        contexts.append(list(prompt_ids[g]) + encode(context))
-        answers.append(encode(answer))
+        answer_ids = encode(answer)
+        owners.append(g)
+        probes.append(encode(context) + answer_ids)
+        answer_lens.append(len(answer_ids))
     for g, ref in zip(group_ids, references, strict=True):
         if g not in bare:
             context, answer = answer_probe("", ref, answer_format)
-            bare[g] = len(contexts)
-            contexts.append(list(prompt_ids[g]) + encode(context))
-            answers.append(encode(answer))
-    if any(not a for a in answers):
+            answer_ids = encode(answer)
+            bare[g] = len(probes)
+            owners.append(g)
+            probes.append(encode(context) + answer_ids)
+            answer_lens.append(len(answer_ids))
+    if any(k == 0 for k in answer_lens):
         raise ValueError("a reference answer encodes to no tokens; check the problems' answers")
-    out: list[list[float]] = []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    for lo in range(0, len(contexts), micro_batch):
-        batch = make_batch(contexts[lo : lo + micro_batch], answers[lo : lo + micro_batch], pad)
+    out: list[list[float]] = []
+    for lo in range(0, len(probes), micro_batch):
+        hi = min(len(probes), lo + micro_batch)
+        batch = make_batch(list(prompt_ids), probes[lo:hi], pad, owners[lo:hi]).select(
+            torch.arange(hi - lo)
+        )
         with autocast:
-            logp, _ = completion_logprobs(model, batch)
-        for row, answer in zip(logp, answers[lo : lo + micro_batch], strict=True):
-            out.append(row[: len(answer)].tolist())
+            logp, _ = completion_logprobs(model, batch, shared_prefix=True)
+        for row, probe, k in zip(logp, probes[lo:hi], answer_lens[lo:hi], strict=True):
+            out.append(row[len(probe) - k : len(probe)].tolist())
     n = len(completions)
     return {
         "reference_logprobs": out[:n],
