@@ -717,7 +717,7 @@ def _literal_values(annotation: object) -> set[str]:
 def test_algorithm_config_mirrors_preset_fields_and_registries() -> None:
     fields = AlgorithmConfig.model_fields
     preset_fields = {f.name for f in dataclasses.fields(PRESETS["grpo"])}
-    loop = {"preset", "ppo_epochs", "minibatches"}
+    loop = AlgorithmConfig.LOOP_FIELDS
     assert set(fields) - loop == preset_fields - {"name", "citation", "summary"}
     assert _literal_values(fields["preset"].annotation) == set(PRESETS)
     assert _literal_values(fields["advantage"].annotation) == set(ADVANTAGES)

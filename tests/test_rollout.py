@@ -1,14 +1,30 @@
-"""The rollout engine: sampling filters, greedy parity with transformers, stop tokens, seeds."""
+"""The rollout engine: sampling filters, greedy parity with transformers, the lean decoder's
+equality with the transformers forward, stop tokens and stop strings, seeds."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 
+import pytest
 import torch
+import torch.nn.functional as F
 
-from rlvr.models import encode_prompt
+from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import completion_logprobs, make_batch
-from rlvr.rollout import SamplingParams, TorchEngine, filter_logits, left_pad, sample_next
+from rlvr.rollout import (
+    SamplingParams,
+    TorchEngine,
+    attention,
+    filter_logits,
+    left_pad,
+    sample_next,
+    sampling,
+)
+from rlvr.rollout.decoder import HFDecoder, LlamaDecoder, make_decoder
+from rlvr.rollout.linear import PackedLinear
+from rlvr.rollout.torch_engine import fill_holes
 
 PROMPTS = ["What is 2 + 3?", "Hi", "Compute 17 * 3 and explain."]
 
@@ -26,6 +42,48 @@ def test_filter_top_p_keeps_the_nucleus():
     assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2])
     # top_p smaller than the largest prob keeps only the argmax
     assert torch.isfinite(filter_logits(logits, top_p=0.1)).sum() == 1
+
+
+def test_filter_min_p_keeps_tokens_above_a_fraction_of_the_top_probability():
+    # probs 0.5, 0.3, 0.15, 0.05; min_p = 0.25 -> threshold 0.25 * 0.5 = 0.125: 0.05 is dropped
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()
+    out = filter_logits(logits, min_p=0.25)
+    assert torch.isfinite(out[0, :3]).all() and torch.isinf(out[0, 3])
+    assert torch.isinf(out[1, 0]) and torch.isfinite(out[1, 1:]).all()
+    # min_p = 0.7 -> threshold 0.35: only the top token survives; 0 keeps everything
+    assert torch.isfinite(filter_logits(logits, min_p=0.7)).sum(-1).tolist() == [1, 1]
+    assert torch.equal(filter_logits(logits, min_p=0.0), logits)
+    # the threshold is relative to the top token, so a flatter distribution keeps more tokens
+    flat = torch.tensor([[0.3, 0.28, 0.22, 0.2]]).log()
+    assert torch.isfinite(filter_logits(flat, min_p=0.25)).all()
+
+
+def test_min_p_sampling_draws_only_kept_tokens_with_untruncated_logprobs():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(4000, 1)
+    g = torch.Generator().manual_seed(0)
+    tok, logp = sample_next(logits, SamplingParams(temperature=1.0, min_p=0.25), g)
+    freq = torch.bincount(tok, minlength=4).float() / len(tok)
+    assert freq[3] == 0
+    assert torch.allclose(freq[:3], probs[:3] / probs[:3].sum(), atol=0.03)
+    assert torch.allclose(logp, probs.log()[tok], atol=1e-6)  # before truncation
+
+
+def test_sampling_params_reject_bad_values():
+    for bad in ({"min_p": 1.5}, {"top_p": 0.0}, {"temperature": -1.0}, {"stop": ("",)}):
+        with pytest.raises(ValueError, match=f"SamplingParams.{next(iter(bad))}"):
+            SamplingParams(**bad)
+    assert SamplingParams(stop=["\n\n"]).stop == ("\n\n",)  # lists from configs become tuples
+    assert SamplingParams(stop="Answer:").stop == ("Answer:",)  # one string is one stop string
+
+
+def test_chunked_sampling_equals_one_row_at_a_time(monkeypatch):
+    logits = torch.randn(7, 50)
+    params = SamplingParams(temperature=0.9, top_p=0.9)
+    whole = sample_next(logits, params, torch.Generator().manual_seed(2))
+    monkeypatch.setattr(sampling, "CHUNK_ELEMENTS", 50)  # one row per chunk
+    rows = sample_next(logits, params, torch.Generator().manual_seed(2))
+    assert torch.equal(whole[0], rows[0]) and torch.equal(whole[1], rows[1])
 
 
 def test_sample_next_greedy_and_temperature_logprob():
@@ -57,10 +115,74 @@ def _prompts(tok):
     return [encode_prompt(tok, p) for p in PROMPTS]
 
 
-def test_greedy_matches_transformers_generate(tiny):
+@pytest.fixture(params=["lean", "transformers"])
+def decoder(request, monkeypatch):
+    """Run an engine test with the lean decoder and with the transformers-forward fallback."""
+    if request.param == "transformers":
+        monkeypatch.setattr(LlamaDecoder, "supports", staticmethod(lambda model: False))
+    return LlamaDecoder if request.param == "lean" else HFDecoder
+
+
+def test_packed_linear_matches_f_linear_and_repacks_changed_weights():
+    g = torch.Generator().manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 1e-2)):
+        linear = PackedLinear(dtype, torch.device("cpu"))
+        w, b, x = (
+            torch.randn(shape, generator=g).to(dtype) for shape in ((40, 24), (40,), (5, 24))
+        )
+        (packed,) = linear.pack([w])
+        torch.testing.assert_close(linear(x, packed, b), F.linear(x, w, b), atol=tol, rtol=tol)
+        assert linear.pack([w])[0] is packed  # unchanged: not repacked
+        w.mul_(-2.0)  # an in-place update (an optimiser step, update_weights) is seen
+        (packed,) = linear.pack([w])
+        torch.testing.assert_close(linear(x, packed, b), F.linear(x, w, b), atol=tol, rtol=tol)
+
+
+def test_fill_holes_moves_the_last_live_rows_into_finished_places():
+    assert fill_holes([True, False, False, True, False]) == [4, 1, 2]
+    assert fill_holes([False, False, True]) == [0, 1]
+    assert fill_holes([True, True]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "atol"),
+    [
+        ("tiny-random-llama", torch.float32, 1e-5),
+        ("tiny-random-qwen2", torch.float32, 1e-5),
+        ("tiny-random-llama", torch.bfloat16, 0.05),
+    ],
+)
+def test_lean_decoder_matches_the_transformers_forward(name, dtype, atol):
+    """Same logits as the transformers forward with its DynamicCache, through prompts of unequal
+    lengths (left padding), groups of unequal sizes, compaction in a new row order and growth
+    of the generated-token cache past one block."""
+    model = load_model(name, dtype)
+    model.set_attn_implementation(attention.NAME)
+    assert LlamaDecoder.supports(model) and isinstance(make_decoder(model), LlamaDecoder)
+    lean, reference = LlamaDecoder(model, block=4), HFDecoder(model)
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+    ids, mask = left_pad(prompts, pad_id=0)
+    row_prompt = torch.tensor([0, 0, 0, 1, 2, 2])
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        got, want = lean.prefill(ids, mask, row_prompt), reference.prefill(ids, mask, row_prompt)
+        for step in range(10):
+            torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=0)
+            tokens = torch.randint(0, model.config.vocab_size, (got.shape[0],), generator=g)
+            if step == 3:  # rows 1 and 4 finish: the last row moves into the first hole
+                order = torch.tensor(fill_holes([False, True, False, False, True, False]))
+                lean.select(order)
+                reference.select(order)
+                tokens = tokens[order]
+            got, want = lean.step(tokens), reference.step(tokens)
+        torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=0)
+
+
+def test_greedy_matches_transformers_generate(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
+    assert isinstance(engine.decoder, decoder)
     rollout = engine.generate(prompts, 1, SamplingParams(temperature=0.0, max_new_tokens=12))
     for prompt, completion in zip(prompts, rollout.completion_ids, strict=True):
         ref = model.generate(
@@ -73,7 +195,7 @@ def test_greedy_matches_transformers_generate(tiny):
         assert completion == ref[0, len(prompt) :].tolist()
 
 
-def test_group_shares_prompt_and_logprobs_match_training_forward(tiny):
+def test_group_shares_prompt_and_logprobs_match_training_forward(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
@@ -91,7 +213,29 @@ def test_group_shares_prompt_and_logprobs_match_training_forward(tiny):
         assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
 
 
-def test_stop_tokens_end_samples_and_compaction_keeps_others_exact(tiny):
+def test_greedy_matches_transformers_generate_on_smollm2():
+    """The real pretrained model in fp32: the lean decoder's greedy tokens are generate's."""
+    pytest.importorskip("gguf")
+    model = load_model("smollm2-135m-instruct")
+    tok = load_tokenizer("smollm2-135m-instruct")
+    prompts = [encode_prompt(tok, p) for p in PROMPTS]
+    engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
+    assert isinstance(engine.decoder, LlamaDecoder)
+    params = SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=stop_token_ids(tok))
+    rollout = engine.generate(prompts, 2, params)
+    for i, prompt in enumerate(prompts):
+        ref = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=24,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=list(stop_token_ids(tok)),
+        )[0, len(prompt) :].tolist()
+        ref = ref[: next((j + 1 for j, t in enumerate(ref) if t in params.stop_token_ids), None)]
+        assert rollout.completion_ids[2 * i] == rollout.completion_ids[2 * i + 1] == ref
+
+
+def test_stop_tokens_end_samples_and_compaction_keeps_others_exact(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
@@ -109,7 +253,7 @@ def test_stop_tokens_end_samples_and_compaction_keeps_others_exact(tiny):
         assert stopped.completion_ids[i] == expected
 
 
-def test_same_seed_same_samples_and_chunking_is_invisible(tiny):
+def test_same_seed_same_samples_and_chunking_is_invisible(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     params = SamplingParams(temperature=1.0, max_new_tokens=6)
@@ -142,3 +286,75 @@ def test_bf16_engine_copies_weights_in_memory(tiny):
         copied = dict(engine.model.named_parameters())[name]
         assert torch.allclose(copied.float(), param, atol=0.05)
         param.copy_(original)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_engine_follows_in_place_weight_updates(tiny, dtype):
+    """After an optimiser-like in-place update (and update_weights, a no-op when the fp32 engine
+    shares the policy's parameters) the engine samples what a fresh engine samples."""
+    policy, tok = copy.deepcopy(tiny[0]), tiny[1]
+    prompts = _prompts(tok)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+    engine = TorchEngine(policy, tok.pad_token_id, dtype=dtype)
+    before = engine.generate(prompts, 1, greedy)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in policy.parameters():
+            param.add_(torch.randn(param.shape, generator=g) * param.std())
+    engine.update_weights(policy)
+    after = engine.generate(prompts, 1, greedy)
+    fresh = TorchEngine(policy, tok.pad_token_id, dtype=dtype).generate(prompts, 1, greedy)
+    assert after.completion_ids == fresh.completion_ids
+    assert after.logprobs == fresh.logprobs != before.logprobs
+
+
+def _letters(ids: list[int]) -> str:
+    """A decode function for tests: token t is the letter ``a + t % 26``."""
+    return "".join(chr(ord("a") + t % 26) for t in ids)
+
+
+def _first_hit(ids: list[int], stop: str, decode) -> int | None:
+    """Length of the shortest prefix of ``ids`` whose decoded text contains ``stop``."""
+    return next((k for k in range(1, len(ids) + 1) if stop in decode(ids[:k])), None)
+
+
+def test_stop_strings_truncate_after_the_token_that_completes_them(tiny):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    engine = TorchEngine(model, tok.pad_token_id, decode=_letters)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16)
+    free = engine.generate(prompts, 3, params, torch.Generator().manual_seed(0)).completion_ids
+    stop = _letters(free[0][3:5])  # spans two tokens
+    stopped = engine.generate(
+        prompts,
+        3,
+        dataclasses.replace(params, stop=(stop,)),
+        torch.Generator().manual_seed(0),
+    )
+    first = [_first_hit(c, stop, _letters) for c in free]
+    earliest = min(k for k in first if k is not None)
+    assert earliest <= 5
+    for i, c in enumerate(stopped.completion_ids):
+        if first[i] == earliest:  # nothing stopped before: the same draws, cut after the stop
+            assert c == free[i][:earliest] and stopped.finished[i]
+        # every sample ends with the token that completes its first occurrence, or runs to the end
+        hit = _first_hit(c, stop, _letters)
+        assert (hit == len(c) and stopped.finished[i]) or (
+            hit is None and len(c) == 16 and not stopped.finished[i]
+        )
+
+
+def test_stop_strings_with_the_tokenizer_and_without_a_decode_function(tiny):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    engine = TorchEngine(model, tok.pad_token_id, decode=tok.decode)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    free = engine.generate(prompts, 1, greedy)
+    stop = tok.decode(free.completion_ids[0])[1:3]  # two characters: two byte-level tokens
+    stopped = engine.generate(prompts, 1, dataclasses.replace(greedy, stop=(stop,)))
+    for i, full in enumerate(free.completion_ids):
+        end = _first_hit(full, stop, tok.decode)
+        assert stopped.completion_ids[i] == full[: end or len(full)]
+        assert stopped.finished[i] == (end is not None)
+    with pytest.raises(ValueError, match="decode"):
+        TorchEngine(model, tok.pad_token_id).generate(prompts, 1, SamplingParams(stop=("a",)))

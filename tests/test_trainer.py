@@ -246,3 +246,23 @@ def test_ppo_resumes_exactly_with_its_value_head(tmp_path):
     a, b = step_rows(ref_dir), step_rows(run_dir)
     assert_same_steps(a, b)
     assert a[3]["value/loss"] == pytest.approx(b[3]["value/loss"], rel=1e-5)
+
+
+def test_stop_strings_and_min_p_reach_the_rollout(tmp_path):
+    # a random byte-level model writes letters often: stop each sample at its first "a"
+    cfg = build_config(
+        tiny_config(
+            tmp_path / "run",
+            steps=1,
+            rollout={"stop": ["a"], "min_p": 0.01, "max_new_tokens": 24},
+            logging={"run_dir": str(tmp_path / "run"), "progress": False, "samples_per_step": 8},
+            checkpoint={"every": 0, "save_final": False},
+        )
+    )
+    train(cfg)
+    samples = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 8
+    for s in samples:
+        text = s["completion"]
+        assert "a" not in text[:-1], text  # nothing is generated past the stop string
+    assert any(s["completion"].endswith("a") for s in samples)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -90,6 +90,12 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
+    min_p: float = Field(
+        0.0, ge=0, le=1, description="min-p sampling: keep tokens with p >= min_p * max p; 0: off"
+    )
+    stop: list[str] = Field(
+        default_factory=list, description="stop strings: a sample ends once its text contains one"
+    )
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
 
@@ -240,10 +246,18 @@ class AlgorithmConfig(Section):
         "mismatch (Yao et al. 2025); None: off",
     )
 
+    # fields of the training loop, not of the algorithm preset
+    LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"preset", "ppo_epochs", "minibatches", "tis_cap"}
+    )
+
     def overrides(self) -> dict[str, Any]:
         """The Preset fields set here (not None), for ``rlvr.algorithms.resolve``."""
-        loop = {"preset", "ppo_epochs", "minibatches", "tis_cap"}
-        return {k: v for k, v in self.model_dump().items() if k not in loop and v is not None}
+        return {
+            k: v
+            for k, v in self.model_dump().items()
+            if k not in self.LOOP_FIELDS and v is not None
+        }
 
 
 class TrainConfig(Section):

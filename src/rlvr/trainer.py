@@ -204,6 +204,8 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p,
         top_k=cfg.rollout.top_k,
+        min_p=cfg.rollout.min_p,
+        stop=tuple(cfg.rollout.stop),
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=stop_token_ids(tokenizer),
         token_stats=wants_stats,
@@ -244,7 +246,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             checkpoint, policy, optimizer, scheduler, generator, extra=extra_modules
         )
     engine = TorchEngine(
-        policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch
+        policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch, decode=decode
     )
     logger = MetricsLogger(
         run_dir, cfg.logging.tensorboard, resume_step=state.step if resume is not None else None
@@ -261,7 +263,11 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         }
         if cfg.eval.sampled:
             sampled = dataclasses.replace(
-                greedy, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k
+                greedy,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                min_p=sampling.min_p,
             )
             acc = evaluate_accuracy(engine, task, eval_problems, encode, decode, sampled)
             out["eval/sampled_accuracy"] = acc["accuracy"]

@@ -16,18 +16,50 @@ import torch
 class SamplingParams:
     """How to sample. ``temperature == 0`` means greedy decoding.
 
-    ``top_k == 0`` and ``top_p == 1`` disable those filters. Generation of a sample stops at
-    any of ``stop_token_ids`` (the tokenizer's EOS is added by the trainer) or after
-    ``max_new_tokens``. ``token_stats`` records, per sampled position, the entropy and the
-    self-certainty of the model's distribution (see :func:`rlvr.rollout.sampling.token_stats`).
+    Filters act on the temperature-scaled distribution p (as in transformers' ``generate``):
+    ``top_k`` keeps the k most likely tokens, ``top_p`` the nucleus (Holtzman et al. 2020),
+    ``min_p`` the tokens with p >= min_p * max p (Nguyen et al. 2024, "Turning Up the Heat: Min-p
+    Sampling for Creative and Coherent LLM Outputs"); ``top_k == 0``, ``top_p == 1`` and
+    ``min_p == 0`` disable them.
+
+    Generation of a sample stops at any of ``stop_token_ids`` (the tokenizer's EOS is added by the
+    trainer), or once its decoded text contains any of the ``stop`` strings (the engine needs a
+    ``decode`` function then), or after ``max_new_tokens``. A stop string ends the completion at
+    the token that completes it: that token is kept whole, so the decoded text may run past the
+    stop string by the rest of that token (a single string given as ``stop`` is one stop string;
+    lists are stored as tuples). ``token_stats`` records, per sampled position, the
+    entropy and the self-certainty of the model's distribution (see
+    :func:`rlvr.rollout.sampling.token_stats`).
     """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
     token_stats: bool = False  # also record per-token entropy and self-certainty
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        stop = (
+            (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        )  # one string: one stop
+        object.__setattr__(self, "stop", stop)
+        checks = {
+            "temperature": (self.temperature >= 0, ">= 0"),
+            "top_p": (0 < self.top_p <= 1, "in (0, 1]"),
+            "top_k": (self.top_k >= 0, ">= 0"),
+            "min_p": (0 <= self.min_p <= 1, "in [0, 1]"),
+            "max_new_tokens": (self.max_new_tokens >= 1, ">= 1"),
+            "stop": (all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
+        }
+        for name, (ok, expected) in checks.items():
+            if not ok:
+                raise ValueError(
+                    f"SamplingParams.{name} = {getattr(self, name)!r}: expected {expected}"
+                )
 
 
 @dataclass
@@ -39,7 +71,8 @@ class Rollout:
         completion_ids: N lists of sampled token ids, including the stop token if one was hit.
         logprobs: N lists, the sampler's log-prob of each sampled token (temperature-scaled
             distribution, before top-k/top-p truncation).
-        finished: N flags, True if the sample ended with a stop token (False: truncated).
+        finished: N flags, True if the sample ended with a stop token or a stop string (False:
+            truncated at ``max_new_tokens``).
         n: samples per prompt (the group size G).
         token_entropy, self_certainty: N lists of per-token values when
             ``SamplingParams.token_stats`` (else empty).

@@ -1,9 +1,13 @@
 """A batched KV-cache sampler in plain PyTorch + transformers.
 
-Per call: prompts are left-padded and prefilled once; the prompt KV cache is then repeated
-for the ``n`` samples of each group (the prompt is encoded once per group, not ``n`` times);
-decoding runs one token per step for all live samples, and finished samples leave the batch
-(compaction), so late steps only pay for the samples still generating.
+Per call: prompts are left-padded and prefilled once; the samples of a group share their prompt's
+KV cache (the prompt is encoded once per group, not ``n`` times); decoding runs one token per step
+for all live samples, and finished samples leave the batch (compaction), so late steps only pay for
+the samples still generating. A sample ends at a stop token, at a stop string (only the tail of
+its completion is decoded to check), or after ``max_new_tokens``. The forward pass of a step is a
+:class:`~rlvr.rollout.decoder.Decoder`: a lean loop over the model's weights for Llama-family
+models, the transformers forward otherwise; the decode loop itself is
+:meth:`TorchEngine._generate_chunk`.
 
 The engine keeps its own copy of the weights in the rollout dtype (bf16 on CPUs with native
 bf16 support, see :func:`auto_dtype`); :meth:`TorchEngine.update_weights` copies the policy's
@@ -14,12 +18,14 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
 
 from rlvr.rollout import attention as decode_attention
 from rlvr.rollout.base import Rollout, SamplingParams
+from rlvr.rollout.decoder import make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
 
 
@@ -48,6 +54,17 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
+def fill_holes(ended: list[bool]) -> list[int]:
+    """Rows to keep after compaction, as old row indices in their new order.
+
+    Live rows keep their place and the last live rows move into the places of ended ones, so
+    only as many rows move as have ended before the new end of the batch.
+    """
+    kept = len(ended) - sum(ended)
+    movers = iter(r for r in range(kept, len(ended)) if not ended[r])
+    return [next(movers) if ended[r] else r for r in range(kept)]
+
+
 class TorchEngine:
     """Rollout engine over a transformers causal LM (see module docstring).
 
@@ -58,6 +75,8 @@ class TorchEngine:
         dtype: rollout compute dtype.
         max_batch: most samples decoded at once; prompts are processed in chunks of
             ``max_batch // n`` so that memory stays bounded as n grows.
+        decode: token ids -> text (e.g. ``tokenizer.decode``), needed for
+            ``SamplingParams.stop`` strings.
     """
 
     def __init__(
@@ -66,10 +85,12 @@ class TorchEngine:
         pad_token_id: int,
         dtype: torch.dtype = torch.float32,
         max_batch: int = 256,
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.dtype = dtype
         self.pad_token_id = pad_token_id
         self.max_batch = max_batch
+        self.decode = decode
         if next(policy.parameters()).dtype == dtype:
             self.model = policy
         else:
@@ -77,6 +98,7 @@ class TorchEngine:
             self.model.requires_grad_(False)
         self.model.eval()
         self.model.set_attn_implementation(decode_attention.NAME)
+        self.decoder = make_decoder(self.model)
 
     @torch.no_grad()
     def update_weights(self, policy: torch.nn.Module) -> None:
@@ -96,6 +118,11 @@ class TorchEngine:
         generator: torch.Generator | None = None,
     ) -> Rollout:
         """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
+        if sampling.stop and self.decode is None:
+            raise ValueError(
+                "SamplingParams.stop needs the engine's decode function: "
+                "TorchEngine(..., decode=tokenizer.decode)"
+            )
         start = time.perf_counter()
         total = len(prompts) * n
         completions: list[list[int]] = []
@@ -119,6 +146,18 @@ class TorchEngine:
         stats = {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
         return Rollout(prompts, completions, logprobs, finished, n, stats, entropies, certainties)
 
+    def _hits_stop_string(self, ids: list[int], stops: tuple[str, ...], window: int) -> bool:
+        """Whether the decoded text of ``ids`` now contains a stop string.
+
+        Checked after every token, so a new occurrence ends in the last token; it spans at most
+        ``len(stop.encode())`` tokens (a token is at least one byte of text), and the one token
+        more in ``window`` keeps decoding artefacts at the start of the tail (a partial UTF-8
+        character, a dropped leading space) out of it. Only that tail is decoded (tokens that
+        decode to nothing, such as skipped special tokens, shorten what the window covers).
+        """
+        text = self.decode(ids[-window:])
+        return any(s in text for s in stops)
+
     def _generate_chunk(
         self,
         prompts: list[list[int]],
@@ -134,25 +173,11 @@ class TorchEngine:
         device = next(self.model.parameters()).device
         used, row_prompt = torch.unique(owner, return_inverse=True)
         ids, mask = left_pad([prompts[i] for i in used.tolist()], self.pad_token_id)
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        # Each prompt is encoded once; its KV cache is shared by the samples it owns.
-        cache = out.past_key_values
-        row_prompt = row_prompt.to(device)
-        cache.batch_select_indices(row_prompt)
-        logits = out.logits[row_prompt, -1, :]
-        mask = mask[row_prompt]
-        next_pos = mask.sum(-1)  # [B] position of the next token
+        logits = self.decoder.prefill(ids.to(device), mask.to(device), row_prompt.to(device))
         total = logits.shape[0]
         live = list(range(total))  # original sample index of each batch row
-        stop = torch.tensor(sorted(set(sampling.stop_token_ids)), dtype=torch.long, device=device)
+        stop_ids = set(sampling.stop_token_ids)
+        window = max((len(s.encode()) for s in sampling.stop), default=0) + 1
         tokens_out: list[list[int]] = [[] for _ in range(total)]
         logps_out: list[list[float]] = [[] for _ in range(total)]
         done = [False] * total
@@ -161,36 +186,31 @@ class TorchEngine:
         certainty_out: list[list[float]] = [[] for _ in range(n_stats)]
         for step in range(sampling.max_new_tokens):
             tok, logp = sample_next(logits, sampling, generator)
-            for row, (t, lp) in enumerate(zip(tok.tolist(), logp.tolist(), strict=True)):
-                tokens_out[live[row]].append(t)
-                logps_out[live[row]].append(lp)
+            for sample, t, lp in zip(live, tok.tolist(), logp.tolist(), strict=True):
+                tokens_out[sample].append(t)
+                logps_out[sample].append(lp)
             if sampling.token_stats:
                 ent, sc = token_stats(logits)
-                for row, (e, c) in enumerate(zip(ent.tolist(), sc.tolist(), strict=True)):
-                    entropy_out[live[row]].append(e)
-                    certainty_out[live[row]].append(c)
-            hit = torch.isin(tok, stop) if stop.numel() else torch.zeros_like(tok, dtype=torch.bool)
+                for sample, e, c in zip(live, ent.tolist(), sc.tolist(), strict=True):
+                    entropy_out[sample].append(e)
+                    certainty_out[sample].append(c)
+            ended = [tokens_out[s][-1] in stop_ids for s in live]
+            if sampling.stop:  # stop strings, on the decoded tail of each completion
+                ended = [
+                    e or self._hits_stop_string(tokens_out[s], sampling.stop, window)
+                    for s, e in zip(live, ended, strict=True)
+                ]
+            for sample, e in zip(live, ended, strict=True):
+                done[sample] = e
             if step == sampling.max_new_tokens - 1:
-                for row in hit.nonzero()[:, 0].tolist():
-                    done[live[row]] = True
                 break
-            if hit.any():
-                for row in hit.nonzero()[:, 0].tolist():
-                    done[live[row]] = True
-                keep = (~hit).nonzero()[:, 0]
-                if keep.numel() == 0:
+            if any(ended):  # compaction: finished samples leave the batch
+                order = fill_holes(ended)
+                if not order:
                     break
-                cache.batch_select_indices(keep)  # compaction: finished samples leave the batch
-                live = [live[row] for row in keep.tolist()]
-                tok, mask, next_pos = tok[keep], mask[keep], next_pos[keep]
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            out = self.model(
-                input_ids=tok[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits = out.logits[:, -1, :]
-            next_pos = next_pos + 1
+                live = [live[row] for row in order]
+                order_t = torch.tensor(order, device=device)
+                self.decoder.select(order_t)
+                tok = tok[order_t]
+            logits = self.decoder.step(tok)
         return tokens_out, logps_out, done, entropy_out, certainty_out
