@@ -1,9 +1,10 @@
 """Tasks: deterministic problem streams with held-out splits and verifiable answers."""
 
 from rlvr.data.arithmetic import ArithmeticTask
-from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, Problem, Task
+from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, CategorizedTask, Problem, Task
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask
+from rlvr.data.mixture import MixtureTask
 from rlvr.data.reasoning_gym import RG_PROMPT_TEMPLATE, ReasoningGymTask
 from rlvr.data.registry import TASKS, is_task_name, make_task
 from rlvr.rewards.verifiers import extract_answer, numeric_match, numeric_reward, parse_number
@@ -14,8 +15,10 @@ __all__ = [
     "RG_PROMPT_TEMPLATE",
     "TASKS",
     "ArithmeticTask",
+    "CategorizedTask",
     "CountdownTask",
     "FileTask",
+    "MixtureTask",
     "Problem",
     "ReasoningGymTask",
     "Task",

@@ -17,12 +17,14 @@ DEFAULT_PROMPT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class Problem:
-    """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, and
-    the reference ``answer`` as a string (e.g. "71")."""
+    """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, the
+    reference ``answer`` as a string (e.g. "71"), and the ``category`` it was drawn from in a
+    :class:`CategorizedTask` ("" otherwise)."""
 
     id: str
     prompt: str
     answer: str
+    category: str = ""
 
 
 class Task(Protocol):
@@ -39,3 +41,14 @@ class Task(Protocol):
 
     def score(self, completion: str, problem: Problem) -> float:
         """Reward of ``completion`` for ``problem``: 1.0 if correct, 0.0 otherwise."""
+
+
+class CategorizedTask(Task, Protocol):
+    """A task whose training problems come in named categories (difficulty levels, sources): the
+    arms a distribution-level curriculum (:mod:`rlvr.curriculum`) chooses between."""
+
+    categories: tuple[str, ...]
+
+    def category_problem(self, category: int, index: int) -> Problem:
+        """The ``index``-th training problem of category ``category`` (0, 1, ... unbounded): a pure
+        function of the task's seed, ``category`` and ``index``, with ``Problem.category`` set."""
