@@ -79,6 +79,15 @@ def test_tasks_lists_builtin_tasks(monkeypatch) -> None:
     assert "levels 1-6" in result.flat
 
 
+def test_curricula_lists_samplers(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    result = run("curricula")
+    assert result.exit_code == 0, result.output
+    names = re.findall(r"^│ (\w+)", result.clean, flags=re.M)
+    assert names == ["sequential", "sec", "dump"]
+    assert "Self-Evolving Curriculum" in result.flat
+
+
 def test_algorithms_lists_presets(monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # one table row per line
     result = run("algorithms")
@@ -210,7 +219,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
     final = run_dir / "checkpoints" / "step_000002"
     for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "state.json"):
         assert (final / name).is_file(), name
-    assert json.loads((final / "state.json").read_text()) == {"step": 2, "sampler_position": 4}
+    assert json.loads((final / "state.json").read_text()) == {"step": 2, "sampler": {"position": 4}}
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")
     assert result.exit_code == 0, result.output + repr(result.exception)
@@ -219,3 +228,23 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
     assert report["task"] == "arithmetic" and report["n_prompts"] == 4
     assert 0.0 <= report["accuracy"] <= 1.0
     assert 0 < report["length_mean"] <= 8  # --max-new-tokens 8
+
+
+def test_summary_table_has_a_column_per_category(capsys, monkeypatch) -> None:
+    from rlvr import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    row = {"eval/greedy_accuracy": 0.5, "eval/sampled_accuracy": 0.4}
+    cli._print_summary(
+        {
+            "before": {**row, "eval/greedy_accuracy/L1": 0.75, "eval/greedy_accuracy/L3": 0.25},
+            "after": {**row, "eval/greedy_accuracy/L1": 1.0, "eval/greedy_accuracy/L3": 0.5},
+            "steps": 2,
+            "wall_seconds": 60.0,
+            "run_dir": "runs/x",
+        }
+    )
+    out = capsys.readouterr().out
+    assert "greedy L1" in out and "greedy L3" in out
+    assert re.search(r"before\s*│\s*50\.0%\s*│\s*40\.0%\s*│\s*75\.0%\s*│\s*25\.0%", out)
+    assert re.search(r"after\s*│\s*50\.0%\s*│\s*40\.0%\s*│\s*100\.0%\s*│\s*50\.0%", out)

@@ -54,7 +54,7 @@ def tiny_config(run_dir: Path, steps: int = 4, **sections) -> dict:
         "checkpoint": {"every": 1, "keep": 10},
     }
     for section, values in sections.items():
-        cfg[section].update(values)
+        cfg.setdefault(section, {}).update(values)
     return cfg
 
 

@@ -5,7 +5,7 @@ A checkpoint is a directory ``RUN/checkpoints/step_000042`` holding
 * ``model.safetensors`` (+ ``config.json`` and tokenizer files: it loads as a model spec),
 * ``optimizer.pt`` and ``scheduler.pt``,
 * ``rng.pt``: torch (CPU and CUDA), Python and NumPy global RNG states and the rollout generator,
-* ``state.json``: the step and the prompt-sampler position.
+* ``state.json``: the step and the prompt sampler's state (:mod:`rlvr.curriculum`).
 
 It is written under ``step_000042.tmp-<pid>`` and renamed when complete, so a process killed
 mid-write (SIGKILL included) leaves the previous checkpoint intact and a ``.tmp`` directory
@@ -18,8 +18,9 @@ import json
 import os
 import random
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ class TrainerState:
     """What, besides weights and optimiser, a run needs to continue exactly."""
 
     step: int  # optimiser steps completed
-    sampler_position: int  # index of the next training problem
+    sampler: dict[str, Any] = field(default_factory=dict)  # the prompt sampler's state_dict()
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -145,4 +146,7 @@ def load_checkpoint(
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)
-    return TrainerState(**json.loads((path / "state.json").read_text()))
+    saved = json.loads((path / "state.json").read_text())
+    if "sampler_position" in saved:  # checkpoints written before curricula: a sequential sampler
+        saved["sampler"] = {"position": saved.pop("sampler_position")}
+    return TrainerState(**saved)

@@ -88,15 +88,21 @@ def _print_summary(summary: dict) -> None:
     table.add_column("")
     table.add_column("greedy accuracy", justify="right")
     table.add_column("sampled accuracy", justify="right")
-    for when in ("before", "after"):
-        if when in summary:
-            r = summary[when]
-            sampled = r.get("eval/sampled_accuracy")
-            table.add_row(
-                when,
-                f"{r['eval/greedy_accuracy']:.1%}",
-                "-" if sampled is None else f"{sampled:.1%}",
-            )
+    rows = [(when, summary[when]) for when in ("before", "after") if when in summary]
+    prefix = "eval/greedy_accuracy/"  # a task with categories: greedy accuracy of each
+    categories = list(
+        dict.fromkeys(k[len(prefix) :] for _, r in rows for k in r if k.startswith(prefix))
+    )
+    for category in categories:
+        table.add_column(f"greedy {category}", justify="right")
+    for when, r in rows:
+        sampled = r.get("eval/sampled_accuracy")
+        table.add_row(
+            when,
+            f"{r['eval/greedy_accuracy']:.1%}",
+            "-" if sampled is None else f"{sampled:.1%}",
+            *(f"{r[prefix + c]:.1%}" if prefix + c in r else "-" for c in categories),
+        )
     console.print(table)
     if "before" in summary and "after" in summary:
         gain = summary["after"]["eval/greedy_accuracy"] - summary["before"]["eval/greedy_accuracy"]
@@ -565,6 +571,22 @@ def tasks() -> None:
     table.add_column("name")
     table.add_column("description")
     for name, description in TASKS.items():
+        table.add_row(name, description)
+    console.print(table)
+
+
+@app.command()
+def curricula() -> None:
+    """List the prompt samplers (curriculum.name); docs/curriculum.md has their formulas.
+
+    Example: rlvr curricula
+    """
+    from rlvr.curriculum import SAMPLERS
+
+    table = Table(title="curricula (curriculum.name; sec and dump need task.levels)")
+    table.add_column("name")
+    table.add_column("description")
+    for name, description in SAMPLERS.items():
         table.add_row(name, description)
     console.print(table)
 

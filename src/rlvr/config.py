@@ -43,6 +43,11 @@ class TaskConfig(Section):
     level: int = Field(
         2, ge=1, le=6, description="difficulty: arithmetic 1 (one-digit +) to 6, countdown 1 to 3"
     )
+    levels: list[int] | None = Field(
+        None,
+        description="several difficulty levels mixed, one category each (arithmetic, countdown); "
+        "replaces level; the categories a curriculum chooses between",
+    )
     path: str | None = Field(None, description="file task: .jsonl/.json/.parquet/.csv")
     prompt_column: str = "prompt"
     answer_column: str = "answer"
@@ -69,6 +74,14 @@ class TaskConfig(Section):
             )
         if self.name == "countdown" and self.level > 3:
             raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
+        if self.levels is not None:
+            top = {"arithmetic": 6, "countdown": 3}.get(self.name)
+            if top is None:
+                raise ValueError("task.levels only applies to the arithmetic and countdown tasks")
+            if not self.levels or len(set(self.levels)) != len(self.levels):
+                raise ValueError(f"task.levels must be distinct levels, got {self.levels}")
+            if not all(1 <= level <= top for level in self.levels):
+                raise ValueError(f"task.levels must be within 1..{top} for {self.name}")
         if self.dataset_kwargs and not rg:
             raise ValueError("task.dataset_kwargs only applies to reasoning_gym:NAME tasks")
         reserved = sorted(
@@ -79,6 +92,37 @@ class TaskConfig(Section):
         if self.name == "file" and not self.path:
             raise ValueError("task.path is required when task.name is 'file'")
         return self
+
+
+class CurriculumConfig(Section):
+    """Which training problems each step sees (``rlvr.curriculum``)."""
+
+    name: Literal["sequential", "sec", "dump"] = Field(
+        "sequential",
+        description="sequential (the task's stream in order), sec (Self-Evolving Curriculum), "
+        "dump (UCB over categories); sec and dump need task.levels",
+    )
+    alpha: float = Field(0.5, gt=0, le=1, description="sec: TD(0) step size of category values")
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        description="sec: Boltzmann temperature (None: 1.0); dump: softmax temperature over UCB "
+        "scores (None: 0.1)",
+    )
+    window: int = Field(300, ge=1, description="dump: recent absolute advantages per category")
+    exploration: float = Field(1.0, ge=0, description="dump: UCB exploration coefficient c")
+
+    def params(self) -> dict[str, Any]:
+        """Constructor arguments of the named sampler (``rlvr.curriculum.make_sampler``)."""
+        if self.name == "sec":
+            return {"alpha": self.alpha, "temperature": self.temperature or 1.0}
+        if self.name == "dump":
+            return {
+                "window": self.window,
+                "exploration": self.exploration,
+                "temperature": self.temperature or 0.1,
+            }
+        return {}
 
 
 class RolloutConfig(Section):
@@ -320,6 +364,7 @@ class Config(Section):
 
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
     rollout: RolloutConfig = RolloutConfig()
     reward: RewardConfig = RewardConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
@@ -327,6 +372,17 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+
+    @model_validator(mode="after")
+    def _check_curriculum(self) -> Config:
+        if self.curriculum.name != "sequential" and not (
+            self.task.levels and len(self.task.levels) > 1
+        ):
+            raise ValueError(
+                f"curriculum.name: {self.curriculum.name} chooses between categories of problems; "
+                "give the task several, e.g. task.levels: [1, 2, 3, 4]"
+            )
+        return self
 
 
 class ConfigError(ValueError):

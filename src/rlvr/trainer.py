@@ -1,7 +1,8 @@
 """The training loop: GRPO and its relatives, top to bottom (see ../DESIGN.md, "One step").
 
 One step:
-  1. take the next ``prompts_per_step`` problems from the task (the sampler position);
+  1. take ``prompts_per_step`` problems from the prompt sampler (the task's stream in order, or a
+     curriculum that learns from each draw's rewards);
   2. sample G completions per prompt with the rollout engine (sampler log-probs included);
   3. score them (rewards [N]) and turn rewards into advantages per group;
   4. for ``ppo_epochs`` passes, over ``minibatches`` shuffled minibatches, accumulate the
@@ -27,7 +28,8 @@ import torch
 from rlvr import algorithms
 from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.config import Config, ConfigError, save_config
-from rlvr.data import Problem, Task, make_task
+from rlvr.curriculum import make_sampler, per_category
+from rlvr.data import MixtureTask, Problem, Task, make_task
 from rlvr.evaluation import (
     answer_entropy_within_groups,
     evaluate_accuracy,
@@ -96,10 +98,15 @@ def merge_samples(parts: list[StepSamples]) -> StepSamples:
 
 
 def build_task(cfg: Config) -> Task:
+    """The task of ``cfg.task``; with ``levels``, a :class:`MixtureTask` with one category
+    ("L1", "L2", ...) per level."""
     t = cfg.task
     kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
     if t.prompt_template is not None:
         kwargs["prompt_template"] = t.prompt_template
+    if t.name in ("arithmetic", "countdown") and t.levels:
+        tasks = [make_task(t.name, level=level, **kwargs) for level in t.levels]
+        return MixtureTask(tasks, [f"L{level}" for level in t.levels], name=t.name)
     if t.name in ("arithmetic", "countdown"):
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
@@ -237,7 +244,8 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     generator = torch.Generator().manual_seed(cfg.train.seed)
-    state = TrainerState(step=0, sampler_position=0)
+    sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
+    state = TrainerState(step=0)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
     initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
     checkpoint = latest_checkpoint(run_dir) if resume is not None else None
@@ -245,6 +253,14 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         state = load_checkpoint(
             checkpoint, policy, optimizer, scheduler, generator, extra=extra_modules
         )
+        try:
+            sampler.load_state_dict(state.sampler)
+        except (KeyError, ValueError) as err:
+            raise ConfigError(
+                f"the checkpoint's prompt-sampler state {sorted(state.sampler)} does not fit "
+                f"curriculum {cfg.curriculum.name!r} ({err}): resume with the run's own "
+                "curriculum and task settings"
+            ) from None
     engine = TorchEngine(
         policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch, decode=decode
     )
@@ -270,7 +286,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 min_p=sampling.min_p,
             )
             acc = evaluate_accuracy(engine, task, eval_problems, encode, decode, sampled)
-            out["eval/sampled_accuracy"] = acc["accuracy"]
+            out.update({f"eval/sampled_{k}": v for k, v in acc.items() if k.startswith("accuracy")})
         return out
 
     reward_metrics: dict[str, list[float]] = {}
@@ -314,8 +330,9 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         reward_seconds[0] += time.perf_counter() - start
         return rewards
 
-    def collect_samples(state: TrainerState) -> tuple[StepSamples, dict[str, float]]:
-        """Draw prompts, sample, score; refill until the batch is full (dynamic sampling)."""
+    def collect_samples() -> tuple[StepSamples, dict[str, float]]:
+        """Draw prompts, sample, score, tell the sampler; refill until the batch is full
+        (dynamic sampling)."""
         G, P = cfg.rollout.group_size, cfg.rollout.prompts_per_step
         n = G * (algo.group_filter_oversample or 1) if algo.group_filter else G
         draws = algorithms.GroupAccumulator(
@@ -323,14 +340,13 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         )
         parts: list[StepSamples] = []
         while not draws.done:
-            # the sampler position makes every draw exactly resumable
-            problems = [task.train_problem(state.sampler_position + i) for i in range(P)]
-            state.sampler_position += P
+            problems = sampler.draw(P)  # its checkpointed state makes every draw resumable
             prompt_ids = [encode(p) for p in problems]
             rollout = engine.generate(prompt_ids, n, sampling, generator)
             texts = [decode(c) for c in rollout.completion_ids]
             ids = rollout.group_ids
             rewards = score(texts, [problems[i] for i in ids.tolist()], rollout)
+            sampler.update(problems, rewards, ids)  # every group, before any filtering
             keep = torch.arange(len(texts))
             if algo.group_filter:  # GFPO: keep G of the n samples of each group
                 lengths = torch.tensor([len(c) for c in rollout.completion_ids])
@@ -358,12 +374,14 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
         metrics.update({k: sum(v) / len(v) for k, v in reward_metrics.items()})
+        metrics.update(sampler.metrics())
         metrics["time/reward"] = reward_seconds[0]
         reward_metrics.clear()
         reward_seconds[0] = 0.0
         return merge_samples(parts), metrics
 
     def checkpoint_now() -> None:
+        state.sampler = sampler.state_dict()
         save_checkpoint(
             run_dir,
             state,
@@ -394,7 +412,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             ):
                 reference.load_state_dict(policy.state_dict())  # ProRL reference reset
             # 1-3. prompts, G completions each, rewards (refilled by dynamic sampling)
-            data, sampling_metrics = collect_samples(state)
+            data, sampling_metrics = collect_samples()
             t_rollout = time.perf_counter() - t0
 
             # 4. advantages and policy update: mu epochs x minibatches x micro-batches
@@ -438,6 +456,10 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                 "time/step": time.perf_counter() - t0,
                 "rollout/tokens_per_s": data.tokens_per_s,
             }
+            for category, values in per_category(data.problems, rewards, group_ids).items():
+                if category:  # a task with categories: what each one gets and scores
+                    metrics[f"category/{category}/reward"] = sum(values) / len(values)
+                    metrics[f"category/{category}/samples_frac"] = len(values) / len(rewards)
             if initial_params is not None:
                 metrics["policy/params_changed_frac"] = update_sparsity(policy, initial_params)
             if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:

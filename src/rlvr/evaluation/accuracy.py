@@ -27,7 +27,8 @@ def evaluate_accuracy(
         sampling: temperature 0 for greedy accuracy, > 0 for sampled accuracy.
         seed: seeds a private generator, so evaluation never moves the training RNG.
     Returns:
-        ``{"accuracy", "length_mean", "truncated_frac"}``.
+        ``{"accuracy", "length_mean", "truncated_frac"}``, plus ``"accuracy/<category>"`` for each
+        category when the problems have one (a task with ``task.levels``).
     """
     generator = torch.Generator().manual_seed(seed)
     rollout = engine.generate([encode(p) for p in problems], 1, sampling, generator)
@@ -36,8 +37,15 @@ def evaluate_accuracy(
         for ids, problem in zip(rollout.completion_ids, problems, strict=True)
     ]
     n = max(len(problems), 1)
-    return {
+    out = {
         "accuracy": sum(s >= 1.0 for s in scores) / n,
         "length_mean": sum(len(c) for c in rollout.completion_ids) / n,
         "truncated_frac": sum(not f for f in rollout.finished) / n,
     }
+    by_category: dict[str, list[float]] = {}
+    for problem, s in zip(problems, scores, strict=True):
+        if problem.category:
+            by_category.setdefault(problem.category, []).append(s >= 1.0)
+    for category, correct in by_category.items():
+        out[f"accuracy/{category}"] = sum(correct) / len(correct)
+    return out
