@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 
 from rlvr.data import ArithmeticTask
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
-from rlvr.rollout import SamplingParams, TorchEngine
+from rlvr.rollout import SamplingParams, TorchEngine, describe_device
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -57,6 +56,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    ap.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the result file, for figures from another machine "
+        "(generation-cpu-<dtype>-<tag>.json)",
+    )
     ap.add_argument(
         "--repeats", type=int, default=2, help="runs per side, alternating; best counts"
     )
@@ -108,8 +113,7 @@ def main() -> None:
     hf_tps, ours_tps = hf_tokens / hf_seconds, ours_tokens / ours_seconds
     result = {
         "benchmark": "generation",
-        "device": f"cpu ({platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads)",
+        "device": describe_device(),
         "model": args.model,
         "dtype": args.dtype,
         "prompts": args.prompts,
@@ -139,7 +143,8 @@ def main() -> None:
         f"rlvr TorchEngine:      {ours_tps:8.1f} useful tokens/s ({ours_tokens} in {ours_seconds:.1f} s)"
     )
     print(f"ratio: {result['ratio']:.2f}x")
-    path = Path(__file__).parent / "results" / f"generation-cpu-{args.dtype}.json"
+    suffix = f"-{args.tag}" if args.tag else ""
+    path = Path(__file__).parent / "results" / f"generation-cpu-{args.dtype}{suffix}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import tempfile
@@ -26,7 +25,7 @@ from rlvr.config import build_config
 from rlvr.data import ArithmeticTask
 from rlvr.logging import read_metrics
 from rlvr.models import resolve
-from rlvr.rollout import auto_dtype
+from rlvr.rollout import auto_dtype, describe_device
 from rlvr.trainer import train
 
 BENCH = Path(__file__).parent
@@ -98,7 +97,7 @@ def main() -> None:
     ours_s = statistics.median(ours_steps[1:])
     result = {
         "benchmark": "one GRPO step (generation + rewards + update)",
-        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "device": describe_device(),
         "model": "smollm2-135m-instruct",
         "prompts": args.prompts,
         **settings,

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rlvr.rollout import describe_device
 
 CHILD = r"""
 import json, resource, sys, time
@@ -79,7 +80,7 @@ def main() -> None:
         )
     result = {
         "benchmark": "peak memory of one GRPO step vs group size",
-        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "device": describe_device(),
         "model": "smollm2-135m-instruct",
         "prompts": args.prompts,
         "max_new_tokens": args.max_new_tokens,

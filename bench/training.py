@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 from rlvr.data import ArithmeticTask
 from rlvr.models import encode_prompt, load_model, load_tokenizer
 from rlvr.policy import completion_logprobs, make_batch
-from rlvr.rollout import auto_dtype
+from rlvr.rollout import auto_dtype, describe_device
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
@@ -111,8 +110,7 @@ def main() -> None:
     }
     result = {
         "benchmark": "training forward+backward",
-        "device": f"cpu ({platform.processor() or platform.machine()}, "
-        f"{torch.get_num_threads()} threads)",
+        "device": describe_device(),
         "model": args.model,
         "dtype": str(dtype).removeprefix("torch."),
         "samples": n,

@@ -358,3 +358,13 @@ def test_stop_strings_with_the_tokenizer_and_without_a_decode_function(tiny):
         assert stopped.finished[i] == (end is not None)
     with pytest.raises(ValueError, match="decode"):
         TorchEngine(model, tok.pad_token_id).generate(prompts, 1, SamplingParams(stop=("a",)))
+
+
+def test_describe_device_agrees_with_auto_dtype():
+    from rlvr.rollout import auto_dtype, describe_device
+
+    text = describe_device("cpu")
+    assert text.startswith("cpu (") and f"{torch.get_num_threads()} threads" in text
+    native = text.endswith(", native bf16)")
+    assert native == (auto_dtype("cpu") == torch.bfloat16)
+    assert native or text.endswith(", no native bf16)")

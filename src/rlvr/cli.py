@@ -87,22 +87,24 @@ def _print_summary(summary: dict) -> None:
     table = Table(title="rlvr run", show_header=True)
     table.add_column("")
     table.add_column("greedy accuracy", justify="right")
-    table.add_column("sampled accuracy", justify="right")
     rows = [(when, summary[when]) for when in ("before", "after") if when in summary]
+    sampled = any("eval/sampled_accuracy" in r for _, r in rows)
+    if sampled:
+        table.add_column("sampled accuracy", justify="right")
     prefix = "eval/greedy_accuracy/"  # a task with categories: greedy accuracy of each
     categories = list(
         dict.fromkeys(k[len(prefix) :] for _, r in rows for k in r if k.startswith(prefix))
     )
     for category in categories:
         table.add_column(f"greedy {category}", justify="right")
+
+    def pct(r: dict, key: str) -> str:
+        return f"{r[key]:.1%}" if key in r else "-"
+
     for when, r in rows:
-        sampled = r.get("eval/sampled_accuracy")
-        table.add_row(
-            when,
-            f"{r['eval/greedy_accuracy']:.1%}",
-            "-" if sampled is None else f"{sampled:.1%}",
-            *(f"{r[prefix + c]:.1%}" if prefix + c in r else "-" for c in categories),
-        )
+        cells = [pct(r, "eval/greedy_accuracy")]
+        cells += [pct(r, "eval/sampled_accuracy")] if sampled else []
+        table.add_row(when, *cells, *(pct(r, prefix + c) for c in categories))
     console.print(table)
     if "before" in summary and "after" in summary:
         gain = summary["after"]["eval/greedy_accuracy"] - summary["before"]["eval/greedy_accuracy"]

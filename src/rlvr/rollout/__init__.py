@@ -2,7 +2,7 @@
 
 from rlvr.rollout.base import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.sampling import filter_logits, sample_next
-from rlvr.rollout.torch_engine import TorchEngine, auto_dtype, left_pad
+from rlvr.rollout.torch_engine import TorchEngine, auto_dtype, describe_device, left_pad
 
 __all__ = [
     "Rollout",
@@ -10,6 +10,7 @@ __all__ = [
     "SamplingParams",
     "TorchEngine",
     "auto_dtype",
+    "describe_device",
     "filter_logits",
     "left_pad",
     "sample_next",

@@ -29,18 +29,42 @@ from rlvr.rollout.decoder import make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
 
 
+def _cpuinfo() -> str:
+    """The text of /proc/cpuinfo ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _cpu_has_native_bf16() -> bool:
+    flags = _cpuinfo()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def auto_dtype(device: torch.device | str = "cpu") -> torch.dtype:
     """bf16 where the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or
-    AMX), else fp32."""
+    AMX), else fp32 (on CPUs without them bf16 matmuls are emulated and slower than fp32)."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return torch.float32
-    return torch.bfloat16 if ("avx512_bf16" in flags or "amx_bf16" in flags) else torch.float32
+    return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
+
+
+def describe_device(device: torch.device | str = "cpu") -> str:
+    """The device in words for benchmark records, e.g. "cpu (Intel(R) Xeon(R) Processor @ 2.00GHz,
+    2 threads, no native bf16)" or "cuda (NVIDIA H100 80GB HBM3)"."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in _cpuinfo().splitlines()
+        if line.startswith("model name")
+    ]
+    bf16 = "native bf16" if _cpu_has_native_bf16() else "no native bf16"
+    return f"cpu ({names[0] if names else 'unknown'}, {torch.get_num_threads()} threads, {bf16})"
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
