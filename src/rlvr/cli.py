@@ -561,6 +561,16 @@ def report(
     console.print(f"report: [bold]{target}[/] ({len(text) / 1e6:.1f} MB)")
 
 
+def _print_listing(title: str, entries: dict[str, str]) -> None:
+    """A two-column table: name, description."""
+    table = Table(title=title)
+    table.add_column("name")
+    table.add_column("description")
+    for name, description in entries.items():
+        table.add_row(name, description)
+    console.print(table)
+
+
 @app.command()
 def tasks() -> None:
     """List the built-in tasks.
@@ -569,12 +579,7 @@ def tasks() -> None:
     """
     from rlvr.data import TASKS
 
-    table = Table(title="tasks")
-    table.add_column("name")
-    table.add_column("description")
-    for name, description in TASKS.items():
-        table.add_row(name, description)
-    console.print(table)
+    _print_listing("tasks", TASKS)
 
 
 @app.command()
@@ -585,12 +590,7 @@ def curricula() -> None:
     """
     from rlvr.curriculum import SAMPLERS
 
-    table = Table(title="curricula (curriculum.name; sec and dump need task.levels)")
-    table.add_column("name")
-    table.add_column("description")
-    for name, description in SAMPLERS.items():
-        table.add_row(name, description)
-    console.print(table)
+    _print_listing("curricula (curriculum.name; sec and dump need task.levels)", SAMPLERS)
 
 
 @app.command()
