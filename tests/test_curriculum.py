@@ -251,3 +251,81 @@ def test_old_checkpoint_state_loads_as_sequential(tmp_path):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     state = load_checkpoint(ckpt, model, opt, sched, torch.Generator())
     assert state.step == 1 and state.sampler == {"position": 2}
+
+
+# ---------------------------------------------------------------- categories from a file column
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_file_mixture_splits_by_column_with_a_held_out_split_per_category(tmp_path):
+    from rlvr.data import file_mixture
+
+    rows = [
+        {"prompt": f"q{i}", "answer": str(i), "source": "gsm" if i % 3 else "math"}
+        for i in range(60)
+    ]
+    task = file_mixture(write_rows(tmp_path / "d.jsonl", rows), "source", seed=0)
+    assert task.categories == ("math", "gsm")  # order of first appearance
+    for c, name in enumerate(task.categories):
+        want = {str(i) for i in range(60) if (rows[i]["source"] == name)}
+        drawn = {task.category_problem(c, i).answer for i in range(200)}
+        held = {p.answer for p in task.eval_problems() if p.category == name}
+        assert drawn | held == want and not drawn & held  # its own rows, split disjointly
+        assert len(held) == round(0.1 * len(want))  # each category's own 10%
+    p = task.category_problem(1, 0)
+    assert p.category == "gsm" and task.score(f"Answer: {p.answer}", p) == 1.0
+
+
+def test_file_mixture_split_column_and_errors(tmp_path):
+    from rlvr.data import FileTask, file_mixture
+
+    rows = [
+        {"prompt": f"q{i}", "answer": str(i), "level": i % 2, "split": "test" if i < 4 else "train"}
+        for i in range(20)
+    ]
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    task = file_mixture(path, "level", split_column="split")
+    assert task.categories == ("0", "1")  # values compared as text
+    assert sorted(p.answer for p in task.eval_problems()) == ["0", "1", "2", "3"]
+    with pytest.raises(ValueError, match="no row of .* has 'level' = '7'"):
+        FileTask(path, category_column="level", category="7")
+    with pytest.raises(ValueError, match="go together"):
+        FileTask(path, category_column="level")
+    with pytest.raises(ValueError, match="column 'domain' not found"):
+        file_mixture(path, "domain")
+
+
+def test_trainer_with_dump_over_a_file_column(tmp_path):
+    rows = [{"prompt": f"Say {i}", "answer": str(i), "src": "ab"[i % 2]} for i in range(40)]
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    cfg = tiny_config(
+        tmp_path / "run",
+        steps=2,
+        task={"name": "file", "path": path, "category_column": "src", "level": 1},
+        curriculum={"name": "dump"},
+    )
+    del cfg["task"]["level"]
+    train(build_config(cfg))
+    row = step_rows(tmp_path / "run")[2]
+    assert row["curriculum/prob/a"] + row["curriculum/prob/b"] == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="curriculum: .* has 1"):
+        one = [{**r, "src": "a"} for r in rows]
+        cfg["task"]["path"] = write_rows(tmp_path / "one.jsonl", one)
+        cfg["logging"]["run_dir"] = str(tmp_path / "one")
+        train(build_config(cfg))
+
+
+def test_config_category_column():
+    cfg = build_config(
+        {
+            "task": {"name": "file", "path": "d.jsonl", "category_column": "src"},
+            "curriculum": {"name": "sec"},
+        }
+    )
+    assert cfg.task.category_column == "src"
+    with pytest.raises(ConfigError, match="only applies to the file task"):
+        build_config({"task": {"category_column": "src"}})

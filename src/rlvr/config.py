@@ -52,6 +52,11 @@ class TaskConfig(Section):
     prompt_column: str = "prompt"
     answer_column: str = "answer"
     split_column: str | None = None
+    category_column: str | None = Field(
+        None,
+        description="file task: a column (source, difficulty) whose values become categories, "
+        "each with its own held-out split; the categories a curriculum chooses between",
+    )
     prompt_template: str | None = Field(
         None, description="user message template with {question}; None: the task's default"
     )
@@ -89,6 +94,8 @@ class TaskConfig(Section):
         )
         if reserved:
             raise ValueError(f"task.dataset_kwargs cannot set {reserved}: use the task.* fields")
+        if self.category_column is not None and self.name != "file":
+            raise ValueError("task.category_column only applies to the file task")
         if self.name == "file" and not self.path:
             raise ValueError("task.path is required when task.name is 'file'")
         return self
@@ -100,7 +107,7 @@ class CurriculumConfig(Section):
     name: Literal["sequential", "sec", "dump"] = Field(
         "sequential",
         description="sequential (the task's stream in order), sec (Self-Evolving Curriculum), "
-        "dump (UCB over categories); sec and dump need task.levels",
+        "dump (UCB over categories); sec and dump need task.levels or task.category_column",
     )
     alpha: float = Field(0.5, gt=0, le=1, description="sec: TD(0) step size of category values")
     temperature: float | None = Field(
@@ -375,12 +382,14 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _check_curriculum(self) -> Config:
+        several_levels = bool(self.task.levels and len(self.task.levels) > 1)
         if self.curriculum.name != "sequential" and not (
-            self.task.levels and len(self.task.levels) > 1
+            several_levels or self.task.category_column
         ):
             raise ValueError(
                 f"curriculum.name: {self.curriculum.name} chooses between categories of problems; "
-                "give the task several, e.g. task.levels: [1, 2, 3, 4]"
+                "give the task several, e.g. task.levels: [1, 2, 3, 4], or a file task's "
+                "task.category_column"
             )
         return self
 

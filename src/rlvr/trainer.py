@@ -29,7 +29,7 @@ from rlvr import algorithms
 from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.curriculum import make_sampler, per_category
-from rlvr.data import MixtureTask, Problem, Task, make_task
+from rlvr.data import MixtureTask, Problem, Task, file_mixture, make_task
 from rlvr.evaluation import (
     answer_entropy_within_groups,
     evaluate_accuracy,
@@ -99,7 +99,8 @@ def merge_samples(parts: list[StepSamples]) -> StepSamples:
 
 def build_task(cfg: Config) -> Task:
     """The task of ``cfg.task``; with ``levels``, a :class:`MixtureTask` with one category
-    ("L1", "L2", ...) per level."""
+    ("L1", "L2", ...) per level; with a file task's ``category_column``, one category per value
+    of the column."""
     t = cfg.task
     kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
     if t.prompt_template is not None:
@@ -111,14 +112,14 @@ def build_task(cfg: Config) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    return make_task(
-        "file",
-        path=t.path,
-        prompt_column=t.prompt_column,
-        answer_column=t.answer_column,
-        split_column=t.split_column,
-        **kwargs,
-    )
+    columns = {
+        "prompt_column": t.prompt_column,
+        "answer_column": t.answer_column,
+        "split_column": t.split_column,
+    }
+    if t.category_column:
+        return file_mixture(t.path, t.category_column, **columns, **kwargs)
+    return make_task("file", path=t.path, **columns, **kwargs)
 
 
 def lr_lambda(cfg: Config):
@@ -244,7 +245,10 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     generator = torch.Generator().manual_seed(cfg.train.seed)
-    sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
+    try:
+        sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
+    except ValueError as err:
+        raise ConfigError(f"curriculum: {err}") from None
     state = TrainerState(step=0)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
     initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None

@@ -2,7 +2,9 @@
 
 Each row gives a prompt and a reference answer (column names are configurable). The held-out
 split is either named by a split column or drawn with a seeded permutation; training problems
-walk a fresh seeded permutation of the training rows every epoch.
+walk a fresh seeded permutation of the training rows every epoch. A category column (a source,
+a difficulty) splits the file into one task per value, mixed by :func:`file_mixture` for the
+category curricula (:mod:`rlvr.curriculum`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import datasets
 import numpy as np
 
 from rlvr.data.base import Problem
+from rlvr.data.mixture import MixtureTask
 from rlvr.rewards.verifiers import numeric_reward
 
 _BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -64,6 +67,8 @@ class FileTask:
     position ``i % n_train`` of the permutation ``default_rng((seed, i // n_train))`` of the
     training rows, so it is a pure function of (seed, i). Answers are kept as ``str(value)``;
     problem ids are "file-train-<row>" / "file-eval-<row>" with the row's index in the file.
+    With ``category_column`` and ``category``, only the rows whose value in that column is
+    ``category`` (compared as text) belong to the task, held-out split included.
     """
 
     name = "file"
@@ -78,31 +83,39 @@ class FileTask:
         n_eval: int | None = None,
         seed: int = 0,
         prompt_template: str = "{question}",
+        category_column: str | None = None,
+        category: str | None = None,
     ) -> None:
+        if (category_column is None) != (category is None):
+            raise ValueError("category_column and category go together")
         if not 0.0 <= eval_fraction < 1.0:
             raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
         if n_eval is not None and n_eval < 0:
             raise ValueError(f"n_eval must be >= 0, got {n_eval}")
         columns = [prompt_column, answer_column] + ([split_column] if split_column else [])
-        rows = _load_rows(path, columns)
+        rows = _load_rows(path, columns + ([category_column] if category_column else []))
         self.path = path
         self.seed = seed
         self.prompt_template = prompt_template
         self._prompts = _check_text(rows[prompt_column], prompt_column)
         self._answers = _check_text(rows[answer_column], answer_column)
-        n = len(self._prompts)
+        mine = list(range(len(self._prompts)))  # the rows of this task (its category's)
+        if category_column:
+            mine = [i for i, v in enumerate(rows[category_column]) if str(v).strip() == category]
+            if not mine:
+                raise ValueError(f"no row of {path} has {category_column!r} = {category!r}")
         if split_column:
             held = {
-                i
-                for i, v in enumerate(rows[split_column])
-                if str(v).strip().lower() in _HELD_OUT_SPLITS
+                i for i in mine if str(rows[split_column][i]).strip().lower() in _HELD_OUT_SPLITS
             }
         else:
-            n_held = round(eval_fraction * n)
-            held = {int(i) for i in np.random.default_rng(seed).permutation(n)[:n_held]}
-        self._train_rows = [i for i in range(n) if i not in held]
+            n_held = round(eval_fraction * len(mine))
+            order = np.random.default_rng(seed).permutation(len(mine))[:n_held]
+            held = {mine[int(i)] for i in order}
+        self._train_rows = [i for i in mine if i not in held]
         if not self._train_rows:
-            raise ValueError(f"no training rows left in {path} after the held-out split")
+            where = f" ({category_column} = {category!r})" if category_column else ""
+            raise ValueError(f"no training rows left in {path}{where} after the held-out split")
         self._eval_rows = sorted(held)[:n_eval]
         self._perm_epoch = -1
         self._perm = np.empty(0, dtype=np.int64)
@@ -131,3 +144,16 @@ class FileTask:
     def score(self, completion: str, problem: Problem) -> float:
         """1.0 if the completion's final answer equals ``problem.answer``, else 0.0."""
         return numeric_reward(completion, problem.answer)
+
+
+def file_mixture(path: str, category_column: str, **kwargs: object) -> MixtureTask:
+    """One :class:`FileTask` per distinct value of ``category_column`` (in order of first
+    appearance), mixed as categories named by the values; ``kwargs`` go to every FileTask
+    (each category gets its own held-out split: ``eval_fraction`` of its rows, or its rows
+    marked by ``split_column``)."""
+    values = _load_rows(path, [category_column])[category_column]
+    categories = list(dict.fromkeys(_check_text(values, category_column)))
+    tasks = [
+        FileTask(path, category_column=category_column, category=c, **kwargs) for c in categories
+    ]
+    return MixtureTask(tasks, categories, name="file")
