@@ -228,6 +228,28 @@ def test_trainer_with_sec_logs_and_resumes_exactly(tmp_path):
         for lv in (1, 2, 3):
             key = f"curriculum/prob/L{lv}"
             assert straight[step][key] == pytest.approx(split[step][key], rel=1e-6)
+    # rlvr eval on the run evaluates its mixture and reports each category
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            str(tmp_path / "split"),
+            "--n",
+            "2",
+            "--n-prompts",
+            "6",
+            "--out",
+            str(tmp_path / "ev"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "ev/summary.json").read_text())
+    assert sorted(summary["by_category"]) == ["L1", "L2", "L3"]
+    assert [c["n_prompts"] for c in summary["by_category"].values()] == [2, 2, 2]
     prompts = [
         [
             json.loads(x)["prompt"]

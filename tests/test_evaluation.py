@@ -191,6 +191,34 @@ def test_problem_metrics_and_summary() -> None:
     assert 0.25 <= lo <= 0.625 <= hi <= 1.0
 
 
+def test_summary_metrics_per_category_by_hand() -> None:
+    # A: problem 0 solved 1 of 2, problem 1 solved 2 of 2 -> mean@2 = 0.75, pass@2 = 1
+    # B: problem 2 solved 0 of 2 -> mean@2 = 0, pass@2 = 0; overall mean@2 = 0.5
+    outcomes = {0: ("A", [True, False]), 1: ("A", [True, True]), 2: ("B", [False, False])}
+    records = [
+        {
+            "problem_index": p,
+            "sample_index": s,
+            "correct": ok,
+            "extracted_answer": str(int(ok)),
+            "num_tokens": 3,
+            "finished": True,
+            "category": category,
+        }
+        for p, (category, row) in outcomes.items()
+        for s, ok in enumerate(row)
+    ]
+    summary = compute_summary_metrics(records, [1, 2])
+    assert summary["metrics"]["mean@2"] == pytest.approx(0.5)
+    a, b = summary["by_category"]["A"], summary["by_category"]["B"]
+    assert a["n_prompts"] == 2 and b["n_prompts"] == 1
+    assert a["metrics"]["mean@2"] == pytest.approx(0.75) and a["metrics"]["pass@2"] == 1.0
+    assert b["metrics"]["mean@2"] == 0.0 and b["ci"]["pass@2"] == [0.0, 0.0]
+    for r in records:  # no categories (and samples saved before categories existed): no split
+        r.pop("category")
+    assert "by_category" not in compute_summary_metrics(records, [1, 2])
+
+
 def test_chunk_plan_bounds_batch_and_covers_every_sample() -> None:
     assert chunk_plan(5, 4, 8) == [(0, 2, 4), (2, 4, 4), (4, 5, 4)]
     plan = chunk_plan(2, 10, 4)  # n > max_batch: each prompt split over calls

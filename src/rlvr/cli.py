@@ -273,6 +273,10 @@ def _run_eval(model: str, **opt) -> None:
         return
     run_cfg = read_run_config(target.run_dir) if target.run_dir is not None else {}
     task_cfg = dict(run_cfg.get("task") or {})
+    if opt["task"] is not None or opt["level"] is not None:
+        task_cfg.pop("levels", None)  # an explicit task or level replaces the run's mixture
+    if opt["task"] is not None or opt["path"] is not None:
+        task_cfg.pop("category_column", None)
     for key in ("task", "level", "path", "seed"):
         if opt[key] is not None:
             task_cfg["name" if key == "task" else key] = opt[key]
@@ -372,8 +376,9 @@ def _print_eval(summary: dict, out_dir: Path) -> None:
     n, m = summary["n"], summary["metrics"]
     task = summary.get("task", {})
     level = round(100 * summary.get("confidence", 0.95))
+    levels = task.get("levels") or task.get("level")
     title = (
-        f"{summary.get('tag')} on {task.get('name')} level {task.get('level')}: "
+        f"{summary.get('tag')} on {task.get('name')} level {levels}: "
         f"{summary['n_prompts']} prompts x {n} samples, "
         f"T={summary.get('sampling', {}).get('temperature')}"
     )
@@ -393,11 +398,26 @@ def _print_eval(summary: dict, out_dir: Path) -> None:
     per_sample.add_row("truncated fraction", _ci_text(summary, "truncated_frac"))
     per_sample.add_row("no-answer fraction", _ci_text(summary, "no_answer_frac"))
     console.print(per_sample)
+    if summary.get("by_category"):
+        top = max(summary["ks"])
+        by_category = Table(title=f"per category [{level}% CI]")
+        for name in ("category", "prompts", f"mean@{n}", f"pass@{top}", f"maj@{top}"):
+            by_category.add_column(name, justify="left" if name == "category" else "right")
+        for category, part in summary["by_category"].items():
+            by_category.add_row(
+                category,
+                str(part["n_prompts"]),
+                *(
+                    _ci_text(part, f"{kind}@{k}")
+                    for kind, k in (("mean", n), ("pass", top), ("maj", top))
+                ),
+            )
+        console.print(by_category)
     console.print(f"saved samples and summary to [bold]{out_dir}[/]")
     brief = {
         "model": summary.get("model_path"),
         "task": task.get("name"),
-        "level": task.get("level"),
+        "level": levels,
         "n": n,
         "temperature": summary.get("sampling", {}).get("temperature"),
         "n_prompts": summary["n_prompts"],

@@ -3,10 +3,12 @@
 An evaluation directory holds
 
 * ``samples.parquet`` -- one row per sample: ``problem_index, problem_id, prompt, answer,
-  sample_index, completion, extracted_answer, score, correct, num_tokens, finished``;
+  sample_index, completion, extracted_answer, score, correct, num_tokens, finished, category``
+  (``category`` is "" unless the task has categories, e.g. ``task.levels``);
 * ``summary.json`` -- what was evaluated (model, checkpoint, task config, sampling parameters)
   and the metrics of :mod:`rlvr.evaluation.passk` with percentile-bootstrap intervals over
-  problems (the uncertainty due to the finite held-out set).
+  problems (the uncertainty due to the finite held-out set), overall and, for a task with
+  categories, per category (``by_category``).
 
 :func:`rescore` recomputes everything from ``samples.parquet`` (re-running the task verifier on
 the stored completions) without generating.
@@ -51,6 +53,7 @@ SCHEMA = pa.schema(
         ("correct", pa.bool_()),
         ("num_tokens", pa.int32()),
         ("finished", pa.bool_()),
+        ("category", pa.string()),
     ]
 )
 
@@ -218,6 +221,7 @@ def score_records(
                     "correct": score >= 1.0,
                     "num_tokens": int(num_tokens[p][s]),
                     "finished": bool(finished[p][s]),
+                    "category": problem.category,
                 }
             )
     return records
@@ -252,13 +256,16 @@ def compute_summary_metrics(
     bootstrap_reps: int = 1000,
     maj_subsets: int = 1000,
     seed: int = 0,
+    by_category: bool = True,
 ) -> dict[str, Any]:
     """Metrics averaged over problems, with percentile-bootstrap intervals over problems.
 
     Returns:
         ``{"n", "ks", "n_prompts", "metrics": {name: value}, "ci": {name: [low, high]},
         "estimators": {...}}``; metric names as in :func:`rlvr.evaluation.passk.problem_metrics`,
-        plus ``accuracy`` (= ``mean@n``, the accuracy of one sample).
+        plus ``accuracy`` (= ``mean@n``, the accuracy of one sample). When the records carry
+        categories (and ``by_category``), also ``"by_category": {category: {"n_prompts",
+        "metrics", "ci"}}``, the same estimators on each category's problems.
     """
     correct, answers, tokens, done = records_to_arrays(records)
     n = correct.shape[1]
@@ -274,7 +281,22 @@ def compute_summary_metrics(
         name: list(bootstrap_mean_ci(v, reps=bootstrap_reps, confidence=confidence, seed=seed))
         for name, v in per_problem.items()
     }
+    categories = list(dict.fromkeys(r.get("category") or "" for r in records))
+    per_category = {}
+    if by_category and categories != [""]:
+        for category in categories:
+            part = compute_summary_metrics(
+                [r for r in records if (r.get("category") or "") == category],
+                ks,
+                confidence,
+                bootstrap_reps,
+                maj_subsets,
+                seed,
+                by_category=False,
+            )
+            per_category[category] = {k: part[k] for k in ("n_prompts", "metrics", "ci")}
     return {
+        **({"by_category": per_category} if per_category else {}),
         "n": n,
         "ks": list(ks),
         "n_prompts": correct.shape[0],
@@ -410,6 +432,7 @@ def rescore(
         maj_subsets=int(estimators.get("maj_subsets", 1000)),
         seed=int(estimators.get("seed", 0)),
     )
+    summary.pop("by_category", None)  # recomputed from the records' categories, if any
     summary.update(metrics)
     summary["rescored"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     save_eval(out_dir, records, summary)
