@@ -136,3 +136,22 @@ def test_report_errors_exit_2(tmp_path) -> None:
     run_dir = _make_run(tmp_path)
     result = run("report", str(run_dir), "--eval", str(tmp_path))
     assert result.exit_code == 2 and "is not an eval directory" in result.flat
+
+
+def test_categories_section_in_task_order(tmp_path) -> None:
+    from rlvr.evaluation.plots import categories_in
+    from rlvr.evaluation.report import build_report
+
+    rows = [
+        {"step": 0, "eval/greedy_accuracy": 0.2, "eval/greedy_accuracy/L1": 0.4},
+        {"step": 0, "eval/greedy_accuracy/L3": 0.0},
+        {"step": 1, "category/L3/samples_frac": 0.75, "category/L1/samples_frac": 0.25},
+        {"step": 2, "category/L1/samples_frac": 1.0, "curriculum/prob/L1": 0.9},
+    ]
+    assert categories_in(rows) == ["L1", "L3"]  # the eval's order, not the first step's
+    assert categories_in(rows[:1]) == []  # nothing trained: no category section
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(tmp_path)
+    assert '<section id="categories">' in html and 'alt="per-category curves"' in html
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+    assert '<section id="categories">' not in build_report(tmp_path)

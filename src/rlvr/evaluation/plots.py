@@ -87,6 +87,64 @@ def training_figure(rows: Sequence[dict[str, Any]]) -> Figure | None:
     return fig
 
 
+def categories_in(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The categories a run logged (``category/<name>/samples_frac``), in the task's order where
+    the run shows it (per-category eval and curriculum keys list them in that order)."""
+    found: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            for prefix, suffix in (
+                ("eval/greedy_accuracy/", ""),
+                ("curriculum/prob/", ""),
+                ("category/", "/samples_frac"),
+            ):
+                if key.startswith(prefix) and key.endswith(suffix):
+                    found[key[len(prefix) : len(key) - len(suffix)]] = None
+    logged = {
+        key[len("category/") : -len("/samples_frac")]
+        for row in rows
+        for key in row
+        if key.startswith("category/") and key.endswith("/samples_frac")
+    }
+    return [c for c in found if c in logged]
+
+
+def category_figure(rows: Sequence[dict[str, Any]]) -> Figure | None:
+    """For a task with categories: the share of each step's training samples per category
+    (stacked), the curriculum's probability of each category (when one was logged) and the
+    held-out greedy accuracy of each category; None when the run logged no categories."""
+    categories = categories_in(rows)
+    if not categories:
+        return None
+    panels = [("share of training samples", "category/{}/samples_frac", True)]
+    if any(f"curriculum/prob/{c}" in row for row in rows for c in categories):
+        panels.append(("curriculum probability", "curriculum/prob/{}", False))
+    panels.append(("held-out greedy accuracy", "eval/greedy_accuracy/{}", False))
+    fig = new_figure(4.2 * len(panels), 3.1)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, pattern, stacked) in zip(axes, panels, strict=True):
+        if stacked:  # a category absent from a step had share 0 there
+            logged = [r for r in rows if any(pattern.format(c) in r for c in categories)]
+            steps = [float(r["step"]) for r in logged]
+            shares = [[float(r.get(pattern.format(c), 0.0)) for r in logged] for c in categories]
+            ax.stackplot(steps, shares, labels=categories, alpha=0.85)
+            ax.set_ylim(0, 1)
+        else:
+            for c in categories:
+                xs, ys = _series(rows, pattern.format(c))
+                if xs:
+                    ax.plot(
+                        xs, ys, "o-" if pattern.startswith("eval/") else "-", label=c, markersize=4
+                    )
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
 def passk_figure(evals: Sequence[tuple[str, dict[str, Any]]]) -> Figure | None:
     """pass@k and maj@k against k (log2 axis), one line per evaluation, with the summaries'
     bootstrap intervals as error bars; None when no summary has any pass@k."""

@@ -17,7 +17,13 @@ from typing import Any
 import numpy as np
 
 from rlvr.evaluation.harness import EvalError, load_summary
-from rlvr.evaluation.plots import TRAINING_SERIES, data_uri, passk_figure, training_figure
+from rlvr.evaluation.plots import (
+    TRAINING_SERIES,
+    category_figure,
+    data_uri,
+    passk_figure,
+    training_figure,
+)
 
 MAX_TEXT = 2000  # characters of a prompt/completion shown in the samples table
 
@@ -113,8 +119,9 @@ def _task_text(task: dict[str, Any]) -> str:
     if not task:
         return "-"
     if task.get("name") == "file":
-        return f"file {task.get('path')}"
-    return f"{task.get('name', 'arithmetic')} level {task.get('level', '-')}"
+        column = task.get("category_column")
+        return f"file {task.get('path')}" + (f", categories from {column!r}" if column else "")
+    return f"{task.get('name', 'arithmetic')} level {task.get('levels') or task.get('level', '-')}"
 
 
 def _training(rows: list[dict[str, Any]], bad: int) -> str:
@@ -138,6 +145,17 @@ def _training(rows: list[dict[str, Any]], bad: int) -> str:
         parts.append(f'<p class="note">{bad} unreadable line(s) of metrics.jsonl skipped.</p>')
     parts.append("</section>")
     return "".join(parts)
+
+
+def _categories(rows: list[dict[str, Any]]) -> str:
+    """Per-category curves of a run whose task has categories ("" otherwise)."""
+    fig = category_figure(rows)
+    if fig is None:
+        return ""
+    return (
+        '<section id="categories"><h2>Categories</h2>'
+        f'<img alt="per-category curves" src="{data_uri(fig)}"></section>'
+    )
 
 
 def _evaluation(run_dir: Path, eval_dirs: list[Path]) -> str:
@@ -271,6 +289,7 @@ def build_report(run_dir: Path, eval_dirs: list[Path] | None = None, max_samples
     sections = [
         _overview(run_dir, config, rows),
         _training(rows, bad),
+        _categories(rows),
         _evaluation(run_dir, evals),
         _samples(run_dir, max_samples),
         '<section id="config"><h2>Config</h2>'
