@@ -354,3 +354,11 @@ def test_update_sparsity_rejects_mismatched_snapshot() -> None:
         update_sparsity(model, {"nope": torch.zeros(1)})
     with pytest.raises(ValueError, match="shape"):
         update_sparsity(model, {"norm.bias": torch.zeros(5)})
+
+
+def test_task_key_names_levels_mixtures_and_files() -> None:
+    from rlvr.evaluation.compare import task_key
+
+    assert task_key({"name": "arithmetic", "level": 3}) == "arithmetic-L3"
+    assert task_key({"name": "arithmetic", "level": 2, "levels": [1, 3]}) == "arithmetic-L1+L3"
+    assert task_key({"name": "file", "path": "d.jsonl"}) == "file:d.jsonl"

@@ -46,11 +46,13 @@ class Source:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    """A readable identity of a task config: ``arithmetic-L2``, ``file:data/test.jsonl``."""
+    """A readable identity of a task config: ``arithmetic-L2``, ``arithmetic-L1+L3`` (a mixture
+    of levels), ``file:data/test.jsonl``."""
     name = task.get("name", "arithmetic")
     if name == "file":
         return f"file:{task.get('path')}"
-    return f"{name}-L{task.get('level', 2)}"
+    levels = task.get("levels") or [task.get("level", 2)]
+    return f"{name}-" + "+".join(f"L{level}" for level in levels)
 
 
 def _is_run(path: Path) -> bool:
