@@ -610,7 +610,10 @@ def curricula() -> None:
     """
     from rlvr.curriculum import SAMPLERS
 
-    _print_listing("curricula (curriculum.name; sec and dump need task.levels)", SAMPLERS)
+    _print_listing(
+        "curricula (curriculum.name; sec and dump need task.levels or task.category_column)",
+        SAMPLERS,
+    )
 
 
 @app.command()

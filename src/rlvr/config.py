@@ -107,7 +107,8 @@ class CurriculumConfig(Section):
     name: Literal["sequential", "sec", "dump"] = Field(
         "sequential",
         description="sequential (the task's stream in order), sec (Self-Evolving Curriculum), "
-        "dump (UCB over categories); sec and dump need task.levels or task.category_column",
+        "dump (UCB over categories); sec and dump need task.levels or a file task's "
+        "task.category_column",
     )
     alpha: float = Field(0.5, gt=0, le=1, description="sec: TD(0) step size of category values")
     temperature: float | None = Field(
@@ -120,16 +121,15 @@ class CurriculumConfig(Section):
     exploration: float = Field(1.0, ge=0, description="dump: UCB exploration coefficient c")
 
     def params(self) -> dict[str, Any]:
-        """Constructor arguments of the named sampler (``rlvr.curriculum.make_sampler``)."""
-        if self.name == "sec":
-            return {"alpha": self.alpha, "temperature": self.temperature or 1.0}
-        if self.name == "dump":
-            return {
-                "window": self.window,
-                "exploration": self.exploration,
-                "temperature": self.temperature or 0.1,
-            }
-        return {}
+        """Constructor arguments of the named sampler (``rlvr.curriculum.make_sampler``); an
+        unset temperature leaves the sampler's own default."""
+        own = {"sec": ("alpha",), "dump": ("window", "exploration")}.get(self.name)
+        if own is None:
+            return {}
+        params = {key: getattr(self, key) for key in own}
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        return params
 
 
 class RolloutConfig(Section):

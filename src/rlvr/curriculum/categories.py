@@ -46,7 +46,8 @@ class CategorySampler(ABC):
         if len(categories) < 2:
             raise ValueError(
                 f"curriculum {self.name!r} chooses between categories of problems, but task "
-                f"{task.name!r} has {len(categories)}: give it several, e.g. task.levels: [1, 2, 3]"
+                f"{task.name!r} has {len(categories)}: give it several (task.levels: [1, 2, 3], "
+                "or a file task's task.category_column)"
             )
         self.task = task
         self.categories: tuple[str, ...] = tuple(categories)

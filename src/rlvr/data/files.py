@@ -9,6 +9,7 @@ category curricula (:mod:`rlvr.curriculum`).
 
 from __future__ import annotations
 
+import functools
 import os
 
 import datasets
@@ -23,13 +24,24 @@ _HELD_OUT_SPLITS = frozenset({"test", "eval", "validation"})
 
 
 def _load_rows(path: str, columns: list[str]) -> dict[str, list]:
-    """Load ``path`` with ``datasets`` and return the requested columns as Python lists.
+    """Load ``path`` with ``datasets`` and return the requested columns as Python lists (shared
+    with other callers: do not modify them).
 
     Raises ValueError for a missing file, an unsupported extension, an empty file or a missing
-    column (listing the available ones).
+    column (listing the available ones). The file is read once per (path, size, modification
+    time, columns), so the per-category tasks of :func:`file_mixture` do not re-read it.
     """
     if not os.path.isfile(path):
         raise ValueError(f"data file not found: {path}")
+    stat = os.stat(path)
+    return _load_rows_cached(os.path.abspath(path), stat.st_size, stat.st_mtime_ns, tuple(columns))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_rows_cached(
+    path: str, size: int, mtime_ns: int, columns: tuple[str, ...]
+) -> dict[str, list]:
+    """:func:`_load_rows` for one version of a file (size and mtime are part of the key)."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in _BUILDERS:
         raise ValueError(
