@@ -21,7 +21,8 @@ from rlvr.curriculum import (
     ucb_scores,
 )
 from rlvr.data import ArithmeticTask, MixtureTask, Problem
-from rlvr.trainer import build_task, train
+from rlvr.data import build_task
+from rlvr.trainer import train
 
 
 def mixture(levels=(1, 3, 5)) -> MixtureTask:
@@ -185,7 +186,7 @@ def test_category_curriculum_needs_categories():
 def test_config_levels_and_curriculum_errors():
     cfg = build_config({"task": {"levels": [1, 3]}, "curriculum": {"name": "dump"}})
     assert cfg.curriculum.params() == {"window": 300, "exploration": 1.0}
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     assert isinstance(task, MixtureTask) and task.categories == ("L1", "L3")
     sampler = make_sampler(cfg.curriculum.name, task, **cfg.curriculum.params())
     assert sampler.temperature == 0.1  # the sampler's own default when unset

@@ -21,7 +21,7 @@ from rlvr.data.countdown import (
     is_held_out,
     parse_expression,
 )
-from rlvr.trainer import build_task
+from rlvr.data import build_task
 
 # The running example: (50 - 25) * (7 - 3) == 100 uses each of the numbers exactly once.
 NUMBERS = [3, 7, 25, 50]
@@ -186,7 +186,7 @@ def test_levels_and_registry() -> None:
 
 def test_config_and_build_task() -> None:
     cfg = build_config({"task": {"name": "countdown", "level": 3, "n_eval": 4, "seed": 1}})
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     assert isinstance(task, CountdownTask) and task.level == 3 and task.seed == 1
     assert len(task.eval_problems()) == 4
     with pytest.raises(ConfigError, match="task.level must be 1 to 3 for countdown"):

@@ -120,7 +120,7 @@ def test_errors_name_what_is_accepted() -> None:
 
 @needs_rg
 def test_build_task_from_config() -> None:
-    from rlvr.trainer import build_task
+    from rlvr.data import build_task
 
     cfg = build_config(
         {
@@ -133,7 +133,7 @@ def test_build_task_from_config() -> None:
             }
         }
     )
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     assert isinstance(task, ReasoningGymTask) and task.size == 20 and task.seed == 2
     assert len(task.eval_problems()) == 3
     assert task.entry(task.train_problem(0))["metadata"]["num_terms"] == 3

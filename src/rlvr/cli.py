@@ -256,13 +256,13 @@ def _run_eval(model: str, **opt) -> None:
     )
     from rlvr.models import (
         ModelSpecError,
-        encode_prompt,
+        encode_messages,
         load_model,
         load_tokenizer,
         stop_token_ids,
     )
     from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
-    from rlvr.trainer import build_task
+    from rlvr.data import build_task
 
     n: int = opt["n"]
     try:
@@ -311,7 +311,7 @@ def _run_eval(model: str, **opt) -> None:
         tokenizer = load_tokenizer(target.spec)
         dtype = auto_dtype(device)
         policy = load_model(target.spec, dtype).to(device)
-        task = build_task(cfg)
+        task = build_task(cfg.task)
     except (ConfigError, ModelSpecError, ValueError) as err:
         _fail(str(err))
         return
@@ -325,7 +325,7 @@ def _run_eval(model: str, **opt) -> None:
         max_new_tokens=max_new_tokens,
         stop_token_ids=stop_token_ids(tokenizer),
     )
-    prompts = [encode_prompt(tokenizer, p.prompt, system_prompt) for p in problems]
+    prompts = [encode_messages(tokenizer, p.messages(system_prompt)) for p in problems]
     generator = torch.Generator(device=device).manual_seed(opt["sampling_seed"])
 
     start = time.perf_counter()

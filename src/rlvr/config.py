@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rlvr.errors import RlvrError
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -331,6 +333,12 @@ class TrainConfig(Section):
     )
     seed: int = 0
     threads: int | None = Field(None, ge=1, description="torch threads (None: torch default)")
+    max_nonfinite_steps: int = Field(
+        3,
+        ge=1,
+        description="a step whose rewards, advantages, loss or gradient norm is NaN/inf is "
+        "skipped (train/skipped_nonfinite); this many in a row stop the run",
+    )
 
 
 class EvalConfig(Section):
@@ -342,6 +350,16 @@ class EvalConfig(Section):
     after: bool = True
     sampled: bool = Field(True, description="also report sampled (temperature) accuracy")
     max_new_tokens: int | None = None
+
+
+class WandbConfig(Section):
+    """Weights & Biases, beside TensorBoard (``pip install wandb``)."""
+
+    project: str = Field("rlvr", description="W&B project")
+    mode: Literal["online", "offline", "disabled"] = Field(
+        "offline", description="offline: write under RUN/wandb, sync later with `wandb sync`"
+    )
+    name: str | None = Field(None, description="run name (None: the run directory's name)")
 
 
 class LoggingConfig(Section):
@@ -356,6 +374,7 @@ class LoggingConfig(Section):
         "(keeps an fp32 copy of the initial weights)",
     )
     progress: bool = True
+    wandb: WandbConfig | None = Field(None, description="log to Weights & Biases too")
 
 
 class CheckpointConfig(Section):
@@ -394,7 +413,7 @@ class Config(Section):
         return self
 
 
-class ConfigError(ValueError):
+class ConfigError(RlvrError, ValueError):
     """A config that does not validate; the message names each bad field by its dotted path."""
 
 

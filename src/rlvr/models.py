@@ -32,6 +32,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from rlvr.errors import RlvrError
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -72,7 +74,7 @@ ALIASES: dict[str, Alias] = {
 }
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(RlvrError, ValueError):
     """A model spec that cannot be resolved or loaded; the message says what is accepted."""
 
 
@@ -259,6 +261,12 @@ def encode_prompt(
     messages = [{"role": "user", "content": user_message}]
     if system_prompt is not None:
         messages.insert(0, {"role": "system", "content": system_prompt})
+    return encode_messages(tokenizer, messages)
+
+
+def encode_messages(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a chat (``[{"role": ..., "content": ...}, ...]``) rendered by the tokenizer's
+    chat template, ending with the assistant's turn header."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 

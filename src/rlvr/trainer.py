@@ -29,7 +29,7 @@ from rlvr import algorithms
 from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from rlvr.config import Config, ConfigError, save_config
 from rlvr.curriculum import make_sampler, per_category
-from rlvr.data import MixtureTask, Problem, Task, file_mixture, make_task
+from rlvr.data import Problem, build_task
 from rlvr.evaluation import (
     answer_entropy_within_groups,
     evaluate_accuracy,
@@ -37,7 +37,7 @@ from rlvr.evaluation import (
     update_sparsity,
 )
 from rlvr.logging import MetricsLogger, ProgressDisplay
-from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
+from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.rewards.base import make_reward
 from rlvr.rewards.reference_probability import reference_answer_logprobs
@@ -95,31 +95,6 @@ def merge_samples(parts: list[StepSamples]) -> StepSamples:
         greedy_rewards=None if greedy[0] is None else torch.cat(greedy),
         tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
     )
-
-
-def build_task(cfg: Config) -> Task:
-    """The task of ``cfg.task``; with ``levels``, a :class:`MixtureTask` with one category
-    ("L1", "L2", ...) per level; with a file task's ``category_column``, one category per value
-    of the column."""
-    t = cfg.task
-    kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
-    if t.prompt_template is not None:
-        kwargs["prompt_template"] = t.prompt_template
-    if t.name in ("arithmetic", "countdown") and t.levels:
-        tasks = [make_task(t.name, level=level, **kwargs) for level in t.levels]
-        return MixtureTask(tasks, [f"L{level}" for level in t.levels], name=t.name)
-    if t.name in ("arithmetic", "countdown"):
-        return make_task(t.name, level=t.level, **kwargs)
-    if t.name.startswith("reasoning_gym:"):
-        return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    columns = {
-        "prompt_column": t.prompt_column,
-        "answer_column": t.answer_column,
-        "split_column": t.split_column,
-    }
-    if t.category_column:
-        return file_mixture(t.path, t.category_column, **columns, **kwargs)
-    return make_task("file", path=t.path, **columns, **kwargs)
 
 
 def lr_lambda(cfg: Config):
@@ -191,7 +166,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     tokenizer = load_tokenizer(cfg.model.name)
     policy = load_model(cfg.model.name, torch.float32)
     policy.config.use_cache = False
-    task = build_task(cfg)
+    task = build_task(cfg.task)
     reward_fn = make_reward(task, cfg.reward.function)
     combined = None
     if cfg.reward.terms:
@@ -224,7 +199,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     reference = load_model(cfg.model.name, fast) if algo.beta > 0 else None
 
     def encode(problem: Problem) -> list[int]:
-        return encode_prompt(tokenizer, problem.prompt, cfg.model.system_prompt)
+        return encode_messages(tokenizer, problem.messages(cfg.model.system_prompt))
 
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)

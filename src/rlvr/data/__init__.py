@@ -4,6 +4,7 @@ from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, CategorizedTask, Problem, Task
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask, file_mixture
+from rlvr.data.from_config import build_task
 from rlvr.data.mixture import MixtureTask
 from rlvr.data.reasoning_gym import RG_PROMPT_TEMPLATE, ReasoningGymTask
 from rlvr.data.registry import TASKS, is_task_name, make_task
@@ -22,6 +23,7 @@ __all__ = [
     "Problem",
     "ReasoningGymTask",
     "Task",
+    "build_task",
     "countdown_reward",
     "extract_answer",
     "file_mixture",

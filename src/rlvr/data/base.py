@@ -26,6 +26,14 @@ class Problem:
     answer: str
     category: str = ""
 
+    def messages(self, system_prompt: str | None = None) -> list[dict[str, str]]:
+        """The chat the policy is prompted with: an optional system turn, then the user
+        message."""
+        chat = [{"role": "user", "content": self.prompt}]
+        if system_prompt is not None:
+            chat.insert(0, {"role": "system", "content": system_prompt})
+        return chat
+
 
 class Task(Protocol):
     """What the trainer needs from a source of problems."""

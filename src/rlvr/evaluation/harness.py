@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from rlvr.data import Problem, Task
+from rlvr.errors import RlvrError
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
 from rlvr.rewards.verifiers import extract_answer
@@ -58,7 +59,7 @@ SCHEMA = pa.schema(
 )
 
 
-class EvalError(ValueError):
+class EvalError(RlvrError, ValueError):
     """A bad evaluation input (model argument, eval directory, k list); the message names it."""
 
 
@@ -410,12 +411,12 @@ def rescore(
         ``(summary, number of samples whose score changed)``.
     """
     from rlvr.config import build_config
-    from rlvr.trainer import build_task
+    from rlvr.data import build_task
 
     summary = load_summary(out_dir)
     records = load_records(out_dir)
     if task is None:
-        task = build_task(build_config({"task": summary.get("task", {})}))
+        task = build_task(build_config({"task": summary.get("task", {})}).task)
     changed = 0
     for r in records:
         problem = Problem(r["problem_id"], r["prompt"], r["answer"])

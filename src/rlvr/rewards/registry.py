@@ -38,6 +38,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from rlvr.errors import RlvrError
+
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
 
@@ -93,7 +95,7 @@ class Score(float):
         return f"Score({float(self)!r}, {self.reason!r})"
 
 
-class RewardError(RuntimeError):
+class RewardError(RlvrError, RuntimeError):
     """A reward raised, returned a bad value, or timed out, on a given sample.
 
     The message names the reward, the sample index and the first 80 characters of the

@@ -1,0 +1,38 @@
+"""Build the task a run's ``task:`` section describes (training and ``rlvr eval`` share this, so
+both see the same problems, prompts and verifier)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlvr.data.base import Task
+from rlvr.data.files import file_mixture
+from rlvr.data.mixture import MixtureTask
+from rlvr.data.registry import make_task
+
+if TYPE_CHECKING:
+    from rlvr.config import TaskConfig
+
+
+def build_task(t: TaskConfig) -> Task:
+    """The task of a ``task:`` section; with ``levels``, a :class:`MixtureTask` with one category
+    ("L1", "L2", ...) per level; with a file task's ``category_column``, one category per value
+    of the column."""
+    kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
+    if t.prompt_template is not None:
+        kwargs["prompt_template"] = t.prompt_template
+    if t.name in ("arithmetic", "countdown") and t.levels:
+        tasks = [make_task(t.name, level=level, **kwargs) for level in t.levels]
+        return MixtureTask(tasks, [f"L{level}" for level in t.levels], name=t.name)
+    if t.name in ("arithmetic", "countdown"):
+        return make_task(t.name, level=t.level, **kwargs)
+    if t.name.startswith("reasoning_gym:"):
+        return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
+    columns = {
+        "prompt_column": t.prompt_column,
+        "answer_column": t.answer_column,
+        "split_column": t.split_column,
+    }
+    if t.category_column:
+        return file_mixture(t.path, t.category_column, **columns, **kwargs)
+    return make_task("file", path=t.path, **columns, **kwargs)

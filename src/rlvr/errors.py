@@ -1,0 +1,18 @@
+"""The errors rlvr reports to a user: a message that names the file, row, column or config key
+and what was expected. The command line prints them without a traceback (``--debug`` shows it);
+anything else that escapes is a bug in rlvr and is shown with its traceback.
+"""
+
+from __future__ import annotations
+
+
+class RlvrError(Exception):
+    """A user-facing error: bad config, data, model path, reward, or a run that cannot go on."""
+
+
+class DataError(RlvrError, ValueError):
+    """A data source (file, dataset, row, column) that cannot be used as it is."""
+
+
+class NonFiniteError(RlvrError, FloatingPointError):
+    """A run that produced non-finite losses, gradients or rewards too many steps in a row."""
