@@ -20,8 +20,7 @@ from rlvr.curriculum import (
     td0_update,
     ucb_scores,
 )
-from rlvr.data import ArithmeticTask, MixtureTask, Problem
-from rlvr.data import build_task
+from rlvr.data import ArithmeticTask, MixtureTask, Problem, build_task
 from rlvr.trainer import train
 
 

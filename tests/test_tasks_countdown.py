@@ -10,7 +10,7 @@ from fractions import Fraction
 import pytest
 
 from rlvr.config import ConfigError, build_config
-from rlvr.data import TASKS, CountdownTask, Problem, make_task
+from rlvr.data import TASKS, CountdownTask, Problem, build_task, make_task
 from rlvr.data.countdown import (
     LEVELS,
     check_expression,
@@ -21,7 +21,6 @@ from rlvr.data.countdown import (
     is_held_out,
     parse_expression,
 )
-from rlvr.data import build_task
 
 # The running example: (50 - 25) * (7 - 3) == 100 uses each of the numbers exactly once.
 NUMBERS = [3, 7, 25, 50]

@@ -242,6 +242,7 @@ def _run_eval(model: str, **opt) -> None:
     )
 
     from rlvr.config import ConfigError, build_config
+    from rlvr.data import build_task
     from rlvr.evaluation.harness import (
         EvalError,
         build_summary,
@@ -262,7 +263,6 @@ def _run_eval(model: str, **opt) -> None:
         stop_token_ids,
     )
     from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
-    from rlvr.data import build_task
 
     n: int = opt["n"]
     try:

@@ -264,7 +264,9 @@ def encode_prompt(
     return encode_messages(tokenizer, messages)
 
 
-def encode_messages(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+def encode_messages(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]
+) -> list[int]:
     """Token ids of a chat (``[{"role": ..., "content": ...}, ...]``) rendered by the tokenizer's
     chat template, ending with the assistant's turn header."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
