@@ -210,7 +210,8 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
 
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert {s["step"] for s in samples} == {1, 2}
-    assert set(samples[0]) == {"step", "prompt", "answer", "completion", "reward"}
+    assert set(samples[0]) == {"step", "prompt", "answer", "completion", "reward", "terms"}
+    assert set(samples[0]["terms"]) == {"task"}  # the task verifier is the one reward term
     assert re.search(r"What is \d \+ \d\?", samples[0]["prompt"])
 
     events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
@@ -219,7 +220,11 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
     final = run_dir / "checkpoints" / "step_000002"
     for name in ("model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "state.json"):
         assert (final / name).is_file(), name
-    assert json.loads((final / "state.json").read_text()) == {"step": 2, "sampler": {"position": 4}}
+    assert json.loads((final / "state.json").read_text()) == {
+        "step": 2,
+        "sampler": {"position": 4},
+        "skipped_nonfinite": 0,
+    }
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")
     assert result.exit_code == 0, result.output + repr(result.exception)

@@ -356,21 +356,3 @@ def test_config_category_column():
     assert cfg.task.category_column == "src"
     with pytest.raises(ConfigError, match="only applies to the file task"):
         build_config({"task": {"category_column": "src"}})
-
-
-def test_file_rows_are_read_once_per_version_of_the_file(tmp_path):
-    import os
-
-    from rlvr.data import files
-
-    rows = [{"prompt": f"q{i}", "answer": str(i), "src": "ab"[i % 2]} for i in range(20)]
-    path = write_rows(tmp_path / "d.jsonl", rows)
-    files._load_rows_cached.cache_clear()
-    files.file_mixture(path, "src")
-    info = files._load_rows_cached.cache_info()
-    # the category column once, all columns once; the second category reuses that read
-    assert info.misses == 2 and info.hits == 1
-    write_rows(tmp_path / "d.jsonl", [{**r, "answer": "7"} for r in rows])
-    os.utime(path, ns=(0, 10**9))  # a new version even within the clock's resolution
-    task = files.file_mixture(path, "src")
-    assert {task.category_problem(0, i).answer for i in range(5)} == {"7"}

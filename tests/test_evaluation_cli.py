@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.config import build_config, save_config
+from rlvr.config import TaskConfig, build_config, save_config
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -75,13 +76,24 @@ def test_eval_writes_samples_and_rescore_reproduces(tmp_path, cache) -> None:
     data = rows.to_pylist()
     data[0]["completion"] = f"so the result is\nAnswer: {data[0]['answer']}"
     pq.write_table(type(rows).from_pylist(data, schema=rows.schema), out / "samples.parquet")
-    result = run("eval", "--rescore", str(out), "--k", "1,4")
+    # A metric rescoring does not compute (another version's) is kept and listed as such.
+    stored = json.loads((out / "summary.json").read_text())
+    stored["metrics"]["custom@1"], stored["ci"]["custom@1"] = 0.5, [0.25, 0.75]
+    (out / "summary.json").write_text(json.dumps(stored))
+    result = run("eval", "--rescore", str(out), "--k", "1,3")
     assert result.exit_code == 0, result.output
-    assert "1 score(s) changed" in result.flat
+    assert "1 score(s) changed" in result.flat and "kept, not recomputed: custom@1" in result.flat
     rescored = json.loads((out / "summary.json").read_text())
-    assert rescored["ks"] == [1, 4] and "pass@2" not in rescored["metrics"]
-    expected = summary["metrics"]["mean@4"] + (0.0 if table[0]["correct"] else 1 / 12)
-    assert rescored["metrics"]["mean@4"] == pytest.approx(expected)
+    # --k adds k=3; the earlier ks are recomputed, none is dropped
+    assert rescored["ks"] == [1, 2, 3, 4]
+    assert {"pass@2", "maj@2", "pass@3", "maj@3", "pass@4"} <= set(rescored["metrics"])
+    assert rescored["metrics"]["custom@1"] == 0.5 and rescored["ci"]["custom@1"] == [0.25, 0.75]
+    assert rescored["not_rescored"] == ["custom@1"]
+    fixed = 0.0 if table[0]["correct"] else 1.0  # its problem gains one correct sample of 4
+    assert rescored["metrics"]["mean@4"] == pytest.approx(summary["metrics"]["mean@4"] + fixed / 12)
+    c0 = sum(r["correct"] for r in table if r["problem_index"] == table[0]["problem_index"])
+    gain = 0.0 if table[0]["correct"] else (math.comb(4 - c0, 2) - math.comb(3 - c0, 2)) / 6 / 3
+    assert rescored["metrics"]["pass@2"] == pytest.approx(summary["metrics"]["pass@2"] + gain)
 
 
 def test_eval_greedy_default_and_run_defaults(tmp_path, cache) -> None:
@@ -110,6 +122,135 @@ def test_eval_input_errors_exit_2(tmp_path, cache) -> None:
     assert result.exit_code == 2 and "give a MODEL" in result.flat
     result = run("eval", "tiny-random-llama", "--device", "tpu-9")
     assert result.exit_code == 2 and "--device 'tpu-9'" in result.flat
+
+
+def _word_problems(path: Path, rows: int = 40) -> Path:
+    """A user's own file task: a jsonl with a `question` and an `answer` column."""
+    lines = [
+        json.dumps({"question": f"What is {i} plus 1?", "answer": str(i + 1)}) for i in range(rows)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_base_model_and_run_are_scored_on_the_same_problems(tmp_path, cache) -> None:
+    from test_trainer import tiny_config
+
+    from rlvr import evaluate
+    from rlvr.trainer import train
+
+    data = _word_problems(tmp_path / "problems.jsonl")
+    task = {"name": "file", "path": str(data), "prompt_column": "question", "n_eval": 5}
+    run_dir = tmp_path / "run"
+    settings = {"n_prompts": 4, "max_new_tokens": 6}
+    train(build_config(tiny_config(run_dir, steps=1, task=task, eval=settings)))
+
+    tuned = evaluate(run_dir, progress=False)  # the run's own task and eval settings
+    assert tuned["out_dir"] == str(run_dir / "eval-step_000001")
+    assert tuned["settings_from"] == f"run {run_dir}" and tuned["checkpoint"] == "step_000001"
+    assert tuned["task"]["path"] == str(data) and tuned["task"]["prompt_column"] == "question"
+    assert tuned["sampling"]["max_new_tokens"] == 6 and tuned["sampling"]["temperature"] == 0.0
+    ids = tuned["problems"]["ids"]
+    assert len(ids) == 4 == tuned["n_prompts"] and all(i.startswith("file-eval-") for i in ids)
+
+    base = evaluate("tiny-random-llama", like=run_dir, out=tmp_path / "base", progress=False)
+    assert base["problems"] == tuned["problems"] and base["task"] == tuned["task"]
+    assert base["sampling"] == tuned["sampling"] and base["settings_from"] == f"like {run_dir}"
+
+    # The same task from the command line, as training's --set keys.
+    result = run(
+        "eval", "tiny-random-llama", "--set", "task.name=file", "--set", f"task.path={data}",
+        "--set", "task.prompt_column=question", "--set", "task.n_eval=5", "--n-prompts", "4",
+        "--max-new-tokens", "6", "--out", str(tmp_path / "base-cli"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    cli = json.loads((tmp_path / "base-cli" / "summary.json").read_text())
+    assert cli["problems"] == tuned["problems"]
+    assert last_json(result.clean)["problems_sha256"] == tuned["problems"]["sha256"]
+    rows = pq.read_table(tmp_path / "base-cli" / "samples.parquet").to_pylist()
+    assert [r["problem_id"] for r in rows] == ids
+    assert rows[0]["prompt"].startswith("What is ")
+
+    # `rlvr eval --like RUN` likewise; --set then changes the task on top of the run's.
+    result = run(
+        "eval", "tiny-random-llama", "--like", str(run_dir), "--set", "task.n_eval=2",
+        "--out", str(tmp_path / "base-like"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    like = json.loads((tmp_path / "base-like" / "summary.json").read_text())
+    assert like["problems"]["ids"] == ids[:2] and like["task"]["prompt_column"] == "question"
+    assert "fewer than eval.n_prompts=4" in result.flat  # the note, also kept in the summary
+    assert like["notes"] and "task.n_eval=2" in like["notes"][0]
+
+
+def test_settings_layers_and_task_shortcuts(tmp_path) -> None:
+    from rlvr.evaluation.api import resolve_settings, task_shortcuts
+    from rlvr.evaluation.harness import EvalTarget
+
+    base = EvalTarget("tiny-random-llama", "tiny")
+    s = resolve_settings(base)  # the defaults of a training config
+    assert s.source == "defaults" and s.config.eval.n_prompts == 100 and s.ks == [1]
+    assert (s.sampling.temperature, s.sampling.max_new_tokens) == (0.0, 128)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cfg = build_config(
+        {
+            "model": {"system_prompt": "Be brief."},
+            "task": {"name": "arithmetic", "levels": [1, 3], "seed": 7},
+            "rollout": {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 64},
+            "eval": {"n_prompts": 12, "max_new_tokens": 32},
+            "curriculum": {"name": "sec"},
+        }
+    )
+    save_config(cfg, run_dir / "config.yaml")
+    s = resolve_settings(base, like=run_dir, n=4)
+    assert s.config.task.levels == [1, 3] and s.config.model.system_prompt == "Be brief."
+    assert s.config.eval.n_prompts == 12 and s.ks == [1, 2, 4]
+    sampled = (s.sampling.temperature, s.sampling.top_p, s.sampling.max_new_tokens)
+    assert sampled == (0.7, 0.9, 32)  # training's sampled-eval settings
+    # --level replaces the mixture (and the run's curriculum is not part of an evaluation)
+    s = resolve_settings(base, like=run_dir, overrides=task_shortcuts(level=2), n_prompts=3)
+    assert (s.config.task.levels, s.config.task.level, s.config.task.seed) == (None, 2, 7)
+    assert s.config.eval.n_prompts == 3
+    # another task name starts from that task's defaults
+    s = resolve_settings(base, like=run_dir, overrides=["task.name=countdown"])
+    assert s.config.task == TaskConfig(name="countdown")
+    assert task_shortcuts("file", path="123.jsonl", seed=1) == [
+        'task.name="file"',
+        "task.levels=null",
+        "task.category_column=null",
+        'task.path="123.jsonl"',
+        "task.seed=1",
+    ]
+    s = resolve_settings(base, like=run_dir, overrides=task_shortcuts("arithmetic"))
+    assert s.config.task.levels is None and s.config.task.seed == 7  # one level of the run's task
+    s = resolve_settings(base, {"name": "file", "path": "d.jsonl"}, temperature=0.5)
+    assert s.config.task.path == "d.jsonl" and s.sampling.temperature == 0.5
+
+
+def test_eval_errors_are_one_line_without_traceback(tmp_path, cache, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    no_tokenizer = tmp_path / "weights-only"
+    no_tokenizer.mkdir()
+    from rlvr.models import resolve
+
+    source = Path(resolve("tiny-random-llama"))
+    for name in ("config.json", "model.safetensors"):
+        (no_tokenizer / name).write_bytes((source / name).read_bytes())
+    cases = [
+        (["runs/nope"], ["runs/nope: no such run, checkpoint or model directory"]),
+        (["tiny-random-llama", "--like", "runs/nope"], ["--like runs/nope: no such run"]),
+        (["tiny-random-llama", "--set", "task.colour=red"], ["task.colour: unknown key"]),
+        (["tiny-random-llama", "--set", "train.lr=1"], ["--set train.lr: rlvr eval reads only"]),
+        (["tiny-random-llama", "--task", "file", "--path", "missing.jsonl"], ["missing.jsonl"]),
+        ([str(no_tokenizer)], ["weights-only", "tokenizer"]),
+    ]
+    for args, messages in cases:
+        result = run("eval", *args, "--n-prompts", "1", "--max-new-tokens", "2")
+        assert result.exit_code == 2, (args, result.output, result.exception)
+        assert all(m in result.flat for m in messages), (args, result.flat)
+        assert "Traceback" not in result.output and result.clean.count("error:") == 1
 
 
 # ---------------------------------------------------------------- rlvr compare

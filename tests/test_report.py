@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from pathlib import Path
 
@@ -155,3 +156,132 @@ def test_categories_section_in_task_order(tmp_path) -> None:
     assert '<section id="categories">' in html and 'alt="per-category curves"' in html
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
     assert '<section id="categories">' not in build_report(tmp_path)
+
+
+def _make_guarded_run(root: Path, old_nulls: bool = False) -> Path:
+    """A run with two reward terms, a NaN loss at step 3 (null in an old file), a skipped
+    step, evals of 100 problems at steps 0 and 4, and samples with and without terms."""
+    run_dir = root / "guarded"
+    run_dir.mkdir()
+    cfg = build_config(
+        {
+            "model": {"name": "tiny-random-llama"},
+            "eval": {"n_prompts": 100},
+            "reward": {"terms": [{"name": "math"}, {"name": "format", "weight": 0.5}]},
+        }
+    )
+    save_config(cfg, run_dir / "config.yaml")
+    rows = [{"step": 0, "eval/greedy_accuracy": 0.42}]
+    for step in range(1, 5):
+        rows.append(
+            {
+                "step": step,
+                "reward/mean": 0.2 * step,
+                "reward/math/mean": 0.1 * step,
+                "reward/math/errors": 0.0,
+                "reward/format/mean": 0.25 * step,
+                "reward/format/errors": 2.0 if step == 2 else 0.0,
+                "reward/errors": 2.0 if step == 2 else 0.0,
+                "policy/loss": (None if old_nulls else "nan") if step == 3 else 0.5,
+                "train/skipped_nonfinite": float(step >= 3),
+            }
+        )
+    rows.append({"step": 4, "eval/greedy_accuracy": 0.66})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    samples = [
+        {"step": 1, "prompt": "p1", "answer": "1", "completion": "c1", "reward": 0.5,
+         "terms": {"math": 0.0, "format": 1.0}},
+        {"step": 2, "prompt": "p2", "answer": "2", "completion": "c2", "reward": 1.0},
+        {"step": 3, "prompt": "p3", "answer": "3", "completion": "c3", "reward": "nan",
+         "terms": {"math": "nan", "format": 1.0}},
+    ]  # fmt: skip
+    (run_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return run_dir
+
+
+def test_report_headline_terms_intervals_and_nonfinite_notice(tmp_path) -> None:
+    from rlvr.evaluation.report import build_report
+
+    page = build_report(_make_guarded_run(tmp_path))
+    # Before -> after at the top, with 95% Wilson intervals for n = 100 (hand-computed:
+    # 0.42 -> [0.3280, 0.5179], 0.66 -> [0.5628, 0.7454]) and the change in points.
+    headline = re.search(r'<p class="headline" id="before-after">(.*?)</p>', page).group(1)
+    assert (
+        "Held-out greedy accuracy: 42.0% [32.8%, 51.8%] before training → "
+        "66.0% [56.3%, 74.5%] after step 4 (+24.0 points)." in headline
+    )  # the intervals do not overlap: no caveat
+    assert "95% Wilson intervals, n = 100 held-out problems (eval.n_prompts" in headline
+    assert (
+        page.index('id="nonfinite"')
+        < page.index('id="before-after"')
+        < page.index('<section id="overview">')
+    )
+    # The NaN loss is named with its step; the skipped step is counted.
+    notice = re.search(r'<div class="alert" id="nonfinite">(.*?)</div>', page).group(1)
+    assert "<code>policy/loss</code> is nan at step 3; non-finite at 1 step(s): 3" in notice
+    assert "1 training step(s) skipped for non-finite values" in notice
+    assert "<th>steps skipped for non-finite values</th><td>1</td>" in page
+    # Per-term curves with the config's weights; a term's failures are reported.
+    assert '<section id="reward-terms">' in page and 'alt="reward term curves"' in page
+    assert "format: 2 failed reward call(s)" in page and "math: " not in page
+    # Samples: the per-term breakdown, "-" without terms, NaN shown rather than hidden.
+    assert "<th>reward terms</th>" in page
+    assert "<td><pre>math 0.000\nformat 1.000</pre></td>" in page
+    assert '<td class="num">1.000</td><td><pre>-</pre></td>' in page
+    assert '<td class="num">nan</td><td><pre>math nan\nformat 1.000</pre></td>' in page
+
+
+def test_report_reads_old_null_metrics_as_nonfinite(tmp_path) -> None:
+    from rlvr.evaluation.report import build_report, read_metric_rows
+
+    run_dir = _make_guarded_run(tmp_path, old_nulls=True)
+    rows, bad, nonfinite = read_metric_rows(run_dir / "metrics.jsonl")
+    assert bad == 0 and nonfinite == {"policy/loss": [(3, "null")]}
+    assert math.isnan(rows[3]["policy/loss"]) and rows[2]["policy/loss"] == 0.5
+    page = build_report(run_dir)
+    assert "is null (how older rlvr versions wrote NaN/inf) at step 3" in page
+
+
+def test_wilson_interval_and_headline_without_n(tmp_path) -> None:
+    from rlvr.evaluation.report import build_report, wilson_interval
+
+    low, high = wilson_interval(0.25, 4)  # (0.25 + z^2/8 -+ z sqrt(3/64 + z^2/64)) / (1 + z^2/4)
+    assert abs(low - 0.045587) < 1e-5 and abs(high - 0.699358) < 1e-5
+    assert wilson_interval(0.0, 10)[0] == 0.0 and abs(wilson_interval(1.0, 10)[1] - 1.0) < 1e-12
+    rows = [{"step": 0, "eval/greedy_accuracy": 0.5}, {"step": 2, "eval/greedy_accuracy": 0.6}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report(tmp_path)  # no config.yaml: n unknown, no interval claimed
+    assert "Held-out greedy accuracy: 50.0% before training → 60.0% after step 2 (+10.0" in page
+    assert "Wilson" not in page
+    rows.append({"step": 2, "eval/greedy_n": 10.0})  # a logged n wins over the config
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = build_report(tmp_path)
+    assert "the intervals overlap: not clear evidence of a change" in page
+    assert "n = 10 held-out problems." in page
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.1}) + "\n")
+    assert "No held-out evaluation in metrics.jsonl." in build_report(tmp_path)
+
+
+def visible_axes(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_every_plot_has_a_y_label_and_marks_nonfinite_steps(tmp_path) -> None:
+    from rlvr.evaluation.plots import reward_terms, reward_terms_figure, training_figure
+    from rlvr.evaluation.report import read_metric_rows
+
+    rows, _, _ = read_metric_rows(_make_guarded_run(tmp_path) / "metrics.jsonl")
+    assert reward_terms(rows) == ["math", "format"]  # reward/errors is not a term
+    fig = reward_terms_figure(rows, {"format": 0.5})
+    assert [ax.get_title() for ax in fig.axes] == ["math", "format (weight 0.5)"]
+    assert {ax.get_ylabel() for ax in fig.axes} == {"mean score (unweighted)"}
+    rows.append({"step": 5, "reward/mean": 0.1, "reward/accuracy": 0.2, "time/step": 2.0})
+    fig = training_figure(rows, {"eval/greedy_accuracy": lambda acc: (acc - 0.1, acc + 0.1)})
+    assert all(ax.get_ylabel() for ax in visible_axes(fig))
+    titles = {ax.get_title(): ax for ax in visible_axes(fig)}
+    assert titles["held-out accuracy"].get_ylabel() == "fraction of problems"
+    assert len(titles["held-out accuracy"].containers) == 1  # the error bars
+    # Steps where a metric was NaN/inf (policy/loss here, not plotted) are marked on every panel.
+    fig = training_figure(rows, marks=[3.0])
+    for ax in visible_axes(fig):
+        assert [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"] == [3.0]

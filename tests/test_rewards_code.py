@@ -131,7 +131,10 @@ def test_in_combined_reward_with_format():
     good += "\n</answer>"
     bad = _completion("def add(a, b):\n    return a * b")
     with CombinedReward(
-        [("python_unit_tests", 1.0, {"limits": LIMITS}), ("format", 0.1)],
+        [
+            ("python_unit_tests", 1.0, {"limits": LIMITS}),
+            ("format", 0.1, {"tags": ["think", "answer"]}),
+        ],
         on_error="raise",
         timeout_s=30,
     ) as reward:

@@ -9,8 +9,10 @@ import time
 import pytest
 
 from rlvr.data.base import Problem
+from rlvr.errors import RlvrError
 from rlvr.rewards import (
     CombinedReward,
+    RewardConfigError,
     RewardError,
     RewardSpec,
     Score,
@@ -102,6 +104,25 @@ def test_unknown_reward_lists_known_ones():
         get_reward("nope")
 
 
+def test_config_mistakes_are_user_facing_errors():
+    for make in (
+        lambda: get_reward("nope"),
+        lambda: CombinedReward([("test_length", 1.0, {"scael": 2})]),
+        lambda: CombinedReward([("test_length", math.inf)]),
+        lambda: RewardSpec.coerce({"name": "bleu", "wieght": 3}),
+    ):
+        with pytest.raises(RewardConfigError) as info:
+            make()
+        assert isinstance(info.value, RlvrError) and isinstance(info.value, ValueError)
+
+
+def test_task_names_are_reserved():
+    assert "task" in str(pytest.raises(ValueError, get_reward, "nope").value)
+    for name in ("task", "verifier"):
+        with pytest.raises(ValueError, match="reserved for the task's own verifier"):
+            register_reward(name)
+
+
 def test_register_conflict_and_bad_kind():
     with pytest.raises(ValueError, match="already registered"):
         register_reward("test_length")(lambda c, p: 0.0)
@@ -122,6 +143,19 @@ def test_spec_coercion():
     assert RewardSpec.coerce({"name": "bleu", "weight": 3}).weight == 3.0
     with pytest.raises(ValueError, match="expected keys"):
         RewardSpec.coerce({"name": "bleu", "wieght": 3})
+    assert RewardSpec.coerce(length_reward) == RewardSpec(length_reward)
+    assert RewardSpec.coerce((length_reward, 2.0)) == RewardSpec(length_reward, 2.0)
+
+
+def test_callable_terms_are_labelled_by_name_and_keep_their_kind():
+    with CombinedReward([length_reward, (majority_reward, 2.0), lambda c, p: 1.0]) as reward:
+        out = reward(["a", "a", "bcd"], _problems(3))
+    assert out.components == {
+        "test_length": [1.0, 1.0, 3.0],  # registered: its registered name and kind
+        "test_majority": [1.0, 1.0, 0.0],
+        "function": [1.0, 1.0, 1.0],  # a lambda
+    }
+    assert out.total == [4.0, 4.0, 4.0]
 
 
 # --- combination ----------------------------------------------------------------------------
@@ -129,7 +163,8 @@ def test_spec_coercion():
 
 def test_weighted_total_and_components():
     completions = ["ab", "abcd", "<think>x</think><answer>y</answer>"]
-    with CombinedReward([("test_length", 0.5, {"scale": 2.0}), ("format", 3.0)]) as reward:
+    terms = [("test_length", 0.5, {"scale": 2.0}), ("format", 3.0, {"tags": ["think", "answer"]})]
+    with CombinedReward(terms) as reward:
         out = reward(completions, _problems(3))
     assert out.components["test_length"] == [4.0, 8.0, 2.0 * len(completions[2])]
     assert out.components["format"] == [0.0, 0.0, 1.0]

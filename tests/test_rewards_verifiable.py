@@ -151,16 +151,27 @@ def test_multiple_choice_reward():
 # --- format ---------------------------------------------------------------------------------
 
 
+def test_format_default_is_the_answer_line_every_prompt_asks_for():
+    assert format_reward("2 + 2 = 4\nAnswer: 4", _p("")) == 1.0
+    assert format_reward("so\nFinal answer: 4\n\n", _p("")) == 1.0
+    missing = format_reward("Answer: 4\nthat's all", _p(""))
+    assert missing == 0.0 and "Answer: <answer>" in missing.reason
+    assert format_reward("Answer:", _p("")) == 0.0
+
+
+TAGS = ["think", "answer"]
+
+
 def test_format_tags():
     good = "<think>2+2 is 4</think>\n<answer>4</answer>"
-    assert format_reward(good, _p("")) == 1.0
-    assert format_reward("<answer>4</answer><think>x</think>", _p("")) == 0.0
-    missing = format_reward("<think>x</think>", _p(""))
+    assert format_reward(good, _p(""), tags=TAGS) == 1.0
+    assert format_reward("<answer>4</answer><think>x</think>", _p(""), tags=TAGS) == 0.0
+    missing = format_reward("<think>x</think>", _p(""), tags=TAGS)
     assert missing == 0.0 and "<answer> occurs 0 times" in missing.reason
     twice = "<think>a</think><think>b</think><answer>4</answer>"
-    assert format_reward(twice, _p("")) == 0.0
-    assert format_reward("Sure! " + good, _p("")) == 0.0
-    assert format_reward("Sure! " + good, _p(""), strict=False) == 1.0
+    assert format_reward(twice, _p(""), tags=TAGS) == 0.0
+    assert format_reward("Sure! " + good, _p(""), tags=TAGS) == 0.0
+    assert format_reward("Sure! " + good, _p(""), tags=TAGS, strict=False) == 1.0
     assert tags_in_order("<a></b><b></a>", ["a", "b"]) is not None
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from rlvr.data import (
     DEFAULT_PROMPT_TEMPLATE,
+    FILE_PROMPT_TEMPLATE,
     TASKS,
     ArithmeticTask,
     FileTask,
@@ -17,6 +18,7 @@ from rlvr.data import (
     make_task,
 )
 from rlvr.data.arithmetic import HELD_OUT_PERCENT, _evaluate, _render, is_held_out
+from rlvr.errors import DataError
 
 LEVELS = [1, 2, 3, 4, 5, 6]
 QUESTION = re.compile(r"^What is (.+)\?\n")
@@ -310,7 +312,7 @@ def test_file_task_csv_split_column(tmp_path) -> None:
         "What is 4 + 4?,8,Validation\n"
         "What is 5 + 5?,10,eval\n"
     )
-    task = FileTask(str(path), split_column="split")
+    task = FileTask(str(path), split_column="split", prompt_template="{question}")
     assert [(p.id, p.prompt, p.answer) for p in task.eval_problems()] == [
         ("file-eval-1", "What is 2 + 2?", "4"),
         ("file-eval-3", "What is 4 + 4?", "8"),
@@ -337,25 +339,35 @@ def test_make_task(tmp_path) -> None:
         make_task("gsm9k")
 
 
+def test_file_task_default_prompt_asks_for_the_answer_line(tmp_path) -> None:
+    path = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "Capital of France?", "answer": "Paris"}])
+    task = FileTask(path, eval_fraction=0.0)
+    problem = task.train_problem(0)
+    assert problem.prompt == FILE_PROMPT_TEMPLATE.format(question="Capital of France?")
+    assert problem.prompt.endswith("give the final answer on the last line as 'Answer: <answer>'.")
+    plain = FileTask(path, eval_fraction=0.0, prompt_template="{question}")
+    assert plain.train_problem(0).prompt == "Capital of France?"
+
+
 def test_file_task_errors(tmp_path) -> None:
     missing = str(tmp_path / "nope.jsonl")
-    with pytest.raises(ValueError, match=re.escape(missing)):
+    with pytest.raises(DataError, match=re.escape(missing)):
         FileTask(missing)
     txt = tmp_path / "d.txt"
     txt.write_text("hello\n")
-    with pytest.raises(ValueError, match=r"'\.txt'.*\.jsonl, \.json, \.parquet, \.csv"):
+    with pytest.raises(DataError, match=r"'\.txt'.*\.jsonl, \.json, \.csv, \.parquet"):
         FileTask(str(txt))
     path = write_jsonl(tmp_path / "d.jsonl", qa_rows(5))
-    with pytest.raises(ValueError, match=r"'prompt'.*\['question', 'solution'\]"):
+    with pytest.raises(DataError, match=r"column 'prompt' not found.*question, solution"):
         FileTask(path)
-    with pytest.raises(ValueError, match=r"'split'.*available"):
+    with pytest.raises(DataError, match=r"'split' not found.*available"):
         FileTask(path, "question", "solution", split_column="split")
     rows = qa_rows(5)
     rows[3]["question"] = "  "
-    with pytest.raises(ValueError, match=r"row 3 .*'question'"):
+    with pytest.raises(DataError, match=r"e\.jsonl, line 4, column 'question' is empty"):
         FileTask(write_jsonl(tmp_path / "e.jsonl", rows), "question", "solution")
     rows = [{"prompt": "p", "answer": "1"}, {"prompt": "q", "answer": None}]
-    with pytest.raises(ValueError, match=r"row 1 .*'answer'"):
+    with pytest.raises(DataError, match=r"f\.jsonl, line 2, column 'answer': missing \(null\)"):
         FileTask(write_jsonl(tmp_path / "f.jsonl", rows))
     with pytest.raises(ValueError, match="eval_fraction"):
         FileTask(path, "question", "solution", eval_fraction=1.0)

@@ -137,3 +137,43 @@ def test_build_task_from_config() -> None:
     assert isinstance(task, ReasoningGymTask) and task.size == 20 and task.seed == 2
     assert len(task.eval_problems()) == 3
     assert task.entry(task.train_problem(0))["metadata"]["num_terms"] == 3
+
+
+@needs_rg
+def test_evaluation_shows_exactly_the_answer_it_scores() -> None:
+    from rlvr.evaluation.harness import score_records
+
+    task = ReasoningGymTask("chain_sum", seed=1, n_eval=2, size=50)
+    problem = task.eval_problems()[0]
+    right = problem.answer
+    # Right answers as small models write them; each used to be shown as `right` by the numeric
+    # extraction but scored on the raw text ("$-78$", "The sum is \boxed{-78}") below 1.
+    completions = [
+        f"Adding up...\nAnswer: {right}",
+        f"Answer: ${right}$",
+        f"The sum is \\boxed{{{right}}}.",
+        f"**Answer:** `{right}`.",
+        f"So the total is\n\n{right}",
+        f"step one\nthe sum is {right}",  # no marker: the last line is the answer, as scored
+        "",
+    ]
+    records = score_records(task, [problem], [completions], [[1] * 7], [[True] * 7])
+    shown = [r["extracted_answer"] for r in records]
+    assert shown[:5] == [right] * 5 and [r["score"] for r in records[:5]] == [1.0] * 5
+    assert all(r["correct"] for r in records[:5])
+    assert shown[5] == f"the sum is {right}" and 0 < records[5]["score"] < 1
+    assert shown[6] is None and records[6]["score"] == 0.0
+    # The invariant: the score is the dataset verifier's score of the string shown.
+    dataset = task._source("eval")
+    for r in records:
+        expected = dataset.score_answer(answer=r["extracted_answer"], entry=task.entry(problem))
+        assert r["score"] == pytest.approx(min(1.0, max(0.0, expected)))
+
+
+def test_extract_final_answer_unwraps_math_and_boxes() -> None:
+    assert extract_final_answer("Answer: $-78$") == "-78"
+    assert extract_final_answer("Answer: \\(12\\).") == "12"
+    assert extract_final_answer("so \\boxed{\\frac{1}{2}} it is") == "\\frac{1}{2}"
+    assert extract_final_answer("\\boxed{a} or \\boxed{b}") == "b"
+    assert extract_final_answer("Answer: \\boxed{x} and \\boxed{y}") == "\\boxed{x} and \\boxed{y}"
+    assert extract_final_answer("Answer: [1, 2, 3]") == "[1, 2, 3]"

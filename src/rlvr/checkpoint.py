@@ -5,19 +5,25 @@ A checkpoint is a directory ``RUN/checkpoints/step_000042`` holding
 * ``model.safetensors`` (+ ``config.json`` and tokenizer files: it loads as a model spec),
 * ``optimizer.pt`` and ``scheduler.pt``,
 * ``rng.pt``: torch (CPU and CUDA), Python and NumPy global RNG states and the rollout generator,
-* ``state.json``: the step and the prompt sampler's state (:mod:`rlvr.curriculum`).
+* ``state.json``: the step and the prompt sampler's state (:mod:`rlvr.curriculum`),
+* ``checksums.json``: the SHA-256 of every other file, checked before a resume loads them.
 
 It is written under ``step_000042.tmp-<pid>`` and renamed when complete, so a process killed
 mid-write (SIGKILL included) leaves the previous checkpoint intact and a ``.tmp`` directory
-that :func:`latest_checkpoint` ignores and the next save removes.
+that :func:`latest_checkpoint` ignores and the next save removes. A checkpoint damaged later
+(truncated weights, an edited ``state.json``, a checksum mismatch) is skipped by
+:func:`load_latest_good`, which falls back to the previous one and says which file was bad.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +33,14 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr.errors import RlvrError
+
 PREFIX = "step_"
+CHECKSUMS = "checksums.json"
+
+
+class CheckpointError(RlvrError):
+    """A checkpoint that cannot be written (non-finite weights) or loaded (damaged files)."""
 
 
 @dataclass
@@ -36,6 +49,7 @@ class TrainerState:
 
     step: int  # optimiser steps completed
     sampler: dict[str, Any] = field(default_factory=dict)  # the prompt sampler's state_dict()
+    skipped_nonfinite: int = 0  # steps skipped for NaN/inf rewards, loss or gradients so far
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -77,8 +91,12 @@ def save_checkpoint(
     """Write a complete checkpoint atomically and prune all but the ``keep`` newest.
 
     ``extra`` modules are saved as ``NAME.safetensors``: a value head, or a reference policy
-    that is reset during training (ProRL) and so is not the initial model any more.
+    that is reset during training (ProRL) and so is not the initial model any more. Raises
+    :class:`CheckpointError` (and writes nothing) if a weight or optimiser state is NaN/inf.
     """
+    bad = first_nonfinite(model, optimizer, extra)
+    if bad is not None:
+        raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(f"{PREFIX}*.tmp-*"):
@@ -93,12 +111,66 @@ def save_checkpoint(
     for name, module in (extra or {}).items():
         save_model(module, str(tmp / f"{name}.safetensors"))
     (tmp / "state.json").write_text(json.dumps(asdict(state)))
+    (tmp / CHECKSUMS).write_text(json.dumps(_checksums(tmp), indent=1))
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def first_nonfinite(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> str | None:
+    """The name of the first parameter or optimiser state tensor holding NaN/inf, else None."""
+    modules = {"": model, **{f"{k}.": m for k, m in (extra or {}).items()}}
+    for prefix, module in modules.items():
+        for name, param in module.named_parameters():
+            if not torch.isfinite(param).all():
+                return f"weight {prefix}{name}"
+    if optimizer is not None:
+        for index, values in enumerate(optimizer.state.values()):
+            for key, value in values.items():
+                if torch.is_tensor(value) and not torch.isfinite(value).all():
+                    return f"optimizer state {key} of parameter {index}"
+                if isinstance(value, float) and not math.isfinite(value):
+                    return f"optimizer state {key} of parameter {index}"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _checksums(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file of a checkpoint directory (checksums.json itself excluded)."""
+    return {
+        p.name: _sha256(p)
+        for p in sorted(directory.iterdir())
+        if p.is_file() and p.name != CHECKSUMS
+    }
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise :class:`CheckpointError` naming the first file of ``path`` that is missing or whose
+    SHA-256 differs from ``checksums.json`` (checkpoints written before checksums pass)."""
+    listed = path / CHECKSUMS
+    if not listed.is_file():
+        return
+    try:
+        expected = json.loads(listed.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{listed} is unreadable ({err})") from None
+    for name, digest in expected.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{file} is missing")
+        if _sha256(file) != digest:
+            raise CheckpointError(f"{file} does not match its checksum (damaged or edited)")
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -150,3 +222,30 @@ def load_checkpoint(
     if "sampler_position" in saved:  # checkpoints written before curricula: a sequential sampler
         saved["sampler"] = {"position": saved.pop("sampler_position")}
     return TrainerState(**saved)
+
+
+def load_latest_good(
+    run_dir: Path,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    generator: torch.Generator,
+    extra: dict[str, torch.nn.Module] | None = None,
+    warn: Callable[[str], None] = print,
+) -> tuple[Path, TrainerState] | None:
+    """Load the newest checkpoint of ``run_dir`` that verifies and loads, newest first; each one
+    skipped is reported through ``warn`` with the file that failed. None if the run has no
+    checkpoint; :class:`CheckpointError` if it has some and none loads."""
+    found = list_checkpoints(run_dir)
+    for path in reversed(found):
+        try:
+            verify_checkpoint(path)
+            return path, load_checkpoint(path, model, optimizer, scheduler, generator, extra)
+        except Exception as err:  # any damage: a bad file must not end the resume
+            warn(f"checkpoint {path} is damaged ({err}); falling back to the previous one")
+    if found:
+        raise CheckpointError(
+            f"no checkpoint of {run_dir} could be loaded ({len(found)} damaged); start a new "
+            "run or restore a checkpoint directory"
+        )
+    return None

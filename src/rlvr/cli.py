@@ -1,31 +1,66 @@
-"""The ``rlvr`` command line: train, eval, compare, report, tasks, algorithms."""
+"""The ``rlvr`` command line: train, eval, compare, report, tasks, algorithms, config.
+
+A user-facing error (:class:`rlvr.errors.RlvrError`: bad config, data, model path, reward, a run
+that went non-finite) is printed as one message without a traceback and exits 2 (1 for a run
+that failed while training); ``rlvr --debug ...`` (or ``RLVR_DEBUG=1``) shows the traceback.
+A run stopped by SIGINT / SIGTERM exits 130 / 143 after writing its checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
-import time
+import os
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
+
+from rlvr.errors import NonFiniteError, RlvrError
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+_debug = [bool(os.environ.get("RLVR_DEBUG"))]
+
+
+class _Commands(TyperGroup):
+    """rlvr's command group: user-facing errors become a message and an exit status."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except RlvrError as err:
+            if _debug[0]:
+                raise
+            err_console.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
+            err_console.print("[dim](rlvr --debug ... shows the traceback)[/]")
+            raise typer.Exit(1 if isinstance(err, NonFiniteError) else 2) from None
+
 
 app = typer.Typer(
+    cls=_Commands,
     help="rlvr: reinforcement learning with verifiable rewards for language models.\n\n"
     "Example: rlvr train configs/demo.yaml --set train.steps=2",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
 
 
 @app.callback()
-def _quiet_libraries() -> None:
+def _setup(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the traceback of an error (also RLVR_DEBUG=1)")
+    ] = False,
+) -> None:
     """rlvr: reinforcement learning with verifiable rewards for language models."""
     import transformers
 
+    _debug[0] = debug or bool(os.environ.get("RLVR_DEBUG"))
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 
@@ -39,7 +74,7 @@ SetOption = Annotated[
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
     raise typer.Exit(2)
 
 
@@ -50,8 +85,15 @@ def train(
     ] = None,
     set_: SetOption = None,
     resume: Annotated[
-        Path | None, typer.Option(help="run directory to continue from its latest checkpoint")
+        Path | None,
+        typer.Option(
+            help="run directory to continue from its latest good checkpoint; --set then "
+            "changes length, learning rate, sampling, eval or logging from the resumed step"
+        ),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="replace the run already in logging.run_dir")
+    ] = False,
 ) -> None:
     """Train a policy with GRPO (or another preset) on a task.
 
@@ -61,25 +103,24 @@ def train(
 
       rlvr train configs/demo.yaml --set train.steps=2 --set rollout.group_size=4
 
-      rlvr train --resume runs/20261121-120000-arithmetic
+      rlvr train --resume runs/20261121-120000-arithmetic --set train.steps=60
     """
-    from rlvr.config import ConfigError, load_config
-    from rlvr.models import ModelSpecError
+    from rlvr.config import load_config
     from rlvr.trainer import train as run_training
 
     if config is None and resume is None:
         _fail("give a CONFIG file, or --resume RUN_DIR")
-    try:
-        if resume is not None:
-            if not (resume / "config.yaml").is_file():
-                _fail(f"{resume} is not a run directory (no config.yaml)")
-            base = load_config(resume / "config.yaml", set_ or [])
-        else:
-            base = load_config(config, set_ or [])
-        summary = run_training(base, resume=resume)
-    except (ConfigError, ModelSpecError) as err:
-        _fail(str(err))
-        return
+    if config is not None and resume is not None:
+        _fail("give either a CONFIG file or --resume RUN_DIR (a resumed run keeps its config)")
+    if resume is not None:
+        if not (resume / "config.yaml").is_file():
+            _fail(f"{resume} is not a run directory (no config.yaml)")
+        base = load_config(resume / "config.yaml", set_ or [])
+    else:
+        base = load_config(config, set_ or [])
+    summary = run_training(base, resume=resume, overwrite=overwrite)
+    if summary.get("stopped"):
+        raise typer.Exit(128 + int(summary["stopped"]))
     _print_summary(summary)
 
 
@@ -119,18 +160,35 @@ def eval_(
         str | None,
         typer.Argument(
             help="model spec (alias, HF dir, .gguf, hub id), checkpoint dir, or run dir (its "
-            "latest checkpoint); omit with --rescore"
+            "latest checkpoint, with the run's own eval settings); omit with --rescore"
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            help="a task or eval setting, as in training: task.KEY=VALUE (any task key), "
+            "model.system_prompt, eval.n_prompts, eval.max_new_tokens, rollout.temperature, ...",
+        ),
+    ] = None,
+    like: Annotated[
+        Path | None,
+        typer.Option(
+            help="evaluate with this run's task, system prompt and eval settings (its "
+            "config.yaml; or a config file), e.g. a base model on a run's problems"
         ),
     ] = None,
     task: Annotated[
-        str | None,
-        typer.Option(help="task name (see `rlvr tasks`); default: the run's task, else arithmetic"),
+        str | None, typer.Option(help="shortcut for --set task.name=NAME (see `rlvr tasks`)")
     ] = None,
-    level: Annotated[
-        int | None, typer.Option(help="arithmetic difficulty level; default: the run's, else 2")
+    level: Annotated[int | None, typer.Option(help="shortcut for --set task.level=N")] = None,
+    path: Annotated[str | None, typer.Option(help="shortcut for --set task.path=FILE")] = None,
+    seed: Annotated[int | None, typer.Option(help="shortcut for --set task.seed=N")] = None,
+    n_prompts: Annotated[
+        int | None,
+        typer.Option(min=1, help="held-out problems evaluated; default: eval.n_prompts (100)"),
     ] = None,
-    path: Annotated[str | None, typer.Option(help="data file for --task file")] = None,
-    n_prompts: Annotated[int, typer.Option(min=1, help="held-out problems to evaluate")] = 200,
     n: Annotated[int, typer.Option("--n", min=1, help="samples per prompt")] = 1,
     k: Annotated[
         str | None,
@@ -143,20 +201,26 @@ def eval_(
     temperature: Annotated[
         float | None,
         typer.Option(
-            min=0.0, help="sampling temperature, 0 for greedy; default: 0 when --n 1, else 1.0"
+            min=0.0,
+            help="sampling temperature, 0 for greedy; default: 0 when --n 1, else "
+            "rollout.temperature (1.0)",
         ),
     ] = None,
-    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="nucleus sampling mass")] = 1.0,
+    top_p: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="nucleus sampling mass; default: rollout.top_p"),
+    ] = None,
     max_new_tokens: Annotated[
         int | None,
-        typer.Option(min=1, help="token limit per completion; default: the run's, else 128"),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option(help="task seed (must match training); default: the run's, else 0")
+        typer.Option(
+            min=1,
+            help="token limit per completion; default: eval.max_new_tokens, else "
+            "rollout.max_new_tokens (128)",
+        ),
     ] = None,
     sampling_seed: Annotated[int, typer.Option(help="seed of the sampler's generator")] = 1234,
     system_prompt: Annotated[
-        str | None, typer.Option(help="system message; default: the run's model.system_prompt")
+        str | None, typer.Option(help="system message; default: model.system_prompt")
     ] = None,
     out: Annotated[
         Path | None,
@@ -173,10 +237,14 @@ def eval_(
     ] = 256,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N")] = "auto",
 ) -> None:
-    """Sample completions of held-out problems, score them, and report pass@k, maj@k, mean@n,
-    answer entropy and length, with bootstrap confidence intervals over problems.
+    """Sample completions of held-out problems, score them with the task's verifier, and report
+    pass@k, maj@k, mean@n, answer entropy and length, with bootstrap confidence intervals over
+    problems.
 
-    Every sample and score is saved to DIR/samples.parquet and the metrics to
+    The task, system prompt and eval settings are training's: a run's own (rlvr eval RUN), or
+    another run's (--like RUN: a base model scored on the run's problems, prompts and
+    verifier), changed with --set task.KEY=VALUE as in training. Every sample and score is
+    saved to DIR/samples.parquet and the metrics, the task section and the problem ids to
     DIR/summary.json; --rescore DIR recomputes them without generating. With the defaults
     (--n 1, temperature 0) this is greedy held-out accuracy.
 
@@ -186,180 +254,46 @@ def eval_(
 
       rlvr eval runs/demo2 --n 64 --k 1,2,4,8,16,32,64 --temperature 1.0
 
-      rlvr eval smollm2-135m-instruct --level 2 --n 64 --out runs/demo2/eval-base
+      rlvr eval smollm2-135m-instruct --like runs/demo2 --n 64 --out runs/demo2/eval-base
+
+      rlvr eval smollm2-135m-instruct --set task.name=file --set task.path=data.jsonl --set task.prompt_column=question
 
       rlvr eval --rescore runs/demo2/eval-step_000030 --k 1,4,16
     """
-    from rlvr.evaluation.harness import EvalError, parse_ks
+    from rlvr.evaluation.api import evaluate, task_shortcuts
+    from rlvr.evaluation.harness import load_summary, parse_ks
     from rlvr.evaluation.harness import rescore as rescore_dir
 
     if rescore is not None:
         if model is not None:
             _fail("give either MODEL (to generate) or --rescore DIR, not both")
-        try:
-            from rlvr.evaluation.harness import load_summary
-
-            ks = None if k is None else parse_ks(k, int(load_summary(rescore).get("n", 1)))
-            summary, changed = rescore_dir(rescore, ks=ks)
-        except (EvalError, ValueError) as err:
-            _fail(str(err))
-            return
+        ks = None if k is None else parse_ks(k, int(load_summary(rescore).get("n", 1)))
+        summary, changed = rescore_dir(rescore, ks=ks)
         console.print(f"rescored {summary['n_samples']} samples: {changed} score(s) changed")
+        if summary.get("not_rescored"):
+            console.print(f"kept, not recomputed: {', '.join(summary['not_rescored'])}")
         _print_eval(summary, rescore)
         return
     if model is None:
         _fail("give a MODEL (spec, checkpoint dir or run dir), or --rescore DIR")
-    _run_eval(
+        return
+    summary = evaluate(
         model,
-        task=task,
-        level=level,
-        path=path,
-        n_prompts=n_prompts,
         n=n,
         k=k,
         temperature=temperature,
         top_p=top_p,
         max_new_tokens=max_new_tokens,
-        seed=seed,
-        sampling_seed=sampling_seed,
+        n_prompts=n_prompts,
         system_prompt=system_prompt,
-        out=out,
+        sampling_seed=sampling_seed,
         max_batch=max_batch,
         device=device,
+        out=out,
+        like=like,
+        overrides=[*task_shortcuts(task, level, path, seed), *(set_ or [])],
     )
-
-
-def _run_eval(model: str, **opt) -> None:
-    """Generation part of `rlvr eval` (see its help)."""
-    import torch
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    from rlvr.config import ConfigError, build_config
-    from rlvr.data import build_task
-    from rlvr.evaluation.harness import (
-        EvalError,
-        build_summary,
-        compute_summary_metrics,
-        default_out_dir,
-        generate_samples,
-        parse_ks,
-        read_run_config,
-        resolve_target,
-        save_eval,
-        score_records,
-    )
-    from rlvr.models import (
-        ModelSpecError,
-        encode_messages,
-        load_model,
-        load_tokenizer,
-        stop_token_ids,
-    )
-    from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
-
-    n: int = opt["n"]
-    try:
-        ks = parse_ks(opt["k"], n)
-        target = resolve_target(model)
-    except EvalError as err:
-        _fail(str(err))
-        return
-    run_cfg = read_run_config(target.run_dir) if target.run_dir is not None else {}
-    task_cfg = dict(run_cfg.get("task") or {})
-    if opt["task"] is not None or opt["level"] is not None:
-        task_cfg.pop("levels", None)  # an explicit task or level replaces the run's mixture
-    if opt["task"] is not None or opt["path"] is not None:
-        task_cfg.pop("category_column", None)
-    for key in ("task", "level", "path", "seed"):
-        if opt[key] is not None:
-            task_cfg["name" if key == "task" else key] = opt[key]
-    task_cfg.setdefault("name", "arithmetic")
-    task_cfg["n_eval"] = opt["n_prompts"]
-    max_new_tokens = opt["max_new_tokens"]
-    if max_new_tokens is None:
-        from_run = (run_cfg.get("eval") or {}).get("max_new_tokens") or (
-            run_cfg.get("rollout") or {}
-        ).get("max_new_tokens")
-        max_new_tokens = int(from_run) if from_run else 128
-    system_prompt = opt["system_prompt"]
-    if system_prompt is None:
-        system_prompt = (run_cfg.get("model") or {}).get("system_prompt")
-    temperature = opt["temperature"]
-    if temperature is None:
-        temperature = 0.0 if n == 1 else 1.0
-    if temperature == 0 and n > 1:
-        console.print(f"note: temperature 0 is greedy: the {n} samples per prompt are identical")
-    device = opt["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(device)
-    except RuntimeError:
-        _fail(f"--device {opt['device']!r}: expected auto, cpu, cuda or cuda:N")
-        return
-    if device.type == "cuda" and not torch.cuda.is_available():
-        _fail(f"--device {opt['device']}: CUDA is not available on this machine")
-    try:
-        cfg = build_config({"task": task_cfg})
-        tokenizer = load_tokenizer(target.spec)
-        dtype = auto_dtype(device)
-        policy = load_model(target.spec, dtype).to(device)
-        task = build_task(cfg.task)
-    except (ConfigError, ModelSpecError, ValueError) as err:
-        _fail(str(err))
-        return
-    problems = task.eval_problems()[: opt["n_prompts"]]
-    if not problems:
-        _fail(f"task {task_cfg['name']} has no held-out problems")
-    engine = TorchEngine(policy, tokenizer.pad_token_id, dtype=dtype, max_batch=opt["max_batch"])
-    sampling = SamplingParams(
-        temperature=temperature,
-        top_p=opt["top_p"],
-        max_new_tokens=max_new_tokens,
-        stop_token_ids=stop_token_ids(tokenizer),
-    )
-    prompts = [encode_messages(tokenizer, p.messages(system_prompt)) for p in problems]
-    generator = torch.Generator(device=device).manual_seed(opt["sampling_seed"])
-
-    start = time.perf_counter()
-    with Progress(
-        TextColumn("[bold]sampling"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("samples · prompts {task.fields[prompts]}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("eval", total=len(problems) * n, prompts=f"0/{len(problems)}")
-
-        def advance(samples: int, prompts_done: int) -> None:
-            progress.update(bar, advance=samples, prompts=f"{prompts_done}/{len(problems)}")
-
-        ids, finished = generate_samples(
-            engine, prompts, n, sampling, generator, opt["max_batch"], advance
-        )
-    seconds = time.perf_counter() - start
-    texts = [[tokenizer.decode(c, skip_special_tokens=True) for c in row] for row in ids]
-    records = score_records(task, problems, texts, [[len(c) for c in row] for row in ids], finished)
-    metrics = compute_summary_metrics(records, ks)
-    task_json = cfg.task.model_dump(mode="json")
-    summary = build_summary(
-        target, model, task_json, system_prompt, sampling, opt["sampling_seed"], metrics, seconds
-    )
-    out_dir = opt["out"] if opt["out"] is not None else default_out_dir(target)
-    if (out_dir / "summary.json").is_file():
-        console.print(f"replacing the previous evaluation in {out_dir} (use --out to keep both)")
-    save_eval(out_dir, records, summary)
-    _print_eval(summary, out_dir)
+    _print_eval(summary, Path(summary["out_dir"]))
 
 
 def _ci_text(summary: dict, name: str, digits: int = 3) -> str:
@@ -373,12 +307,15 @@ def _ci_text(summary: dict, name: str, digits: int = 3) -> str:
 
 def _print_eval(summary: dict, out_dir: Path) -> None:
     """The metrics table of an evaluation, where it was saved, and a JSON line for scripts."""
+    from rlvr.evaluation.compare import task_key
+
     n, m = summary["n"], summary["metrics"]
     task = summary.get("task", {})
     level = round(100 * summary.get("confidence", 0.95))
-    levels = task.get("levels") or task.get("level")
+    leveled = task.get("name", "arithmetic") in ("arithmetic", "countdown")
+    levels = (task.get("levels") or task.get("level")) if leveled else None
     title = (
-        f"{summary.get('tag')} on {task.get('name')} level {levels}: "
+        f"{summary.get('tag')} on {task_key(task)}: "
         f"{summary['n_prompts']} prompts x {n} samples, "
         f"T={summary.get('sampling', {}).get('temperature')}"
     )
@@ -421,6 +358,7 @@ def _print_eval(summary: dict, out_dir: Path) -> None:
         "n": n,
         "temperature": summary.get("sampling", {}).get("temperature"),
         "n_prompts": summary["n_prompts"],
+        "problems_sha256": summary.get("problems", {}).get("sha256"),
         **m,
         "seconds": summary.get("seconds"),
         "out": str(out_dir),
@@ -465,6 +403,11 @@ def compare(
     Each argument is an eval dir or a run dir (a run contributes its latest checkpoint's
     RUN/eval-* dirs, one per task). Without --method, runs whose configs are equal up to
     train.seed form one method (or runs with the same config `name`).
+
+    Methods evaluated on the same problems (equal problem ids, e.g. `rlvr eval BASE --like
+    RUN` and `rlvr eval RUN`) are also compared problem by problem: the mean per-problem
+    difference with a paired bootstrap interval, the problems each wins, ties and loses, and an
+    exact sign test (McNemar's exact test for 0/1 scores).
 
     Examples:
 
@@ -520,6 +463,31 @@ def compare(
             est, lo, hi = pair["p"]
             poi.add_row(pair["x"], pair["y"], f"{est:.3f} [{lo:.3f}, {hi:.3f}]")
         console.print(poi)
+    if result["paired"]:
+        paired = Table(
+            title=f"paired per-problem comparison of {metric} ({level}% paired bootstrap CI)"
+        )
+        for column in ("X", "Y", "task", "problems", "mean X - Y", "X wins/ties/losses", "p"):
+            paired.add_column(column, justify="left" if column in ("X", "Y", "task") else "right")
+        for pair in result["paired"]:
+            est, lo, hi = pair["mean_diff"]
+            paired.add_row(
+                pair["x"],
+                pair["y"],
+                pair["task"],
+                str(pair["n_problems"]),
+                f"{est:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+                f"{pair['wins']}/{pair['ties']}/{pair['losses']}",
+                f"{pair['p_value']:.3g}",
+            )
+        console.print(paired)
+        tests = sorted({pair["test"] for pair in result["paired"]})
+        console.print(f"p: two-sided {' / '.join(tests)} on the untied problems")
+    for skip in result["paired_skipped"]:
+        console.print(
+            f"[yellow]note:[/] no paired comparison of {skip['x']} and {skip['y']} on "
+            f"{skip['task']}: {skip['reason']}"
+        )
     for name, entry in result["methods"].items():
         if entry["runs"] == 1:
             console.print(
@@ -581,14 +549,34 @@ def report(
     console.print(f"report: [bold]{target}[/] ({len(text) / 1e6:.1f} MB)")
 
 
-def _print_listing(title: str, entries: dict[str, str]) -> None:
-    """A two-column table: name, description."""
-    table = Table(title=title)
-    table.add_column("name")
-    table.add_column("description")
-    for name, description in entries.items():
-        table.add_row(name, description)
-    console.print(table)
+def _print_listing(title: str, header: list[str], rows: list[list[str]]) -> None:
+    """Rows of (name, short fields..., description), names never cut: a table whose name and
+    short columns do not wrap when they fit the console with 30 columns left for the
+    description; otherwise (a narrow terminal, a pipe) one block per row: the name on its own
+    line, then the short fields and the description indented and wrapped."""
+    from textwrap import wrap
+
+    from rich.text import Text
+
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header[:-1])]
+    if sum(widths) + 3 * len(header) + 1 + 30 <= console.width:  # cells, padding and rules
+        table = Table(title=title)
+        for column in header[:-1]:
+            table.add_column(column, no_wrap=True)
+        table.add_column(header[-1])
+        for row in rows:
+            table.add_row(*map(Text, row))  # cells are text, not markup
+        console.print(table)
+        return
+    width = max(console.width - 2, 20)
+    console.print(Text("\n".join(wrap(title, width)), style="bold"), end="\n\n")
+    for name, *fields, description in rows:
+        parts = "  ".join(f"{h}: {v}" for h, v in zip(header[1:-1], fields, strict=True))
+        body = [
+            line for t in (parts, description) for line in wrap(t, width, break_on_hyphens=False)
+        ]
+        console.print(Text(name, style="bold"), soft_wrap=True)
+        console.print(Text("".join(f"  {line}\n" for line in body)), soft_wrap=True)
 
 
 @app.command()
@@ -599,7 +587,7 @@ def tasks() -> None:
     """
     from rlvr.data import TASKS
 
-    _print_listing("tasks", TASKS)
+    _print_listing("tasks", ["name", "description"], [list(item) for item in TASKS.items()])
 
 
 @app.command()
@@ -612,7 +600,8 @@ def curricula() -> None:
 
     _print_listing(
         "curricula (curriculum.name; sec and dump need task.levels or task.category_column)",
-        SAMPLERS,
+        ["name", "description"],
+        [list(item) for item in SAMPLERS.items()],
     )
 
 
@@ -634,26 +623,76 @@ def algorithms(
         except ValueError as err:
             _fail(str(err))
             return
-        table = Table(title=f"preset {name}", show_header=False)
-        for field in dataclasses.fields(preset):
-            table.add_row(field.name, str(getattr(preset, field.name)))
-        console.print(table)
+        parts = [[f.name, str(getattr(preset, f.name))] for f in dataclasses.fields(preset)]
+        _print_listing(f"preset {name}", ["part", "value"], parts)
         return
-    table = Table(title="algorithm presets (rlvr algorithms NAME for every part)")
-    for column in ("name", "advantage", "loss", "clip", "aggregation", "KL", "summary"):
-        table.add_column(column)
-    for preset in PRESETS.values():
-        kl = f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-"
-        table.add_row(
+    rows = [
+        [
             preset.name,
             preset.advantage,
             preset.policy_loss,
             f"{preset.clip_low}/{preset.clip_high}",
             preset.aggregation,
-            kl,
+            f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-",
             preset.summary,
-        )
-    console.print(table)
+        ]
+        for preset in PRESETS.values()
+    ]
+    _print_listing(
+        "algorithm presets (rlvr algorithms NAME for every part)",
+        ["name", "advantage", "loss", "clip", "aggregation", "KL", "summary"],
+        rows,
+    )
+
+
+# ---------------------------------------------------------------- rlvr config
+
+config_app = typer.Typer(help="Show run configs: every key, its value, default and help.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[
+        Path | None, typer.Argument(help="YAML/TOML config or run directory (omit: defaults)")
+    ] = None,
+    set_: SetOption = None,
+    changed: Annotated[bool, typer.Option(help="only keys that differ from the default")] = False,
+) -> None:
+    """Print the resolved config: each key's value, its default and what it does.
+
+    Examples:
+
+      rlvr config show
+
+      rlvr config show configs/demo.yaml --set train.lr=3e-5
+
+      rlvr config show runs/demo --changed
+    """
+    from rlvr.config import describe, load_config
+
+    if config is not None and config.is_dir():
+        config = config / "config.yaml"
+    cfg = load_config(config, set_ or [])
+    section = None
+    for key, value, default, help_text in describe(cfg):
+        if changed and value == default:
+            continue
+        head = key.split(".")[0]
+        if head != section:
+            section = head
+            console.print(f"[bold]{head}[/]")
+        mark = "" if value == default else f"  [yellow](default {json.dumps(default)})[/]"
+        console.print(f"  {key} = {json.dumps(value)}{mark}", highlight=False)
+        if help_text:
+            indent = " " * 6
+            wrapped = textwrap.fill(
+                help_text,
+                max(40, console.width - 1),
+                initial_indent=indent,
+                subsequent_indent=indent,
+            )
+            console.print(wrapped, style="dim", highlight=False, markup=False)
 
 
 # ---------------------------------------------------------------- rlvr rm (reward models)

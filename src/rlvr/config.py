@@ -11,6 +11,8 @@ Example::
 from __future__ import annotations
 
 import json
+import re
+import string
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -28,7 +30,10 @@ class Section(BaseModel):
 class ModelConfig(Section):
     """The policy to train (see :mod:`rlvr.models` for accepted specs)."""
 
-    name: str = "smollm2-135m-instruct"
+    name: str = Field(
+        "smollm2-135m-instruct",
+        description="alias (rlvr.models), local HF directory, .gguf file, checkpoint or hub id",
+    )
     system_prompt: str | None = Field(
         None, description="system message prepended to every prompt (None: the template's default)"
     )
@@ -40,7 +45,7 @@ class TaskConfig(Section):
     name: str = Field(
         "arithmetic",
         description="arithmetic, file, countdown, or reasoning_gym:NAME "
-        "(e.g. reasoning_gym:chain_sum)",
+        "(e.g. reasoning_gym:chain_sum); file reads task.path",
     )
     level: int = Field(
         2, ge=1, le=6, description="difficulty: arithmetic 1 (one-digit +) to 6, countdown 1 to 3"
@@ -50,24 +55,79 @@ class TaskConfig(Section):
         description="several difficulty levels mixed, one category each (arithmetic, countdown); "
         "replaces level; the categories a curriculum chooses between",
     )
-    path: str | None = Field(None, description="file task: .jsonl/.json/.parquet/.csv")
-    prompt_column: str = "prompt"
-    answer_column: str = "answer"
-    split_column: str | None = None
+    path: str | None = Field(
+        None,
+        description="file task: a .jsonl/.json/.parquet/.csv file, a directory written by "
+        "save_to_disk, or a Hugging Face dataset name read from the local cache (openai/gsm8k)",
+    )
+    subset: str | None = Field(
+        None, description="file task on a dataset: its configuration, e.g. main for openai/gsm8k"
+    )
+    split: str = Field("train", description="file task on a dataset: the split trained on")
+    eval_split: str | None = Field(
+        None,
+        description="file task on a dataset: the split held out, e.g. test (None: eval_fraction "
+        "of the training split)",
+    )
+    prompt_column: str = Field(
+        "prompt",
+        description="file task: column of the prompt, text or a chat (a list of {role, content} "
+        "messages)",
+    )
+    answer_column: str = Field("answer", description="file task: column of the reference answer")
+    answer_pattern: str | None = Field(
+        None,
+        description="file task: regex whose one group cuts the answer out of the answer column, "
+        "e.g. '#### (\\S+)' for GSM8K",
+    )
+    split_column: str | None = Field(
+        None, description="file task: column whose value test, eval or validation holds a row out"
+    )
+    eval_fraction: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="file task: fraction of rows held out (seeded) when no split_column or "
+        "eval_split marks them",
+    )
     category_column: str | None = Field(
         None,
         description="file task: a column (source, difficulty) whose values become categories, "
         "each with its own held-out split; the categories a curriculum chooses between",
     )
     prompt_template: str | None = Field(
-        None, description="user message template with {question}; None: the task's default"
+        None,
+        description="user message template: {question} is the prompt; a file task may also use "
+        "its row's columns by name, e.g. {unit}. None: the task's default, which asks for "
+        "'Answer: <answer>' on the last line",
+    )
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="longest prompt in tokens (None: the model's context less "
+        "rollout.max_new_tokens); every file row and held-out problem is checked before sampling",
+    )
+    long_prompts: Literal["drop", "error"] = Field(
+        "error",
+        description="a prompt over the limit: error (naming its row) or drop (counted in "
+        "data/long_prompts_dropped)",
     )
     n_eval: int = Field(200, ge=1, description="held-out problems")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the problems and of the file task's split")
     size: int = Field(10_000, ge=1, description="reasoning_gym: training items, cycled through")
     dataset_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="reasoning_gym: the dataset's own options, e.g. {min_terms: 2, max_terms: 4}",
+    )
+
+    FILE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "subset",
+        "split",
+        "eval_split",
+        "answer_pattern",
+        "split_column",
+        "eval_fraction",
+        "category_column",
     )
 
     @model_validator(mode="after")
@@ -96,11 +156,64 @@ class TaskConfig(Section):
         )
         if reserved:
             raise ValueError(f"task.dataset_kwargs cannot set {reserved}: use the task.* fields")
-        if self.category_column is not None and self.name != "file":
-            raise ValueError("task.category_column only applies to the file task")
-        if self.name == "file" and not self.path:
-            raise ValueError("task.path is required when task.name is 'file'")
+        if self.prompt_template is not None:
+            self._check_template(self.prompt_template)
+        if self.name == "file":
+            self._check_file_task()
+            return self
+        for key in self.FILE_FIELDS:
+            if getattr(self, key) != type(self).model_fields[key].default:
+                raise ValueError(f"task.{key} only applies to the file task (task.name: file)")
         return self
+
+    def _check_template(self, template: str) -> None:
+        """ValueError for a template ``str.format`` cannot fill by field name."""
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as err:
+            raise ValueError(
+                f"task.prompt_template {template!r} is not a valid template ({err}); write "
+                "literal braces as {{ and }}"
+            ) from None
+        allowed = "{question} and the row's column names" if self.name == "file" else "{question}"
+        bad = sorted(
+            f for f in fields if not f.isidentifier() or (self.name != "file" and f != "question")
+        )
+        if bad:
+            raise ValueError(
+                f"task.prompt_template {template!r}: {{{bad[0]}}} is not a field of the "
+                f"{self.name} task; it may use {allowed}"
+            )
+
+    def _check_file_task(self) -> None:
+        """ValueError for a file task without a path or with contradictory split keys."""
+        if not self.path:
+            raise ValueError(
+                "task.path is required when task.name is 'file': a .jsonl/.json/.parquet/.csv "
+                "file, a directory written by save_to_disk, or a Hugging Face dataset name such "
+                "as openai/gsm8k"
+            )
+        if self.eval_split is not None and self.split_column is not None:
+            raise ValueError(
+                "task.eval_split and task.split_column both choose the held-out rows: set one"
+            )
+        if self.eval_split is not None and self.eval_split == self.split:
+            raise ValueError(
+                f"task.eval_split must differ from task.split (both {self.split!r}): a problem "
+                "would be trained on and held out"
+            )
+        if self.answer_pattern is not None:
+            try:
+                groups = re.compile(self.answer_pattern).groups
+            except re.error as err:
+                raise ValueError(
+                    f"task.answer_pattern {self.answer_pattern!r} is not a valid regex ({err})"
+                ) from None
+            if groups != 1:
+                raise ValueError(
+                    f"task.answer_pattern {self.answer_pattern!r} must have exactly one group "
+                    f"(the answer), e.g. '#### (\\S+)'; it has {groups}"
+                )
 
 
 class CurriculumConfig(Section):
@@ -149,7 +262,9 @@ class RolloutConfig(Section):
     stop: list[str] = Field(
         default_factory=list, description="stop strings: a sample ends once its text contains one"
     )
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    dtype: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="rollout precision; auto: bf16 where the device computes it natively"
+    )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
 
 
@@ -157,10 +272,11 @@ class RewardTerm(Section):
     """One weighted reward of a combination (``rlvr.rewards.available_rewards()`` lists names)."""
 
     name: str = Field(
-        description="a registered reward (math, numeric, format, json_schema, "
-        "bleu, chrf, python_unit_tests, ...) or 'module:function'"
+        description="task (alias verifier: the task's own verifier), a registered reward "
+        "(math, numeric, format, json_schema, bleu, chrf, python_unit_tests, ...) or "
+        "'module:function'"
     )
-    weight: float = 1.0
+    weight: float = Field(1.0, description="weight of this term in the summed reward")
     params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
     label: str | None = Field(None, description="name in the metrics (default: name)")
 
@@ -171,18 +287,24 @@ class RewardConfig(Section):
 
     function: str | None = Field(
         None,
-        description="'module:function' called as f(completion, problem) -> float; "
-        "None: the task's verifier",
+        description="'module:function' (a file in the current directory or on PYTHONPATH) "
+        "called as f(completion, problem, **fields) -> float; None: the task's verifier",
     )
     terms: list[RewardTerm] = Field(
         default_factory=list, description="weighted rewards summed (replaces the verifier)"
     )
     on_error: Literal["raise", "zero"] = Field(
         "raise",
-        description="a reward that raises or returns NaN: stop the run, or score 0 "
-        "and count it in reward/errors",
+        description="a reward that raises, times out or returns a bad value (not a number, "
+        "non-finite, |r| > max_abs): stop the run, or score 0 and count it in reward/errors",
     )
     timeout_s: float = Field(60.0, gt=0, description="time limit of one reward call")
+    max_abs: float = Field(
+        1e6,
+        gt=0,
+        description="largest accepted |reward|; larger values are an error (they overflow "
+        "float32 advantage statistics)",
+    )
     answer_format: str = Field(
         "Answer: {answer}",
         description="how the task asks for the final answer; reference-probability rewards "
@@ -253,7 +375,9 @@ class AlgorithmConfig(Section):
         | None
     ) = None
     beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
-    kl_estimator: Literal["k1", "k2", "k3", "k3+"] | None = None
+    kl_estimator: Literal["k1", "k2", "k3", "k3+"] | None = Field(
+        None, description="KL estimator (docs/algorithms.md)"
+    )
     kl_in: Literal["loss", "reward"] | None = Field(
         None, description="KL term in the per-token loss or in the token rewards"
     )
@@ -316,22 +440,30 @@ class AlgorithmConfig(Section):
 class TrainConfig(Section):
     """Optimisation of the policy."""
 
-    steps: int = Field(50, ge=1)
-    lr: float = Field(1e-5, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
-    min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    steps: int = Field(
+        50, ge=1, description="training steps (one rollout batch and its policy update each)"
+    )
+    lr: float = Field(1e-5, gt=0, description="AdamW peak learning rate")
+    warmup_steps: int = Field(0, ge=0, description="linear warmup, in optimiser steps")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="after warmup: constant, or cosine/linear decay to min_lr_ratio"
+    )
+    min_lr_ratio: float = Field(
+        0.1, ge=0, le=1, description="final LR of a decaying schedule, as a fraction of lr"
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm (0: off)")
     micro_batch_size: int = Field(16, ge=1, description="samples per forward/backward")
-    autocast: Literal["auto", "bf16", "fp32"] = "auto"
+    autocast: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="training forward precision; auto: bf16 where native, else fp32"
+    )
     shared_prefix: bool = Field(
         True,
         description="encode each prompt once per group in the training forward (Prefix "
         "Grouper); same gradients as the padded forward, less compute",
     )
-    seed: int = 0
+    seed: int = Field(0, description="seed of sampling, shuffling and initialisation")
     threads: int | None = Field(None, ge=1, description="torch threads (None: torch default)")
     max_nonfinite_steps: int = Field(
         3,
@@ -346,10 +478,12 @@ class EvalConfig(Section):
 
     every: int = Field(0, ge=0, description="evaluate every N steps (0: only before and after)")
     n_prompts: int = Field(100, ge=1, description="held-out problems evaluated")
-    before: bool = True
-    after: bool = True
+    before: bool = Field(True, description="evaluate the initial policy")
+    after: bool = Field(True, description="evaluate the final policy")
     sampled: bool = Field(True, description="also report sampled (temperature) accuracy")
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="token limit per eval completion (None: rollout.max_new_tokens)"
+    )
 
 
 class WandbConfig(Section):
@@ -366,14 +500,16 @@ class LoggingConfig(Section):
     """Where and what to log."""
 
     run_dir: str | None = Field(None, description="None: runs/<timestamp>-<task>")
-    tensorboard: bool = True
+    tensorboard: bool = Field(True, description="write RUN/tensorboard event files")
     samples_per_step: int = Field(4, ge=0, description="completions written to samples.jsonl")
     update_sparsity: bool = Field(
         True,
         description="log the fraction of parameters changed since the start "
         "(keeps an fp32 copy of the initial weights)",
     )
-    progress: bool = True
+    progress: bool = Field(
+        True, description="progress display (a live line in a terminal, a line per step otherwise)"
+    )
     wandb: WandbConfig | None = Field(None, description="log to Weights & Biases too")
 
 
@@ -382,7 +518,7 @@ class CheckpointConfig(Section):
 
     every: int = Field(25, ge=0, description="checkpoint every N steps (0: only at the end)")
     keep: int = Field(2, ge=1, description="most recent checkpoints kept")
-    save_final: bool = True
+    save_final: bool = Field(True, description="checkpoint at the end of the run")
 
 
 class Config(Section):
@@ -498,3 +634,37 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 def save_config(config: Config, path: str | Path) -> None:
     """Write the resolved config as YAML (re-loadable with :func:`load_config`)."""
     Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def describe(config: Config) -> list[tuple[str, Any, Any, str]]:
+    """``(dotted key, value, default, help)`` for every leaf of ``config``, in section order.
+
+    Sections that are None (e.g. ``logging.wandb``) are one row; their keys are described once
+    the section is set.
+    """
+    rows: list[tuple[str, Any, Any, str]] = []
+
+    def walk(model: BaseModel, prefix: str) -> None:
+        for name, field in type(model).model_fields.items():
+            value = getattr(model, name)
+            key = f"{prefix}{name}"
+            if isinstance(value, BaseModel):
+                walk(value, key + ".")
+                continue
+            default = None if field.is_required() else field.get_default(call_default_factory=True)
+            help_text = field.description or ""
+            if isinstance(default, BaseModel):
+                default = default.model_dump(mode="json")
+            rows.append((key, _plain(value), _plain(default), help_text))
+
+    walk(config, "")
+    return rows
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like form of a config value (tuples as lists, sections as dicts)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, tuple):
+        return list(value)
+    return value

@@ -2,47 +2,62 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rlvr.config import ConfigError
+
+NONFINITE_TEXT = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def _json_value(value: float) -> float | str:
+    """A metric as JSON: finite numbers as numbers, NaN/inf as the strings "nan", "inf" and
+    "-inf" (never null: a non-finite metric is a fault that must stay visible)."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _parse_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A metrics row with "nan"/"inf"/"-inf" strings turned back into floats."""
+    return {k: NONFINITE_TEXT.get(v, v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 class MetricsLogger:
-    """Appends one JSON line per step to ``RUN/metrics.jsonl`` and mirrors it to TensorBoard.
+    """Appends one JSON line per step to ``RUN/metrics.jsonl`` and mirrors it to TensorBoard and,
+    when ``wandb`` is given (``{"project", "mode", "name"}`` plus ``"config"``: the run's config
+    as a dict), to Weights & Biases (offline mode writes under ``RUN/wandb``).
 
     On resume, lines of steps after the checkpoint are dropped first (they belong to the
     abandoned continuation), so the file holds exactly one line per completed step.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        resume_step: int | None = None,
+        wandb: dict[str, Any] | None = None,
+    ):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.samples_path = Path(run_dir) / "samples.jsonl"
+        self.repaired_lines = 0  # lines of a killed run's files that did not parse, dropped
         if resume_step is not None:
-            truncate_after(self.path, resume_step)
-            truncate_after(self.samples_path, resume_step)
+            self.repaired_lines += truncate_after(self.path, resume_step)
+            self.repaired_lines += truncate_after(self.samples_path, resume_step)
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        self.wandb_run = None if wandb is None else _start_wandb(Path(run_dir), **wandb)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        row = {"step": step, **{k: _finite(float(v)) for k, v in metrics.items()}}
+        row = {"step": step, **{k: _json_value(v) for k, v in metrics.items()}}
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         if self.writer is not None:
@@ -50,6 +65,8 @@ class MetricsLogger:
                 if math.isfinite(float(value)):
                     self.writer.add_scalar(key, float(value), step)
             self.writer.flush()
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: float(v) for k, v in metrics.items()}, step=step)
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         with self.samples_path.open("a") as f:
@@ -59,65 +76,63 @@ class MetricsLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.wandb_run is not None:
+            self.wandb_run.finish()
 
 
-def truncate_after(path: Path, step: int) -> None:
-    """Keep only the JSON lines of ``path`` whose ``step`` is at most ``step``."""
+def _start_wandb(
+    run_dir: Path, project: str, mode: str, name: str | None, config: dict[str, Any]
+) -> Any:
+    """A W&B run for ``run_dir``; its id is derived from the directory, so a resumed run
+    continues the same W&B run."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError(
+            "logging.wandb is set but wandb is not installed: pip install 'rlvr[wandb]' "
+            "(or pip install wandb), or remove logging.wandb"
+        ) from None
+    run_id = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:16]
+    return wandb.init(
+        project=project,
+        mode=mode,
+        name=name or run_dir.name,
+        id=run_id,
+        resume="allow",
+        dir=str(run_dir),
+        config=config,
+    )
+
+
+def _json_lines(path: Path) -> list[tuple[str, dict[str, Any] | None]]:
+    """Each line of a JSON-lines file with its parsed value (None where it does not parse: a
+    line half-written when the process was killed)."""
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            value = None
+        out.append((line, value if isinstance(value, dict) else None))
+    return out
+
+
+def truncate_after(path: Path, step: int) -> int:
+    """Keep only the JSON lines of ``path`` whose ``step`` is at most ``step``; lines that do not
+    parse (a half-written last line after a kill) are dropped. Returns how many were dropped
+    for not parsing."""
     if not path.is_file():
-        return
-    keep = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in keep))
+        return 0
+    lines = _json_lines(path)
+    keep = [line for line, row in lines if row is not None and row.get("step", 0) <= step]
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    return sum(row is None for _, row in lines)
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All rows of a run's ``metrics.jsonl``."""
+    """All rows of a run's ``metrics.jsonl`` (non-finite values as float NaN/inf; a line that
+    does not parse is skipped)."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-class ProgressDisplay:
-    """A rich progress bar: step, reward, accuracy, length, KL, entropy, step time and ETA."""
-
-    FIELDS = (
-        ("reward", "reward/mean", "{:.3f}"),
-        ("acc", "reward/accuracy", "{:.2f}"),
-        ("len", "response/length_mean", "{:.0f}"),
-        ("kl", "policy/kl_ref", "{:.4f}"),
-        ("ent", "policy/entropy", "{:.3f}"),
-        ("s/step", "time/step", "{:.1f}"),
-    )
-
-    def __init__(
-        self, total: int, start: int = 0, enabled: bool = True, console: Console | None = None
-    ):
-        self.console = console or Console()
-        self.progress = Progress(
-            TextColumn("[bold]step"),
-            MofNCompleteColumn(),
-            BarColumn(),
-            TextColumn("{task.fields[stats]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=self.console,
-            disable=not enabled,
-        )
-        self.task = self.progress.add_task("train", total=total, completed=start, stats="")
-
-    def __enter__(self) -> ProgressDisplay:
-        self.progress.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.__exit__(*exc)
-
-    def update(self, metrics: dict[str, float]) -> None:
-        parts = [
-            f"{label} {fmt.format(metrics[key])}"
-            for label, key, fmt in self.FIELDS
-            if key in metrics
-        ]
-        self.progress.update(self.task, advance=1, stats=" · ".join(parts))
-
-    def print(self, *args: Any) -> None:
-        self.progress.console.print(*args)
+    if not path.is_file():
+        return []
+    return [_parse_row(row) for _, row in _json_lines(path) if row is not None]

@@ -209,13 +209,36 @@ def _build_tiny_random(name: str, architecture: str) -> Path:
     return out
 
 
+# Files a saved Hugging Face tokenizer has at least one of.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "spiece.model",
+)
+
+
 def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
-    """The tokenizer of a model spec; it must carry a chat template.
+    """The tokenizer of a model spec; it must carry a chat template (ModelSpecError naming the
+    directory when it has no tokenizer files or none that loads).
 
     A pad token is set (to EOS) when the tokenizer has none. Padding side is left.
     """
     source = resolve(spec)
-    tok = AutoTokenizer.from_pretrained(source)
+    if isinstance(source, Path) and not any((source / f).is_file() for f in TOKENIZER_FILES):
+        raise ModelSpecError(
+            f"the model directory {str(source)!r} has no tokenizer: expected tokenizer.json, or "
+            "tokenizer_config.json with vocabulary files (tokenizer.model, vocab.json and "
+            "merges.txt, vocab.txt or spiece.model). Save the tokenizer of the model these "
+            "weights came from into it: AutoTokenizer.from_pretrained(BASE).save_pretrained(DIR)."
+        )
+    try:
+        tok = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        raise ModelSpecError(f"cannot load the tokenizer of {spec!r} from {source}: {err}") from err
     if not tok.chat_template:
         raise ModelSpecError(
             f"the tokenizer of {spec!r} has no chat template; rlvr formats prompts with the "

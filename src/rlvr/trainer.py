@@ -14,10 +14,13 @@ Everything algorithmic is a pure function in :mod:`rlvr.algorithms`; this file o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import signal
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,24 +29,43 @@ from typing import Any
 import torch
 
 from rlvr import algorithms
-from rlvr.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
-from rlvr.config import Config, ConfigError, save_config
+from rlvr.checkpoint import (
+    CheckpointError,
+    TrainerState,
+    latest_checkpoint,
+    list_checkpoints,
+    load_latest_good,
+    save_checkpoint,
+)
+from rlvr.config import Config, ConfigError, load_config, save_config
 from rlvr.curriculum import make_sampler, per_category
-from rlvr.data import Problem, build_task
+from rlvr.data import Problem, build_task, data_stats
+from rlvr.errors import NonFiniteError
 from rlvr.evaluation import (
     answer_entropy_within_groups,
     evaluate_accuracy,
     snapshot_params,
     update_sparsity,
 )
-from rlvr.logging import MetricsLogger, ProgressDisplay
+from rlvr.evaluation.api import limit_task_prompts
+from rlvr.guards import NonFiniteGuard, first_nonfinite, resume_hint
+from rlvr.logging import MetricsLogger, read_metrics
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
-from rlvr.rewards.base import make_reward
+from rlvr.progress import ProgressDisplay
+from rlvr.rewards.base import build_reward
 from rlvr.rewards.reference_probability import reference_answer_logprobs
-from rlvr.rewards.registry import CombinedReward, RewardSpec
+from rlvr.rewards.registry import RewardSpec
 from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import Rollout, SamplingParams, TorchEngine, auto_dtype
+from rlvr.rundir import (
+    changes_optimizer,
+    check_resume_changes,
+    config_changes,
+    prepare_new_run,
+    record_resume,
+    remove_artifacts,
+)
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -75,6 +97,7 @@ class StepSamples:
     group_ids: torch.Tensor
     greedy_rewards: torch.Tensor | None
     tokens_per_s: float
+    terms: dict[str, list[float]]  # each reward term's unweighted value [N]
 
 
 def merge_samples(parts: list[StepSamples]) -> StepSamples:
@@ -94,6 +117,7 @@ def merge_samples(parts: list[StepSamples]) -> StepSamples:
         group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets, strict=True)]),
         greedy_rewards=None if greedy[0] is None else torch.cat(greedy),
         tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
+        terms={label: [x for p in parts for x in p.terms[label]] for label in parts[0].terms},
     )
 
 
@@ -115,6 +139,30 @@ def lr_lambda(cfg: Config):
         return tr.min_lr_ratio + (1 - tr.min_lr_ratio) * decay
 
     return factor
+
+
+def apply_optimizer_config(
+    optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, cfg: Config
+) -> None:
+    """Make a resumed optimiser follow ``cfg`` (its loaded state keeps the old run's learning
+    rate, betas and weight decay): base LR ``train.lr`` under ``lr_lambda(cfg)`` from the
+    scheduler's current step."""
+    factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
+    scheduler.base_lrs = [cfg.train.lr for _ in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        group["initial_lr"] = cfg.train.lr
+        group["lr"] = cfg.train.lr * factor
+        group["betas"] = tuple(cfg.train.betas)
+        group["weight_decay"] = cfg.train.weight_decay
+
+
+def _note(text: str) -> None:
+    """A line on stderr, never wrapped (so logs can be grepped and commands copied)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def _warn(text: str) -> None:
+    _note(f"warning: {text}")
 
 
 class _StopRequested:
@@ -140,47 +188,96 @@ class _StopRequested:
             signal.signal(s, handler)
 
 
-def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
+def train(
+    cfg: Config,
+    resume: str | Path | None = None,
+    *,
+    overwrite: bool = False,
+    reward: Callable[..., float] | None = None,
+) -> dict[str, Any]:
     """Run (or resume) a training run; return a summary with before/after accuracy.
 
     Args:
         cfg: the run's config.
-        resume: a run directory to continue from its latest checkpoint. ``cfg`` should then
-            be the run's saved ``config.yaml`` (the CLI loads it and applies ``--set``, e.g. a
-            larger ``train.steps`` to extend the run; the LR schedule follows the new length).
+        resume: a run directory to continue from its latest good checkpoint. ``cfg`` should
+            then be the run's saved ``config.yaml`` with any changes (the CLI loads it and
+            applies ``--set``): length, learning rate and schedule, sampling, eval and logging
+            changes apply from the resumed step (recorded in ``resumes.jsonl``); changes to the
+            model, task, curriculum, algorithm family or seed are refused (ConfigError).
+        overwrite: replace the run in ``logging.run_dir`` if there is one (else that is an
+            error: resume it, or choose a new directory).
+        reward: a Python reward ``f(completion, problem, **fields) -> float``, instead of
+            ``reward.function`` / the task's verifier.
+
+    Raises:
+        RlvrError subclasses for bad config, data, rewards, and :class:`NonFiniteError` when
+        ``train.max_nonfinite_steps`` steps in a row were non-finite. A run that fails before
+        its first step leaves no run directory behind.
     """
-    start_time = time.perf_counter()
+    existed = True
     if resume is not None:
         run_dir = Path(resume)
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name.replace(':', '-')}")
-        run_dir.mkdir(parents=True, exist_ok=True)
+        existed = run_dir.exists()
+        prepare_new_run(run_dir, overwrite)
+    try:
+        with contextlib.ExitStack() as cleanup:
+            return _run(cfg, run_dir, resume is not None, reward, cleanup)
+    except BaseException:
+        started = any(row.get("step", 0) >= 1 for row in read_metrics(run_dir))
+        if resume is None and not started and not list_checkpoints(run_dir):
+            remove_artifacts(run_dir)  # failed before its first step: leave nothing half-made
+            if not existed and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+        raise
+
+
+def _run(
+    cfg: Config,
+    run_dir: Path,
+    resuming: bool,
+    user_reward: Callable[..., float] | None,
+    cleanup: contextlib.ExitStack,
+) -> dict[str, Any]:
+    """The body of :func:`train` in a prepared run directory; what it opens (reward workers,
+    log writers) is closed by ``cleanup``."""
+    start_time = time.perf_counter()
+    changes = {}
+    if resuming:
+        changes = config_changes(load_config(run_dir / "config.yaml"), cfg)
+        check_resume_changes(changes)
     save_config(cfg, run_dir / "config.yaml")
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.train.seed)
     algo = resolve_algorithm(cfg)
 
-    # --- model, tokenizer, task, engine ------------------------------------------------
+    # --- task and reward first (bad data or a broken reward fail before any model loads) ---
+    task = build_task(cfg.task)
+    reward = build_reward(
+        task,
+        user_reward if user_reward is not None else cfg.reward.function,
+        [RewardSpec(t.name, t.weight, t.params, t.label) for t in cfg.reward.terms],
+        on_error=cfg.reward.on_error,
+        timeout_s=cfg.reward.timeout_s,
+        max_abs=cfg.reward.max_abs,
+    )
+    cleanup.callback(reward.close)
+    held_out = task.eval_problems()
+    reward.check(held_out[0] if held_out else task.train_problem(0))
+    # rewards that score the model's confidence get per-token statistics from the engine
+    wants_stats = bool({"self_certainty", "token_entropy"} & reward.field_names())
+    # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
+    reference_fields = {"reference_logprobs", "reference_logprobs_bare"}
+    wants_reference = bool(reference_fields & reward.field_names())
+
+    # --- model, tokenizer, engine ---------------------------------------------------------
     tokenizer = load_tokenizer(cfg.model.name)
     policy = load_model(cfg.model.name, torch.float32)
     policy.config.use_cache = False
-    task = build_task(cfg.task)
-    reward_fn = make_reward(task, cfg.reward.function)
-    combined = None
-    if cfg.reward.terms:
-        combined = CombinedReward(
-            [RewardSpec(t.name, t.weight, t.params, t.label) for t in cfg.reward.terms],
-            on_error=cfg.reward.on_error,
-            timeout_s=cfg.reward.timeout_s,
-        )
-    # rewards that score the model's confidence get per-token statistics from the engine
-    confidence_fields = {"self_certainty", "token_entropy"}
-    wants_stats = combined is not None and bool(confidence_fields & combined.field_names())
-    # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
-    reference_fields = {"reference_logprobs", "reference_logprobs_bare"}
-    wants_reference = combined is not None and bool(reference_fields & combined.field_names())
+    task, _ = limit_task_prompts(task, tokenizer, policy, cfg)
     fast = auto_dtype() if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
     train_dtype = auto_dtype() if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
     sampling = SamplingParams(
@@ -227,26 +324,44 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     state = TrainerState(step=0)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
     initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
-    checkpoint = latest_checkpoint(run_dir) if resume is not None else None
-    if checkpoint is not None:
-        state = load_checkpoint(
-            checkpoint, policy, optimizer, scheduler, generator, extra=extra_modules
+    checkpoint = None
+    if resuming:
+        loaded = load_latest_good(
+            run_dir, policy, optimizer, scheduler, generator, extra_modules, warn=_warn
         )
-        try:
-            sampler.load_state_dict(state.sampler)
-        except (KeyError, ValueError) as err:
-            raise ConfigError(
-                f"the checkpoint's prompt-sampler state {sorted(state.sampler)} does not fit "
-                f"curriculum {cfg.curriculum.name!r} ({err}): resume with the run's own "
-                "curriculum and task settings"
-            ) from None
+        if loaded is not None:
+            checkpoint, state = loaded
+            try:
+                sampler.load_state_dict(state.sampler)
+            except (KeyError, ValueError) as err:
+                raise ConfigError(
+                    f"the checkpoint's prompt-sampler state {sorted(state.sampler)} does not fit "
+                    f"curriculum {cfg.curriculum.name!r} ({err}): resume with the run's own "
+                    "curriculum and task settings"
+                ) from None
+        if changes_optimizer(changes):
+            apply_optimizer_config(optimizer, scheduler, cfg)
+        for key, (old, new) in changes.items():
+            _note(f"resume: {key} {old!r} -> {new!r}, applies from step {state.step + 1}")
+        record_resume(run_dir, state.step, checkpoint, changes)
     engine = TorchEngine(
         policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch, decode=decode
     )
+    wandb = cfg.logging.wandb
     logger = MetricsLogger(
-        run_dir, cfg.logging.tensorboard, resume_step=state.step if resume is not None else None
+        run_dir,
+        cfg.logging.tensorboard,
+        resume_step=state.step if resuming else None,
+        wandb=None if wandb is None else {**wandb.model_dump(), "config": cfg.model_dump()},
     )
+    cleanup.callback(logger.close)
+    # what loading the data left out (file and dataset tasks): in the run's first metrics row
+    stats: dict[str, float] = data_stats(task) if not resuming else {}
+    for key in ("data/duplicates_dropped", "data/long_prompts_dropped"):
+        if stats.get(key):
+            _note(f"{key.split('/')[1].replace('_', ' ')}: {stats[key]} (task.* settings)")
     eval_problems = task.eval_problems()[: cfg.eval.n_prompts]
+    progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
 
     def run_eval() -> dict[str, float]:
         policy.eval()
@@ -271,43 +386,42 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
     reward_metrics: dict[str, list[float]] = {}
     reward_seconds = [0.0]  # time spent scoring in the current step
 
-    def score(texts: list[str], owners: list[Problem], rollout: Rollout) -> torch.Tensor:
-        """Rewards [N] of completions, with DAPO's overlong penalty when the preset has one."""
+    def score(
+        texts: list[str], owners: list[Problem], rollout: Rollout
+    ) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """Rewards [N] of completions (with DAPO's overlong penalty when the preset has one) and
+        each reward term's unweighted values [N]."""
         start = time.perf_counter()
-        if combined is None:
-            rewards = torch.tensor([reward_fn(t, p) for t, p in zip(texts, owners, strict=True)])
-        else:
-            fields: dict[str, list[float]] = {
-                "num_tokens": [len(c) for c in rollout.completion_ids]
-            }
-            if rollout.token_entropy:  # mean over each completion's tokens
-                fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
-                fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
-            if wants_reference:
-                fields.update(
-                    reference_answer_logprobs(
-                        policy,
-                        tokenizer,
-                        rollout.prompt_ids,
-                        rollout.group_ids.tolist(),
-                        texts,
-                        [p.answer for p in owners],
-                        cfg.reward.answer_format,
-                        cfg.train.micro_batch_size,
-                        train_dtype,
-                    )
+        progress.phase("scoring")
+        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
+        if rollout.token_entropy:  # mean over each completion's tokens
+            fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
+            fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
+        if wants_reference:
+            fields.update(
+                reference_answer_logprobs(
+                    policy,
+                    tokenizer,
+                    rollout.prompt_ids,
+                    rollout.group_ids.tolist(),
+                    texts,
+                    [p.answer for p in owners],
+                    cfg.reward.answer_format,
+                    cfg.train.micro_batch_size,
+                    train_dtype,
                 )
-            breakdown = combined(texts, owners, **fields)
-            rewards = torch.tensor(breakdown.total, dtype=torch.float)
-            for key, value in breakdown.metrics().items():
-                reward_metrics.setdefault(key, []).append(value)
+            )
+        breakdown = reward(texts, owners, **fields)
+        rewards = torch.tensor(breakdown.total, dtype=torch.float)
+        for key, value in breakdown.metrics().items():
+            reward_metrics.setdefault(key, []).append(value)
         if algo.overlong_buffer_frac is not None:
             lengths = torch.tensor([len(c) for c in rollout.completion_ids])
             budget = cfg.rollout.max_new_tokens
             cache_len = max(1, round(algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
         reward_seconds[0] += time.perf_counter() - start
-        return rewards
+        return rewards, breakdown.components
 
     def collect_samples() -> tuple[StepSamples, dict[str, float]]:
         """Draw prompts, sample, score, tell the sampler; refill until the batch is full
@@ -319,12 +433,13 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         )
         parts: list[StepSamples] = []
         while not draws.done:
+            progress.phase("sampling")
             problems = sampler.draw(P)  # its checkpointed state makes every draw resumable
             prompt_ids = [encode(p) for p in problems]
             rollout = engine.generate(prompt_ids, n, sampling, generator)
             texts = [decode(c) for c in rollout.completion_ids]
             ids = rollout.group_ids
-            rewards = score(texts, [problems[i] for i in ids.tolist()], rollout)
+            rewards, terms = score(texts, [problems[i] for i in ids.tolist()], rollout)
             sampler.update(problems, rewards, ids)  # every group, before any filtering
             keep = torch.arange(len(texts))
             if algo.group_filter:  # GFPO: keep G of the n samples of each group
@@ -335,7 +450,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
                 greedy_out = engine.generate(prompt_ids, 1, greedy, generator)
                 greedy_texts = [decode(c) for c in greedy_out.completion_ids]
-                greedy_rewards = score(greedy_texts, problems, greedy_out)[ids[keep]]
+                greedy_rewards = score(greedy_texts, problems, greedy_out)[0][ids[keep]]
             k = keep.tolist()
             parts.append(
                 StepSamples(
@@ -349,6 +464,7 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
                     ids[keep],
                     greedy_rewards,
                     rollout.stats["rollout/tokens_per_s"],
+                    {label: [values[i] for i in k] for label, values in terms.items()},
                 )
             )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
@@ -359,31 +475,43 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
         reward_seconds[0] = 0.0
         return merge_samples(parts), metrics
 
+    last_saved = [state.step if checkpoint is not None else -1]
+
     def checkpoint_now() -> None:
+        if last_saved[0] == state.step:
+            return  # already written (e.g. a due checkpoint at the last step)
         state.sampler = sampler.state_dict()
-        save_checkpoint(
-            run_dir,
-            state,
-            policy,
-            tokenizer,
-            optimizer,
-            scheduler,
-            generator,
-            keep=cfg.checkpoint.keep,
-            extra=extra_modules,
-        )
+        try:
+            save_checkpoint(
+                run_dir,
+                state,
+                policy,
+                tokenizer,
+                optimizer,
+                scheduler,
+                generator,
+                keep=cfg.checkpoint.keep,
+                extra=extra_modules,
+            )
+        except CheckpointError as err:  # weights went non-finite: keep the last good one
+            hint = resume_hint(run_dir, latest_checkpoint(run_dir))
+            raise NonFiniteError(f"{err}. {hint}") from None
+        last_saved[0] = state.step
 
+    if logger.repaired_lines:
+        _warn(f"dropped {logger.repaired_lines} half-written line(s) of {run_dir}'s logs")
+    guard = NonFiniteGuard(cfg.train.max_nonfinite_steps)
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
-    progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
-    if cfg.eval.before and state.step == 0:
-        progress.print(
-            f"[dim]evaluating the initial policy on {len(eval_problems)} held-out problems..."
-        )
-        summary["before"] = run_eval()
-        logger.log(0, summary["before"])
-        progress.print(f"before training: {_fmt_eval(summary['before'])}")
-
     with _StopRequested() as stop, progress:
+        if cfg.eval.before and state.step == 0:
+            progress.phase("eval")
+            progress.print(
+                f"[dim]evaluating the initial policy on {len(eval_problems)} held-out problems..."
+            )
+            summary["before"] = run_eval()
+            logger.log(0, {**summary["before"], **stats})
+            stats = {}
+            progress.print(f"before training: {_fmt_eval(summary['before'])}")
         while state.step < cfg.train.steps:
             t0 = time.perf_counter()
             if reference is not None and algorithms.should_reset_reference(
@@ -394,92 +522,133 @@ def train(cfg: Config, resume: Path | None = None) -> dict[str, Any]:
             data, sampling_metrics = collect_samples()
             t_rollout = time.perf_counter() - t0
 
-            # 4. advantages and policy update: mu epochs x minibatches x micro-batches
-            batch = make_batch(
-                data.prompt_ids, data.completion_ids, tokenizer.pad_token_id, data.group_ids
-            )
-            train_metrics = update_policy(
-                policy,
-                value_head,
-                reference,
-                optimizer,
-                scheduler,
-                batch,
-                data,
-                algo,
-                cfg,
-                train_dtype,
-                sampling.temperature,
-                generator,
-            )
+            # 4. advantages and policy update: mu epochs x minibatches x micro-batches;
+            # a non-finite reward, advantage, loss or gradient norm skips the update
+            progress.phase("training")
+            bad = first_nonfinite({"rewards": data.rewards})
+            train_metrics: dict[str, float] = {}
+            if bad is None:
+                batch = make_batch(
+                    data.prompt_ids, data.completion_ids, tokenizer.pad_token_id, data.group_ids
+                )
+                train_metrics, bad = update_policy(
+                    policy,
+                    value_head,
+                    reference,
+                    optimizer,
+                    scheduler,
+                    batch,
+                    data,
+                    algo,
+                    cfg,
+                    train_dtype,
+                    sampling.temperature,
+                    generator,
+                )
             engine.update_weights(policy)
             state.step += 1
+            if bad is not None:
+                state.skipped_nonfinite += 1
+                progress.warn(
+                    f"step {state.step}: non-finite {bad}; the step did not update the policy "
+                    f"({guard.streak + 1}/{guard.limit} in a row stop the run)"
+                )
 
             # 5. metrics, samples, eval, checkpoint
-            rewards, group_ids = data.rewards, data.group_ids
-            lengths = torch.tensor([len(c) for c in data.completion_ids], dtype=torch.float)
-            answers = [extract_answer(text) for text in data.texts]
             metrics = {
-                "reward/mean": rewards.mean().item(),
-                "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-                "reward/accuracy": (rewards >= 1.0).float().mean().item(),
-                "response/length_mean": lengths.mean().item(),
-                "response/length_max": lengths.max().item(),
-                "response/truncated_frac": 1 - sum(data.finished) / len(data.finished),
-                "response/answer_entropy": answer_entropy_within_groups(answers, group_ids),
-                **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
+                **step_metrics(data),
                 **sampling_metrics,
                 **train_metrics,
+                "train/skipped_nonfinite": float(state.skipped_nonfinite),
                 "lr": scheduler.get_last_lr()[0],
                 "time/rollout": t_rollout,
                 "time/step": time.perf_counter() - t0,
-                "rollout/tokens_per_s": data.tokens_per_s,
             }
-            for category, values in per_category(data.problems, rewards, group_ids).items():
-                if category:  # a task with categories: what each one gets and scores
-                    metrics[f"category/{category}/reward"] = sum(values) / len(values)
-                    metrics[f"category/{category}/samples_frac"] = len(values) / len(rewards)
             if initial_params is not None:
                 metrics["policy/params_changed_frac"] = update_sparsity(policy, initial_params)
-            if cfg.eval.every and state.step % cfg.eval.every == 0 and state.step < cfg.train.steps:
+            due_eval = cfg.eval.every and state.step % cfg.eval.every == 0
+            if due_eval and state.step < cfg.train.steps:
+                progress.phase("eval")
                 metrics.update(run_eval())
-            logger.log(state.step, metrics)
-            logger.log_samples(
-                state.step,
-                [
-                    {
-                        "prompt": data.problems[int(group_ids[i])].prompt,
-                        "answer": data.problems[int(group_ids[i])].answer,
-                        "completion": data.texts[i],
-                        "reward": rewards[i].item(),
-                    }
-                    for i in range(min(cfg.logging.samples_per_step, len(data.texts)))
-                ],
-            )
-            progress.update(metrics)
+            logger.log(state.step, {**metrics, **stats})
+            stats = {}
+            rows = sample_rows(data, max(1, cfg.logging.samples_per_step))
+            logger.log_samples(state.step, rows[: cfg.logging.samples_per_step])
+            progress.update(state.step, metrics)
+            progress.stall_check(metrics, rows[0])
+            guard.observe(state.step, bad, resume_hint(run_dir, latest_checkpoint(run_dir)))
             due = cfg.checkpoint.every and state.step % cfg.checkpoint.every == 0
-            if due or stop.signal is not None:
-                checkpoint_now()
+            if (due or stop.signal is not None) and guard.streak == 0:
+                progress.phase("checkpoint")
+                checkpoint_now()  # never during a non-finite streak
             if stop.signal is not None:
-                progress.print(
-                    f"stopped by signal {stop.signal} after step {state.step}; "
-                    f"resume with: rlvr train --resume {run_dir}"
-                )
-                summary["stopped"] = True
+                summary["stopped"] = stop.signal
                 break
-
-    if not summary.get("stopped"):
-        if cfg.checkpoint.save_final:
-            checkpoint_now()
-        if cfg.eval.after:
-            summary["after"] = run_eval()
-            logger.log(state.step, summary["after"])
-    logger.close()
-    if combined is not None:
-        combined.close()
+        if not summary.get("stopped"):
+            if cfg.checkpoint.save_final:
+                progress.phase("checkpoint")
+                checkpoint_now()
+            if cfg.eval.after:
+                progress.phase("eval")
+                summary["after"] = run_eval()
+                logger.log(state.step, summary["after"])
+    if summary.get("stopped"):
+        _note(
+            f"stopped by signal {summary['stopped']} after step {state.step}; "
+            f"resume with: rlvr train --resume {run_dir}"
+        )
     summary["steps"] = state.step
     summary["wall_seconds"] = time.perf_counter() - start_time
     return summary
+
+
+def step_metrics(data: StepSamples) -> dict[str, float]:
+    """Reward, length, group and per-category statistics of one step's samples."""
+    rewards, group_ids = data.rewards, data.group_ids
+    lengths = torch.tensor([len(c) for c in data.completion_ids], dtype=torch.float)
+    answers = [extract_answer(text) for text in data.texts]
+    metrics = {
+        "reward/mean": rewards.mean().item(),
+        "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
+        "reward/accuracy": (rewards >= 1.0).float().mean().item(),
+        "response/length_mean": lengths.mean().item(),
+        "response/length_max": lengths.max().item(),
+        "response/truncated_frac": 1 - sum(data.finished) / len(data.finished),
+        "response/answer_entropy": answer_entropy_within_groups(answers, group_ids),
+        **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
+        "rollout/tokens_per_s": data.tokens_per_s,
+    }
+    for category, values in per_category(data.problems, rewards, group_ids).items():
+        if category:  # a task with categories: what each one gets and scores
+            metrics[f"category/{category}/reward"] = sum(values) / len(values)
+            metrics[f"category/{category}/samples_frac"] = len(values) / len(rewards)
+    return metrics
+
+
+def sample_rows(data: StepSamples, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` samples of a step as ``samples.jsonl`` rows."""
+    rows = []
+    for i in range(min(limit, len(data.texts))):
+        problem = data.problems[int(data.group_ids[i])]
+        rows.append(
+            {
+                "prompt": problem.prompt,
+                "answer": problem.answer,
+                "completion": data.texts[i],
+                "reward": data.rewards[i].item(),
+                "terms": {label: values[i] for label, values in data.terms.items()},
+            }
+        )
+    return rows
+
+
+class _SkipStep(Exception):
+    """Raised inside :func:`update_policy` when a loss or gradient norm is non-finite; carries
+    the quantity's name and its metric (logged as "nan"/"inf")."""
+
+    def __init__(self, quantity: str, key: str, value: float) -> None:
+        super().__init__(quantity)
+        self.quantity, self.key, self.value = quantity, key, value
 
 
 def update_policy(
@@ -495,7 +664,7 @@ def update_policy(
     dtype: torch.dtype,
     temperature: float,
     generator: torch.Generator,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], str | None]:
     """Advantages, then ``ppo_epochs`` passes of ``minibatches`` optimiser steps over a batch.
 
     With a ``value_head`` (PPO), per-token GAE advantages come from the rollout-time values and
@@ -503,7 +672,9 @@ def update_policy(
     zero contribute exactly zero loss and gradient when there is no KL term in the loss, no
     entropy bonus and no value loss, so they are skipped in the forward pass;
     they still count in the aggregation's normalisers. Returns averaged metrics (loss, clip
-    fractions, ratio, entropy, KL, grad norm).
+    fractions, ratio, entropy, KL, grad norm) and None; or ``({}, quantity)`` when the
+    advantages, a loss or a gradient norm is non-finite: no optimiser step is taken from then on
+    (steps of earlier minibatches, all finite, stay).
     """
     n = batch.completion_ids.shape[0]
     device = next(policy.parameters()).device
@@ -556,6 +727,9 @@ def update_policy(
     )
     estimated = algorithms.preset_advantages(algo, inputs)
     advantages, returns = estimated.advantages, estimated.returns
+    if first_nonfinite({"advantages": advantages}) is not None:
+        bad_frac = (~torch.isfinite(advantages)).float().mean().item()
+        return {"advantages/nonfinite_frac": bad_frac}, "advantages"
     train_mask = mask.float()
     if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens only
         train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho).float()
@@ -575,111 +749,138 @@ def update_policy(
 
     params = [p for group in optimizer.param_groups for p in group["params"]]
     policy.train()
-    for _epoch in range(cfg.algorithm.ppo_epochs):
-        order = torch.randperm(n, generator=generator)
-        for shuffled in order.chunk(cfg.algorithm.minibatches):
-            rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
-            total_tokens = float(train_mask[rows].sum())
-            total_seqs = float(len(rows))
-            active = rows[nonzero[rows]] if skippable else rows
-            optimizer.zero_grad(set_to_none=True)
-            for lo in range(0, len(active), mb):
-                sub_rows = active[lo : lo + mb]
-                sub = batch.select(sub_rows)
-                width = sub.completion_ids.shape[1]
-                sub_mask = train_mask[sub_rows, :width]
-                with autocast:
-                    logp, entropy, *values = completion_logprobs(
-                        policy,
-                        sub,
-                        temperature,
-                        True,
-                        shared_prefix=shared,
-                        entropy_grad=bool(algo.entropy_coef),
-                        value_head=value_head,
-                    )
-                old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
-                adv = advantages[sub_rows]
-                adv = adv[:, :width] if adv.dim() == 2 else adv
-                loss_tok, info = algorithms.policy_loss(
-                    algo.policy_loss,
-                    logp,
-                    old,
-                    adv,
-                    sub.completion_mask,
-                    algo.clip_low,
-                    algo.clip_high,
-                    algo.dual_clip,
-                )
-                if tis_cap is not None:  # truncated importance sampling (Yao et al. 2025)
-                    weights = algorithms.truncated_importance_weights(
-                        old, sampler_logp[sub_rows, :width], sub.completion_mask, tis_cap
-                    )
-                    loss_tok = loss_tok * weights
-                    add("rollout/tis_weight_mean", algorithms.masked_mean(weights, sub_mask).item())
-                    clipped = (weights >= tis_cap).float()
-                    add(
-                        "rollout/tis_clipped_frac", algorithms.masked_mean(clipped, sub_mask).item()
-                    )
-                if kl_in_loss:
-                    kl = algorithms.kl_penalty(algo.kl_estimator, logp, ref_logp[sub_rows, :width])
-                    loss_tok = loss_tok + algo.beta * kl
-                    add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub_mask).item())
-                if algo.entropy_coef:
-                    loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
-                loss = algorithms.aggregate(
-                    loss_tok,
-                    sub_mask,
-                    algo.aggregation,
-                    total_tokens=total_tokens,
-                    total_seqs=total_seqs,
-                    max_len=cfg.rollout.max_new_tokens,
-                )
-                if value_head is not None:  # PPO critic: clipped value loss on the returns
-                    v_loss = algorithms.value_loss(
-                        values[0],
-                        old_values[sub_rows, :width],
-                        returns[sub_rows, :width],
+    try:
+        for _epoch in range(cfg.algorithm.ppo_epochs):
+            order = torch.randperm(n, generator=generator)
+            for shuffled in order.chunk(cfg.algorithm.minibatches):
+                rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
+                total_tokens = float(train_mask[rows].sum())
+                total_seqs = float(len(rows))
+                active = rows[nonzero[rows]] if skippable else rows
+                optimizer.zero_grad(set_to_none=True)
+                for lo in range(0, len(active), mb):
+                    sub_rows = active[lo : lo + mb]
+                    sub = batch.select(sub_rows)
+                    width = sub.completion_ids.shape[1]
+                    sub_mask = train_mask[sub_rows, :width]
+                    with autocast:
+                        logp, entropy, *values = completion_logprobs(
+                            policy,
+                            sub,
+                            temperature,
+                            True,
+                            shared_prefix=shared,
+                            entropy_grad=bool(algo.entropy_coef),
+                            value_head=value_head,
+                        )
+                    old = logp.detach() if old_logp is None else old_logp[sub_rows, :width]
+                    adv = advantages[sub_rows]
+                    adv = adv[:, :width] if adv.dim() == 2 else adv
+                    loss_tok, info = algorithms.policy_loss(
+                        algo.policy_loss,
+                        logp,
+                        old,
+                        adv,
                         sub.completion_mask,
-                        algo.value_clip,
+                        algo.clip_low,
+                        algo.clip_high,
+                        algo.dual_clip,
                     )
-                    v_loss = algorithms.aggregate(
-                        v_loss,
+                    if tis_cap is not None:  # truncated importance sampling (Yao et al. 2025)
+                        weights = algorithms.truncated_importance_weights(
+                            old, sampler_logp[sub_rows, :width], sub.completion_mask, tis_cap
+                        )
+                        loss_tok = loss_tok * weights
+                        add(
+                            "rollout/tis_weight_mean",
+                            algorithms.masked_mean(weights, sub_mask).item(),
+                        )
+                        clipped = (weights >= tis_cap).float()
+                        add(
+                            "rollout/tis_clipped_frac",
+                            algorithms.masked_mean(clipped, sub_mask).item(),
+                        )
+                    if kl_in_loss:
+                        kl = algorithms.kl_penalty(
+                            algo.kl_estimator, logp, ref_logp[sub_rows, :width]
+                        )
+                        loss_tok = loss_tok + algo.beta * kl
+                        add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub_mask).item())
+                    if algo.entropy_coef:
+                        loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
+                    loss = algorithms.aggregate(
+                        loss_tok,
                         sub_mask,
                         algo.aggregation,
                         total_tokens=total_tokens,
                         total_seqs=total_seqs,
                         max_len=cfg.rollout.max_new_tokens,
                     )
-                    loss = loss + algo.vf_coef * v_loss
-                    add("value/loss", v_loss.item())
-                    add("value/mean", algorithms.masked_mean(values[0].detach(), sub_mask).item())
-                loss.backward()
-                add("policy/loss", loss.item())
-                ent = entropy.detach()
-                add("policy/entropy", algorithms.masked_mean(ent, sub.completion_mask).item())
-                for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
-                    add(f"policy/{k}", v)
-                if on_policy:  # sampler (bf16 engine) vs trainer log-probs of the same tokens
-                    diff = (logp.detach() - sampler_logp[sub_rows, :width]).abs()
-                    add(
-                        "rollout/logprob_abs_diff",
-                        algorithms.masked_mean(diff, sub.completion_mask).item(),
+                    if value_head is not None:  # PPO critic: clipped value loss on the returns
+                        v_loss = algorithms.value_loss(
+                            values[0],
+                            old_values[sub_rows, :width],
+                            returns[sub_rows, :width],
+                            sub.completion_mask,
+                            algo.value_clip,
+                        )
+                        v_loss = algorithms.aggregate(
+                            v_loss,
+                            sub_mask,
+                            algo.aggregation,
+                            total_tokens=total_tokens,
+                            total_seqs=total_seqs,
+                            max_len=cfg.rollout.max_new_tokens,
+                        )
+                        loss = loss + algo.vf_coef * v_loss
+                        add("value/loss", v_loss.item())
+                        add(
+                            "value/mean",
+                            algorithms.masked_mean(values[0].detach(), sub_mask).item(),
+                        )
+                    if not torch.isfinite(loss):
+                        raise _SkipStep("loss", "policy/loss", loss.item())
+                    loss.backward()
+                    add("policy/loss", loss.item())
+                    ent = entropy.detach()
+                    add("policy/entropy", algorithms.masked_mean(ent, sub.completion_mask).item())
+                    for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
+                        add(f"policy/{k}", v)
+                    if on_policy:  # sampler (bf16 engine) vs trainer log-probs of the same tokens
+                        diff = (logp.detach() - sampler_logp[sub_rows, :width]).abs()
+                        add(
+                            "rollout/logprob_abs_diff",
+                            algorithms.masked_mean(diff, sub.completion_mask).item(),
+                        )
+                if cfg.train.grad_clip > 0:
+                    norm = torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
+                else:
+                    norm = torch.nn.utils.get_total_norm(
+                        [p.grad for p in params if p.grad is not None]
                     )
-            if cfg.train.grad_clip > 0:
-                norm = torch.nn.utils.clip_grad_norm_(params, cfg.train.grad_clip)
-            else:
-                norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-            add("policy/grad_norm", float(norm))
-            optimizer.step()
-            scheduler.step()
+                if not math.isfinite(float(norm)):
+                    raise _SkipStep("gradient norm", "policy/grad_norm", float(norm))
+                add("policy/grad_norm", float(norm))
+                try:
+                    optimizer.step()
+                except RuntimeError as err:  # an update beyond float range (absurd train.lr)
+                    if "overflow" not in str(err):
+                        raise
+                    raise _SkipStep(
+                        "optimizer update", "policy/update_overflow", math.inf
+                    ) from None
+                scheduler.step()
+    except _SkipStep as skip:  # nothing of this step reaches the optimiser any more
+        optimizer.zero_grad(set_to_none=True)
+        policy.eval()
+        return {skip.key: skip.value}, skip.quantity
     policy.eval()
     metrics = {k: sums[k] / counts[k] for k in sums}
     metrics.setdefault("policy/loss", 0.0)  # every advantage was zero: nothing to train on
     if kl_in_reward:
         metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
     metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
-    return metrics
+    return metrics, None
 
 
 def _fmt_eval(result: dict[str, float]) -> str:

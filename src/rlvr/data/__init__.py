@@ -1,7 +1,14 @@
 """Tasks: deterministic problem streams with held-out splits and verifiable answers."""
 
 from rlvr.data.arithmetic import ArithmeticTask
-from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, CategorizedTask, Problem, Task
+from rlvr.data.base import (
+    DEFAULT_PROMPT_TEMPLATE,
+    FILE_PROMPT_TEMPLATE,
+    CategorizedTask,
+    Problem,
+    Task,
+)
+from rlvr.data.checks import data_stats, limit_prompt_length
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask, file_mixture
 from rlvr.data.from_config import build_task
@@ -13,6 +20,7 @@ from rlvr.rewards.verifiers import extract_answer, numeric_match, numeric_reward
 __all__ = [
     "COUNTDOWN_PROMPT_TEMPLATE",
     "DEFAULT_PROMPT_TEMPLATE",
+    "FILE_PROMPT_TEMPLATE",
     "RG_PROMPT_TEMPLATE",
     "TASKS",
     "ArithmeticTask",
@@ -25,9 +33,11 @@ __all__ = [
     "Task",
     "build_task",
     "countdown_reward",
+    "data_stats",
     "extract_answer",
     "file_mixture",
     "is_task_name",
+    "limit_prompt_length",
     "make_task",
     "numeric_match",
     "numeric_reward",

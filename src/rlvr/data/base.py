@@ -1,7 +1,11 @@
 """The task protocol: a deterministic stream of training problems, a fixed held-out split, a scorer.
 
-A :class:`Problem` carries the user message only; the trainer applies the chat template later.
-Tasks build that message as ``prompt_template.format(question=...)``.
+A :class:`Problem` carries the user message (or, for a chat-format data row, the whole chat); the
+trainer renders it with the tokenizer's chat template later (:meth:`Problem.messages`). Tasks
+build the user message as ``prompt_template.format(question=...)``.
+
+Every task asks for its final answer the same way: on the last line, as ``Answer: <answer>``
+(the text :func:`rlvr.rewards.verifiers.extract_answer` reads).
 """
 
 from __future__ import annotations
@@ -13,24 +17,34 @@ DEFAULT_PROMPT_TEMPLATE = (
     "{question}\nThink step by step if needed, then give the final answer on the last line as "
     "'Answer: <number>'."
 )
+# The default of file and dataset tasks, whose answers need not be numbers.
+FILE_PROMPT_TEMPLATE = (
+    "{question}\nThink step by step if needed, then give the final answer on the last line as "
+    "'Answer: <answer>'."
+)
+
+Chat = tuple[tuple[str, str], ...]  # ((role, content), ...): system?, then turns ending in user
 
 
 @dataclass(frozen=True)
 class Problem:
     """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, the
-    reference ``answer`` as a string (e.g. "71"), and the ``category`` it was drawn from in a
-    :class:`CategorizedTask` ("" otherwise)."""
+    reference ``answer`` as a string (e.g. "71"), the ``category`` it was drawn from in a
+    :class:`CategorizedTask` ("" otherwise), and for a chat-format data row the whole ``chat``
+    it is prompted with (``prompt`` is then that chat's last user message)."""
 
     id: str
     prompt: str
     answer: str
     category: str = ""
+    chat: Chat | None = None
 
     def messages(self, system_prompt: str | None = None) -> list[dict[str, str]]:
-        """The chat the policy is prompted with: an optional system turn, then the user
-        message."""
-        chat = [{"role": "user", "content": self.prompt}]
-        if system_prompt is not None:
+        """The chat the policy is prompted with: the stored ``chat``, else the user message;
+        ``system_prompt`` goes first unless the chat has its own system turn."""
+        turns = self.chat if self.chat is not None else (("user", self.prompt),)
+        chat = [{"role": role, "content": content} for role, content in turns]
+        if system_prompt is not None and chat[0]["role"] != "system":
             chat.insert(0, {"role": "system", "content": system_prompt})
         return chat
 
@@ -48,7 +62,12 @@ class Task(Protocol):
         """The held-out split: fixed, deterministic, disjoint from every training problem."""
 
     def score(self, completion: str, problem: Problem) -> float:
-        """Reward of ``completion`` for ``problem``: 1.0 if correct, 0.0 otherwise."""
+        """Reward of ``completion`` for ``problem``: 1.0 if correct, 0.0 otherwise.
+
+        A task may also define ``extract_answer(completion, problem) -> str | None``: the string
+        ``score`` reads (evaluation shows exactly it); without one, evaluation shows the numeric
+        :func:`rlvr.rewards.verifiers.extract_answer`.
+        """
 
 
 class CategorizedTask(Task, Protocol):

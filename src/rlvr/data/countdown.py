@@ -384,6 +384,10 @@ class CountdownTask:
         """The held-out problems (a fresh list; the same problems on every call)."""
         return list(self._eval)
 
+    def extract_answer(self, completion: str, problem: Problem) -> str | None:
+        """The expression :meth:`score` checks (:func:`extract_expression`)."""
+        return extract_expression(completion)
+
     def score(self, completion: str, problem: Problem) -> float:
         """1.0 if the completion's final expression uses each of the problem's numbers exactly
         once and equals its target, else 0.0."""

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def build_task(t: TaskConfig) -> Task:
     """The task of a ``task:`` section; with ``levels``, a :class:`MixtureTask` with one category
     ("L1", "L2", ...) per level; with a file task's ``category_column``, one category per value
-    of the column."""
+    of the column. Prompt lengths are checked separately
+    (:func:`rlvr.data.checks.limit_prompt_length`), once the tokenizer is known."""
     kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
     if t.prompt_template is not None:
         kwargs["prompt_template"] = t.prompt_template
@@ -28,11 +29,16 @@ def build_task(t: TaskConfig) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    columns = {
+    source = {
         "prompt_column": t.prompt_column,
         "answer_column": t.answer_column,
         "split_column": t.split_column,
+        "eval_fraction": t.eval_fraction,
+        "split": t.split,
+        "eval_split": t.eval_split,
+        "subset": t.subset,
+        "answer_pattern": t.answer_pattern,
     }
     if t.category_column:
-        return file_mixture(t.path, t.category_column, **columns, **kwargs)
-    return make_task("file", path=t.path, **columns, **kwargs)
+        return file_mixture(t.path, t.category_column, **source, **kwargs)
+    return make_task("file", path=t.path, **source, **kwargs)

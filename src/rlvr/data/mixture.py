@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from rlvr.data.base import Problem, Task
+from rlvr.rewards.verifiers import extract_answer
 
 
 class MixtureTask:
@@ -69,8 +70,8 @@ class MixtureTask:
         """The categories' held-out problems interleaved (a fresh list, the same every call)."""
         return list(self._eval)
 
-    def score(self, completion: str, problem: Problem) -> float:
-        """The score of ``problem``'s own category; a problem without a category (one rebuilt from
+    def _task_of(self, problem: Problem) -> Task:
+        """The task of ``problem``'s own category; a problem without a category (one rebuilt from
         saved samples) is looked up among the held-out problems by id."""
         category = problem.category or self._eval_category.get(problem.id, "")
         if category not in self.categories:
@@ -78,4 +79,15 @@ class MixtureTask:
                 f"problem {problem.id!r} has no category of this mixture "
                 f"({', '.join(self.categories)})"
             )
-        return self.tasks[self.categories.index(category)].score(completion, problem)
+        return self.tasks[self.categories.index(category)]
+
+    def score(self, completion: str, problem: Problem) -> float:
+        """The score of ``problem``'s own category's task."""
+        return self._task_of(problem).score(completion, problem)
+
+    def extract_answer(self, completion: str, problem: Problem) -> str | None:
+        """The string the category's task scores (its own ``extract_answer``, else the numeric
+        :func:`rlvr.rewards.verifiers.extract_answer`)."""
+        task = self._task_of(problem)
+        own = getattr(task, "extract_answer", None)
+        return own(completion, problem) if own is not None else extract_answer(completion)

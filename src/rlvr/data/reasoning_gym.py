@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -55,22 +56,65 @@ def available_datasets() -> list[str]:
     return sorted(_import_reasoning_gym().factory.DATASETS)
 
 
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_WRAPPERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"), ("`", "`"))
+
+
+def _last_boxed(text: str) -> tuple[int, int, str] | None:
+    """``(start, end, content)`` of the last balanced ``\\boxed{...}`` in ``text`` (nested
+    braces allowed), or None."""
+    for m in reversed(list(_BOXED.finditer(text))):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return m.start(), i, text[m.end() : i - 1]
+    return None
+
+
+def _unwrap(text: str) -> str:
+    """``text`` without surrounding whitespace, markdown (``**``, backticks), math delimiters
+    (``$``, ``\\(``, ``\\[``), a ``\\boxed{...}`` around the whole of it and a trailing
+    period, repeated until nothing changes."""
+    previous = None
+    while text != previous:
+        previous, text = text, text.strip().strip("*`").strip()
+        for left, right in _WRAPPERS:
+            if (
+                len(text) > len(left) + len(right)
+                and text.startswith(left)
+                and text.endswith(right)
+            ):
+                text = text[len(left) : -len(right)]
+        boxed = _last_boxed(text)
+        if boxed is not None and boxed[0] == 0 and boxed[1] == len(text):
+            text = boxed[2]
+        if text.endswith(".") and not text.endswith(".."):
+            text = text[:-1]
+    return text
+
+
 def extract_final_answer(completion: str) -> str | None:
-    """The final answer of a completion as text: the content of the last ``<answer>`` tags, else
-    the rest of the line after the last "Answer:", else the last non-empty line; markdown bold,
-    backticks and a trailing period are stripped. None for an empty completion."""
+    """The final answer of a completion as text: exactly the string the task scores (with the
+    dataset's ``score_answer``) and shows as ``extracted_answer``.
+
+    Where: the content of the last ``<answer>`` tags, else the rest of the line after the last
+    "Answer:" / "answer is", else the content of the last ``\\boxed{...}``, else the last
+    non-empty line. Then surrounding markdown, ``$...$`` / ``\\(...\\)`` math delimiters, a
+    ``\\boxed{}`` wrapper and a trailing period are removed. None for a completion with no
+    text.
+    """
     found = tagged_or_marked_answer(completion)
+    if found is None:
+        boxed = _last_boxed(completion)
+        found = boxed[2] if boxed is not None else None
     if found is None:
         lines = [line for line in completion.splitlines() if line.strip()]
         if not lines:
             return None
         found = lines[-1]
-    previous = None
-    while found != previous:
-        previous, found = found, found.strip().strip("*`").strip()
-        if found.endswith(".") and not found.endswith(".."):
-            found = found[:-1]
-    return found or None
+    return _unwrap(found) or None
 
 
 def _create(rg: Any, dataset: str, seed: int, size: int, kwargs: dict[str, Any]) -> Any:
@@ -204,13 +248,17 @@ class ReasoningGymTask:
         when not cached)."""
         return self._item(*self._parse_id(problem))[1]
 
+    def extract_answer(self, completion: str, problem: Problem) -> str | None:
+        """The answer string :meth:`score` passes to the dataset's verifier
+        (:func:`extract_final_answer`; the same for every problem of the task)."""
+        return extract_final_answer(completion)
+
     def score(self, completion: str, problem: Problem) -> float:
-        """The dataset's ``score_answer`` of the completion's final answer (see
-        :func:`extract_final_answer`), clipped to [0, 1]; a scorer that raises on a malformed
-        answer counts as 0.0."""
+        """The dataset's ``score_answer`` of :meth:`extract_answer`, clipped to [0, 1]; a scorer
+        that raises on a malformed answer counts as 0.0."""
         split, index = self._parse_id(problem)
         entry = self._item(split, index)[1]
-        answer = extract_final_answer(completion)
+        answer = self.extract_answer(completion, problem)
         try:
             value = float(self._source(split).score_answer(answer=answer, entry=entry))
         except Exception:

@@ -19,7 +19,8 @@ from rlvr.data.reasoning_gym import ReasoningGymTask
 
 TASKS: dict[str, str] = {
     "arithmetic": "procedural integer arithmetic, difficulty levels 1-6 (ArithmeticTask)",
-    "file": "prompt/answer pairs from a local .jsonl/.json/.parquet/.csv file (FileTask)",
+    "file": "prompt/answer rows (text or chat) from a .jsonl/.json/.parquet/.csv file, a "
+    "save_to_disk directory or a Hugging Face dataset in the local cache (FileTask)",
     "countdown": "reach a target with + - * / using each given number once, levels 1-3 "
     "(CountdownTask)",
     "reasoning_gym:<name>": "a reasoning-gym dataset, e.g. reasoning_gym:chain_sum, scored by its "

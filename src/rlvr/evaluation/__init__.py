@@ -1,13 +1,16 @@
-"""Evaluation of policies: held-out accuracy, pass@k / maj@k with bootstrap intervals,
-comparisons across seeds (IQM, probability of improvement), HTML reports, and per-step
-training diagnostics (answer entropy within groups, update sparsity)."""
+"""Evaluation of policies: :func:`evaluate` (``rlvr eval``), held-out accuracy, pass@k / maj@k
+with bootstrap intervals, comparisons across seeds (IQM, probability of improvement) and paired
+per-problem comparisons, HTML reports, and per-step training diagnostics (answer entropy within
+groups, update sparsity)."""
 
 from rlvr.evaluation.accuracy import evaluate_accuracy
+from rlvr.evaluation.api import evaluate
 from rlvr.evaluation.diagnostics import (
     answer_entropy_within_groups,
     snapshot_params,
     update_sparsity,
 )
+from rlvr.evaluation.paired import paired_comparison, sign_test
 from rlvr.evaluation.passk import (
     answer_entropy,
     default_ks,
@@ -28,14 +31,17 @@ __all__ = [
     "answer_entropy_within_groups",
     "bootstrap_ci",
     "default_ks",
+    "evaluate",
     "evaluate_accuracy",
     "iqm",
     "maj_at_k",
     "normalize_answer",
+    "paired_comparison",
     "pass_at_k",
     "performance_profile",
     "probability_of_improvement",
     "problem_metrics",
+    "sign_test",
     "snapshot_params",
     "update_sparsity",
 ]

@@ -27,7 +27,8 @@ def evaluate_accuracy(
         sampling: temperature 0 for greedy accuracy, > 0 for sampled accuracy.
         seed: seeds a private generator, so evaluation never moves the training RNG.
     Returns:
-        ``{"accuracy", "length_mean", "truncated_frac"}``, plus ``"accuracy/<category>"`` for each
+        ``{"accuracy", "length_mean", "truncated_frac", "n"}`` (``n``: problems scored, for
+        confidence intervals), plus ``"accuracy/<category>"`` for each
         category when the problems have one (a task with ``task.levels``).
     """
     generator = torch.Generator().manual_seed(seed)
@@ -41,6 +42,7 @@ def evaluate_accuracy(
         "accuracy": sum(s >= 1.0 for s in scores) / n,
         "length_mean": sum(len(c) for c in rollout.completion_ids) / n,
         "truncated_frac": sum(not f for f in rollout.finished) / n,
+        "n": float(len(problems)),
     }
     by_category: dict[str, list[float]] = {}
     for problem, s in zip(problems, scores, strict=True):

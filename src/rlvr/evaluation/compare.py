@@ -10,6 +10,10 @@ value logged in its ``metrics.jsonl``. Sources are grouped into *methods* explic
 it has one, else configs that are identical up to ``train.seed`` (and the ``logging``,
 ``checkpoint`` and ``eval`` sections) form one method. Evaluations of a model outside any run
 are grouped by model.
+
+Methods whose evaluations kept their samples and share their problems (equal problem ids, as
+``rlvr eval BASE --like RUN`` and ``rlvr eval RUN`` give) are also compared problem by problem
+(:func:`paired_comparisons`, :mod:`rlvr.evaluation.paired`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.evaluation.harness import EvalError, load_summary, read_run_config
+from rlvr.evaluation.harness import EvalError, load_summary, per_problem_values, read_run_config
+from rlvr.evaluation.paired import paired_comparison
 from rlvr.evaluation.plots import new_figure
 from rlvr.evaluation.stats import (
     AGGREGATES,
@@ -43,14 +48,19 @@ class Source:
     group_key: str
     label: str
     config: dict[str, Any] = field(default_factory=dict)
+    per_problem: dict[str, dict[str, float]] = field(default_factory=dict)
+    """task key -> {problem id: the metric on that problem}, for eval dirs with samples."""
 
 
 def task_key(task: dict[str, Any]) -> str:
     """A readable identity of a task config: ``arithmetic-L2``, ``arithmetic-L1+L3`` (a mixture
-    of levels), ``file:data/test.jsonl``."""
+    of levels), ``file:data/test.jsonl``, ``file:openai/gsm8k:main`` (a dataset's subset),
+    ``reasoning_gym:chain_sum``."""
     name = task.get("name", "arithmetic")
     if name == "file":
-        return f"file:{task.get('path')}"
+        return f"file:{task.get('path')}" + (f":{task['subset']}" if task.get("subset") else "")
+    if name.startswith("reasoning_gym:"):
+        return name
     levels = task.get("levels") or [task.get("level", 2)]
     return f"{name}-" + "+".join(f"L{level}" for level in levels)
 
@@ -108,6 +118,37 @@ def _method_identity(config: dict[str, Any]) -> tuple[str, str]:
     return "config:" + json.dumps(flat, sort_keys=True, default=str), label
 
 
+def _eval_scores(
+    path: Path, evals: list[tuple[Path, dict[str, Any]]], metric: str
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``(scores, per_problem)`` of a source's eval directories: the summary's ``metric`` per
+    task, and its value per problem where the directory keeps its samples."""
+    if not evals:
+        raise EvalError(
+            f"run {path} has no eval directory of a checkpoint: run `rlvr eval {path}` first, "
+            "or use a training-log metric such as --metric eval/greedy_accuracy"
+        )
+    scores: dict[str, float] = {}
+    per_problem: dict[str, dict[str, float]] = {}
+    for eval_dir, summary in evals:
+        if metric not in summary["metrics"]:
+            available = ", ".join(sorted(summary["metrics"]))
+            raise EvalError(
+                f"--metric {metric}: not in {eval_dir}/summary.json (available: {available})"
+            )
+        key = task_key(summary.get("task", {}))
+        if key in scores:
+            raise EvalError(
+                f"run {path} has several eval directories for task {key} at the same "
+                "checkpoint; pass the one to use instead of the run directory"
+            )
+        scores[key] = float(summary["metrics"][metric])
+        values = per_problem_values(eval_dir, metric)
+        if values is not None:
+            per_problem[key] = values
+    return scores, per_problem
+
+
 def load_source(path: Path, metric: str) -> Source:
     """Read one source's scores for ``metric`` (see the module docstring)."""
     path = Path(path)
@@ -141,27 +182,9 @@ def load_source(path: Path, metric: str) -> Source:
         value = _last_logged(run_dir, metric)
         if value is None:
             raise EvalError(f"{run_dir}: metrics.jsonl has no value of {metric!r}")
-        scores = {task_key(config.get("task", {})): value}
+        scores, per_problem = {task_key(config.get("task", {})): value}, {}
     else:
-        if not evals:
-            raise EvalError(
-                f"run {path} has no eval directory of a checkpoint: run `rlvr eval {path}` first, "
-                "or use a training-log metric such as --metric eval/greedy_accuracy"
-            )
-        scores = {}
-        for eval_dir, summary in evals:
-            if metric not in summary["metrics"]:
-                available = ", ".join(sorted(summary["metrics"]))
-                raise EvalError(
-                    f"--metric {metric}: not in {eval_dir}/summary.json (available: {available})"
-                )
-            key = task_key(summary.get("task", {}))
-            if key in scores:
-                raise EvalError(
-                    f"run {path} has several eval directories for task {key} at the same "
-                    "checkpoint; pass the one to use instead of the run directory"
-                )
-            scores[key] = float(summary["metrics"][metric])
+        scores, per_problem = _eval_scores(path, evals, metric)
     if config:
         group_key, label = _method_identity(config)
     elif not evals:
@@ -170,7 +193,7 @@ def load_source(path: Path, metric: str) -> Source:
         summary = evals[0][1]
         model = str(summary.get("model") or summary.get("model_path"))
         group_key, label = f"model:{model}", str(summary.get("tag") or model)
-    return Source(path, scores, group_key, label, config)
+    return Source(path, scores, group_key, label, config, per_problem)
 
 
 def _disambiguate(groups: dict[str, list[Source]]) -> dict[str, list[Source]]:
@@ -255,6 +278,63 @@ def default_taus(pooled: np.ndarray) -> np.ndarray:
     return np.linspace(lo, hi, 101)
 
 
+def _method_problems(sources: list[Source], task: str) -> tuple[dict[str, float], str]:
+    """``({problem id: mean over the method's runs}, "")`` on ``task``, or ``({}, why not)``
+    when a run kept no samples or the runs were evaluated on different problems."""
+    maps: list[dict[str, float]] = []
+    for source in sources:
+        values = source.per_problem.get(task)
+        if values is None:
+            return {}, (
+                f"{source.path} has no per-problem scores (no samples.parquet, or a metric not "
+                "computed per problem)"
+            )
+        if maps and set(values) != set(maps[0]):
+            return {}, f"{source.path} was evaluated on other problems than {sources[0].path}"
+        maps.append(values)
+    return {pid: float(np.mean([m[pid] for m in maps])) for pid in maps[0]}, ""
+
+
+def paired_comparisons(
+    groups: dict[str, list[Source]], tasks: list[str], reps: int, confidence: float, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Per task and pair of methods evaluated on the same problems (equal problem ids), the
+    paired per-problem comparison of :func:`rlvr.evaluation.paired.paired_comparison` (a
+    method's per-problem score is the mean over its runs).
+
+    Returns:
+        ``(paired, skipped)``: entries ``{"x", "y", "task", "n_problems", "mean_diff", "wins",
+        "ties", "losses", "p_value", "test"}``, and ``{"x", "y", "task", "reason"}`` for pairs
+        that could not be paired (none at all when no source kept per-problem scores).
+    """
+    if not any(s.per_problem for sources in groups.values() for s in sources):
+        return [], []
+    names = list(groups)
+    paired, skipped = [], []
+    for t, task in enumerate(tasks):
+        per_method = {name: _method_problems(groups[name], task) for name in names}
+        for i, x in enumerate(names):
+            for j in range(i + 1, len(names)):
+                y = names[j]
+                (xs, why_x), (ys, why_y) = per_method[x], per_method[y]
+                reason = why_x or why_y
+                if not reason and set(xs) != set(ys):
+                    shared = len(set(xs) & set(ys))
+                    reason = f"different problems ({len(xs)} and {len(ys)}, {shared} shared)"
+                if reason:
+                    skipped.append({"x": x, "y": y, "task": task, "reason": reason})
+                    continue
+                entry = paired_comparison(
+                    np.array(list(xs.values())),
+                    np.array([ys[p] for p in xs]),
+                    reps,
+                    confidence,
+                    seed + 1000 * (i + 1) + j + 100_000 * t,
+                )
+                paired.append({"x": x, "y": y, "task": task, **entry})
+    return paired, skipped
+
+
 def compare(
     groups: dict[str, list[Source]],
     reps: int = 2000,
@@ -266,7 +346,9 @@ def compare(
     Returns a JSON-ready dict: ``tasks``, ``methods`` (per method: ``runs``, ``sources``,
     ``scores`` [runs][tasks], and ``mean``/``median``/``iqm`` each as
     ``[estimate, low, high]``, ``profile`` with ``low``/``high`` bands), ``taus``, and
-    ``improvement`` (per pair i < j: ``x``, ``y``, ``p`` as ``[estimate, low, high]``).
+    ``improvement`` (per pair i < j: ``x``, ``y``, ``p`` as ``[estimate, low, high]``), and
+    ``paired`` / ``paired_skipped`` (:func:`paired_comparisons`) for methods evaluated on the
+    same problems.
     """
     task_sets = {name: [sorted(s.scores) for s in sources] for name, sources in groups.items()}
     tasks = sorted(next(iter(groups.values()))[0].scores)
@@ -304,6 +386,7 @@ def compare(
                 matrices[x], matrices[y], reps, confidence, seed + 1000 * (i + 1) + j
             )
             improvement.append({"x": x, "y": y, "p": list(p)})
+    paired, skipped = paired_comparisons(groups, tasks, reps, confidence, seed)
     return {
         "tasks": tasks,
         "confidence": confidence,
@@ -311,6 +394,8 @@ def compare(
         "taus": taus.tolist(),
         "methods": methods,
         "improvement": improvement,
+        "paired": paired,
+        "paired_skipped": skipped,
     }
 
 

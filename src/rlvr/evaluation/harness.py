@@ -17,6 +17,7 @@ the stored completions) without generating.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import re
@@ -32,7 +33,7 @@ import torch
 import yaml
 
 from rlvr.data import Problem, Task
-from rlvr.errors import RlvrError
+from rlvr.errors import DataError, RlvrError
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
 from rlvr.rewards.verifiers import extract_answer
@@ -100,7 +101,9 @@ def _checkpoint_step(path: Path) -> int | None:
 def resolve_target(model: str) -> EvalTarget:
     """Interpret ``rlvr eval``'s MODEL argument: a run directory (its latest complete checkpoint),
     a checkpoint directory (of a run or standalone), or any model spec (alias, HF directory,
-    ``.gguf`` file, hub id), which is passed through for :mod:`rlvr.models` to validate."""
+    ``.gguf`` file, hub id), which is passed through for :mod:`rlvr.models` to validate. A
+    path that does not exist in an existing directory (``runs/typo``) is an :class:`EvalError`
+    at once rather than a hub lookup."""
     from rlvr.checkpoint import latest_checkpoint
 
     path = Path(model).expanduser()
@@ -115,6 +118,11 @@ def resolve_target(model: str) -> EvalTarget:
         return EvalTarget(str(path), path.name, run_dir, path.name, _checkpoint_step(path))
     if path.exists():
         return EvalTarget(model, _safe_tag(path.stem if path.is_file() else path.name))
+    if path.parent != Path(".") and path.parent.is_dir():  # a path, not a hub id: say so now
+        raise EvalError(
+            f"{model}: no such run, checkpoint or model directory (nothing named "
+            f"{path.name!r} in {path.parent})"
+        )
     return EvalTarget(model, _safe_tag(model.replace("/", "--")))
 
 
@@ -197,6 +205,17 @@ def generate_samples(
     return ids, finished
 
 
+def answer_extractor(task: Task) -> Callable[[str, Problem], str | None]:
+    """The extraction ``task.score`` reads: ``task.extract_answer(completion, problem)`` for a
+    task that defines it (reasoning-gym, countdown, ...), else the numeric verifier's
+    :func:`rlvr.rewards.verifiers.extract_answer` (what the arithmetic and file tasks score).
+    The string it returns is shown as ``extracted_answer`` and votes in maj@k."""
+    own = getattr(task, "extract_answer", None)
+    if own is not None:
+        return own
+    return lambda completion, problem: extract_answer(completion)
+
+
 def score_records(
     task: Task,
     problems: Sequence[Problem],
@@ -204,7 +223,9 @@ def score_records(
     num_tokens: Sequence[Sequence[int]],
     finished: Sequence[Sequence[bool]],
 ) -> list[dict[str, Any]]:
-    """One record per sample (the columns of :data:`SCHEMA`), scored by ``task.score``."""
+    """One record per sample (the columns of :data:`SCHEMA`), scored by ``task.score``, with the
+    answer that score read (:func:`answer_extractor`)."""
+    extract = answer_extractor(task)
     records = []
     for p, problem in enumerate(problems):
         for s, text in enumerate(completions[p]):
@@ -217,7 +238,7 @@ def score_records(
                     "answer": problem.answer,
                     "sample_index": s,
                     "completion": text,
-                    "extracted_answer": extract_answer(text),
+                    "extracted_answer": extract(text, problem),
                     "score": score,
                     "correct": score >= 1.0,
                     "num_tokens": int(num_tokens[p][s]),
@@ -226,6 +247,17 @@ def score_records(
                 }
             )
     return records
+
+
+def problem_set(problems: Sequence[Problem], system_prompt: str | None) -> dict[str, Any]:
+    """What identifies the evaluated problems: ``{"count", "ids", "sha256"}``, the hash taken
+    over each problem's id, chat (system prompt included) and reference answer, in order. Two
+    evaluations with equal ``sha256`` prompted the same problems in the same way."""
+    digest = hashlib.sha256()
+    for p in problems:
+        item = [p.id, p.messages(system_prompt), p.answer]
+        digest.update(json.dumps(item, sort_keys=True).encode() + b"\n")
+    return {"count": len(problems), "ids": [p.id for p in problems], "sha256": digest.hexdigest()}
 
 
 def records_to_arrays(
@@ -248,6 +280,38 @@ def records_to_arrays(
     tokens = np.array([[int(r["num_tokens"]) for r in row] for row in rows])
     done = np.array([[bool(r["finished"]) for r in row] for row in rows])
     return correct, answers, tokens, done
+
+
+def per_problem_values(out_dir: Path, metric: str) -> dict[str, float] | None:
+    """``{problem_id: value}`` of a summary metric (``pass@4``, ``maj@8``, ``mean@16``,
+    ``accuracy``, ``length_mean``, ...) on each problem of an eval directory, computed from its
+    ``samples.parquet`` with the summary's estimator settings (so the mean over problems is the
+    summary's value); None when the directory has no samples file or the metric is not one
+    computed per problem (e.g. pass@k with k above the samples per problem)."""
+    out_dir = Path(out_dir)
+    if not (out_dir / SAMPLES_FILE).is_file():
+        return None
+    summary = load_summary(out_dir)
+    records = load_records(out_dir)
+    correct, answers, tokens, done = records_to_arrays(records)
+    n = correct.shape[1]
+    name = f"mean@{n}" if metric == "accuracy" else metric
+    kind, _, k = name.partition("@")
+    ks = [int(k)] if kind in ("pass", "maj") and k.isdigit() and 1 <= int(k) <= n else []
+    estimators = summary.get("estimators", {})
+    values = problem_metrics(
+        correct,
+        answers,
+        tokens,
+        done,
+        ks,
+        n_subsets=int(estimators.get("maj_subsets", 1000)),
+        seed=int(estimators.get("seed", 0)),
+    )
+    if name not in values:
+        return None
+    ids = {int(r["problem_index"]): r["problem_id"] for r in records}
+    return {ids[p]: float(v) for p, v in zip(sorted(ids), values[name], strict=True)}
 
 
 def compute_summary_metrics(
@@ -360,40 +424,18 @@ def load_records(out_dir: Path) -> list[dict[str, Any]]:
     return table.select(SCHEMA.names).to_pylist()
 
 
-def build_summary(
-    target: EvalTarget,
-    model_arg: str,
-    task_config: dict[str, Any],
-    system_prompt: str | None,
-    sampling: SamplingParams,
-    sampling_seed: int,
-    metrics: dict[str, Any],
-    seconds: float,
-) -> dict[str, Any]:
-    """The ``summary.json`` content of a fresh evaluation."""
-    from rlvr import __version__
+def build_eval_task(section: Any) -> Task:
+    """``rlvr.data.build_task(section)`` (``section`` a validated ``TaskConfig``), its plain
+    errors (missing file, bad option, missing package) re-raised as a :class:`DataError` naming
+    the task."""
+    from rlvr.data import build_task
 
-    return {
-        "rlvr_version": __version__,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "model": model_arg,
-        "model_path": target.spec,
-        "tag": target.tag,
-        "run_dir": str(target.run_dir) if target.run_dir is not None else None,
-        "checkpoint": target.checkpoint,
-        "step": target.step,
-        "task": task_config,
-        "system_prompt": system_prompt,
-        "sampling": {
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
-            "max_new_tokens": sampling.max_new_tokens,
-            "seed": sampling_seed,
-        },
-        "seconds": seconds,
-        **metrics,
-    }
+    try:
+        return build_task(section)
+    except RlvrError:
+        raise
+    except (ValueError, OSError, ImportError) as err:
+        raise DataError(f"task {section.name}: {err}") from None
 
 
 def rescore(
@@ -405,36 +447,48 @@ def rescore(
     """Recompute an eval directory's scores and metrics from its stored completions.
 
     Every completion is re-scored with ``task.score`` (``task`` defaults to the one rebuilt from
-    the summary's task config) and its answer re-extracted; both files are rewritten.
+    the summary's task section) and its answer re-extracted (:func:`answer_extractor`); both
+    files are rewritten. The metrics are recomputed for the summary's ``ks`` and the new ``ks``
+    together, so no earlier pass@k / maj@k is dropped or left stale; a metric this version does
+    not compute (e.g. from another rlvr version) is kept and listed under ``"not_rescored"``.
 
     Returns:
         ``(summary, number of samples whose score changed)``.
     """
     from rlvr.config import build_config
-    from rlvr.data import build_task
 
     summary = load_summary(out_dir)
     records = load_records(out_dir)
     if task is None:
-        task = build_task(build_config({"task": summary.get("task", {})}).task)
+        task = build_eval_task(build_config({"task": summary.get("task", {})}).task)
+    extract = answer_extractor(task)
     changed = 0
     for r in records:
-        problem = Problem(r["problem_id"], r["prompt"], r["answer"])
+        problem = Problem(r["problem_id"], r["prompt"], r["answer"], r["category"] or "")
         score = float(task.score(r["completion"], problem))
         changed += score != r["score"]
         r["score"], r["correct"] = score, score >= 1.0
-        r["extracted_answer"] = extract_answer(r["completion"])
+        r["extracted_answer"] = extract(r["completion"], problem)
     estimators = summary.get("estimators", {})
+    old_ks = [int(k) for k in summary.get("ks", [1])]
     metrics = compute_summary_metrics(
         records,
-        ks if ks is not None else summary.get("ks", [1]),
+        sorted(set(old_ks) | set(ks if ks is not None else [])),
         confidence=confidence if confidence is not None else summary.get("confidence", 0.95),
         bootstrap_reps=int(estimators.get("bootstrap_reps", 1000)),
         maj_subsets=int(estimators.get("maj_subsets", 1000)),
         seed=int(estimators.get("seed", 0)),
     )
+    kept = sorted(set(summary["metrics"]) - set(metrics["metrics"]))
+    for name in kept:
+        metrics["metrics"][name] = summary["metrics"][name]
+        if name in summary.get("ci", {}):
+            metrics["ci"][name] = summary["ci"][name]
     summary.pop("by_category", None)  # recomputed from the records' categories, if any
+    summary.pop("not_rescored", None)
     summary.update(metrics)
+    if kept:
+        summary["not_rescored"] = kept
     summary["rescored"] = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     save_eval(out_dir, records, summary)
     return summary, changed

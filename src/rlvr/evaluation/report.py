@@ -1,4 +1,7 @@
-"""A self-contained HTML report of a run: training curves, pass@k of its evaluations, samples.
+"""A self-contained HTML report of a run: a red notice naming any metric that went NaN/inf
+(and where), the held-out accuracy before -> after training with 95% Wilson intervals, training
+curves (with y-axis labels, non-finite steps marked), per-reward-term curves, per-category
+curves, pass@k of its evaluations, and samples with their per-term reward breakdown.
 
 The report is one HTML file with inline CSS and its figures embedded as base64 PNG ``data:``
 URIs: no scripts, no external assets, no server; it opens from disk in any browser. Model
@@ -22,10 +25,15 @@ from rlvr.evaluation.plots import (
     category_figure,
     data_uri,
     passk_figure,
+    reward_terms,
+    reward_terms_figure,
     training_figure,
 )
 
 MAX_TEXT = 2000  # characters of a prompt/completion shown in the samples table
+Z95 = 1.959963984540054  # standard normal quantile of 0.975: 95% two-sided intervals
+NONFINITE_TEXT = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+"""How metrics.jsonl writes non-finite values (older files wrote ``null`` instead)."""
 
 _CSS = """
 body { font-family: system-ui, -apple-system, sans-serif; margin: 2em auto; max-width: 1300px;
@@ -37,6 +45,8 @@ th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: ta
 pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: .85em; }
 pre.config { background: #f8f8f8; padding: 1em; }
 img { max-width: 100%; } .note { color: #666; font-size: .9em; }
+.alert { border: 2px solid #c00; background: #fff0f0; padding: .5em 1em; margin: 1em 0; }
+.alert strong, .bad { color: #c00; } .headline { font-size: 1.15em; }
 """
 
 
@@ -65,9 +75,56 @@ def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
     return rows, bad
 
 
+def read_metric_rows(
+    path: Path,
+) -> tuple[list[dict[str, Any]], int, dict[str, list[tuple[Any, str]]]]:
+    """Rows of a ``metrics.jsonl`` with non-finite values as floats, and where they were.
+
+    Returns:
+        ``(rows, bad, nonfinite)``: the rows, with the strings "nan", "inf" and "-inf" and the
+        ``null`` of older files (which wrote every non-finite value so) turned into float
+        NaN/inf; the number of lines that are not JSON objects; and, per metrics key, the
+        ``(step, text as written)`` of each of its non-finite values in file order.
+    """
+    rows, bad = _read_jsonl(path)
+    nonfinite: dict[str, list[tuple[Any, str]]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if value is None:
+                text = "null"
+            elif isinstance(value, str) and value in NONFINITE_TEXT:
+                text = value
+            else:
+                continue
+            if key != "step":
+                row[key] = NONFINITE_TEXT.get(text, math.nan)
+                nonfinite.setdefault(key, []).append((row.get("step"), text))
+    return rows, bad, nonfinite
+
+
+def wilson_interval(accuracy: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``accuracy`` observed on ``n`` trials::
+
+        (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at 0% or 100%.
+    """
+    center = accuracy + z * z / (2 * n)
+    half = z * math.sqrt(max(accuracy * (1 - accuracy), 0.0) / n + z * z / (4 * n * n))
+    return (center - half) / (1 + z * z / n), (center + half) / (1 + z * z / n)
+
+
+def _finite(value: Any) -> bool:
+    """A logged finite number (a bool is not one)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _fmt(value: Any, digits: int = 3) -> str:
+    """A number for a table: non-finite floats as nan/inf/-inf (shown, never hidden)."""
     if isinstance(value, float):
-        return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+        if math.isfinite(value):
+            return f"{value:.{digits}f}"
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return "-" if value is None else str(value)
 
 
@@ -93,6 +150,81 @@ def _eval_label(path: Path, summary: dict[str, Any]) -> str:
     return f"base: {summary.get('model') or path.name}"
 
 
+def _alerts(rows: list[dict[str, Any]], nonfinite: dict[str, list[tuple[Any, str]]]) -> str:
+    """A red box at the top naming every metric that went non-finite and where, and the steps
+    the trainer skipped for it ("" when there is nothing to report)."""
+    items = []
+    for key, where in nonfinite.items():
+        steps = [str(step) for step, _ in where]
+        shown = ", ".join(steps[:10]) + (f" and {len(steps) - 10} more" if len(steps) > 10 else "")
+        legacy = " (how older rlvr versions wrote NaN/inf)" if where[0][1] == "null" else ""
+        items.append(
+            f"<li><code>{_e(key)}</code> is {_e(where[0][1])}{legacy} at step {_e(where[0][0])}; "
+            f"non-finite at {len(steps)} step(s): {_e(shown)}</li>"
+        )
+    skipped = _last(rows, "train/skipped_nonfinite")
+    if skipped:
+        items.append(
+            f"<li>{_e(_fmt(skipped, 0))} training step(s) skipped for non-finite values "
+            "(<code>train/skipped_nonfinite</code> at the last step)</li>"
+        )
+    if not items:
+        return ""
+    return (
+        '<div class="alert" id="nonfinite"><strong>Non-finite values in this run</strong>'
+        f"<ul>{''.join(items)}</ul>Red dotted lines mark these steps in the curves below.</div>"
+    )
+
+
+def _eval_n(rows: list[dict[str, Any]], config: dict[str, Any]) -> tuple[int | None, str]:
+    """Held-out problems per evaluation, and where that number comes from: the logged
+    ``eval/greedy_n``, else the config's ``eval.n_prompts`` (at most that many were used)."""
+    logged = _last(rows, "eval/greedy_n")
+    if _finite(logged) and logged >= 1:
+        return int(logged), f"n = {int(logged)} held-out problems"
+    n_prompts = (config.get("eval") or {}).get("n_prompts")
+    if isinstance(n_prompts, int) and n_prompts >= 1:
+        return n_prompts, (
+            f"n = {n_prompts} held-out problems (eval.n_prompts; fewer if the task has fewer)"
+        )
+    return None, ""
+
+
+def _accuracy_text(accuracy: float, n: int | None) -> str:
+    """An accuracy with its 95% Wilson interval when ``n`` is known: 42.0% [32.8%, 51.8%]."""
+    if n is None or not math.isfinite(accuracy):
+        return f"{accuracy:.1%}"
+    low, high = wilson_interval(accuracy, n)
+    return f"{accuracy:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _before_after(rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
+    """The headline: held-out greedy accuracy before -> after training, with intervals."""
+    evals = [
+        (r["step"], r["eval/greedy_accuracy"])
+        for r in rows
+        if isinstance(r.get("eval/greedy_accuracy"), int | float) and "step" in r
+    ]
+    if not evals:
+        return '<p class="headline" id="before-after">No held-out evaluation in metrics.jsonl.</p>'
+    n, n_text = _eval_n(rows, config)
+    (step_a, a), (step_b, b) = evals[0], evals[-1]
+    when = "before training" if step_a == 0 else f"at step {step_a}"
+    text = f"Held-out greedy accuracy: {_accuracy_text(a, n)} {when}"
+    if len(evals) == 1:
+        text += " (the only evaluation)"
+    else:
+        text += f" → {_accuracy_text(b, n)} after step {step_b} ({(b - a) * 100:+.1f} points)"
+        if n is not None and math.isfinite(a) and math.isfinite(b):
+            (lo_a, hi_a), (lo_b, hi_b) = wilson_interval(a, n), wilson_interval(b, n)
+            if lo_b <= hi_a and lo_a <= hi_b:
+                text += "; the intervals overlap: not clear evidence of a change"
+    note = f" 95% Wilson intervals, {n_text}." if n is not None else ""
+    return (
+        f'<p class="headline" id="before-after">{_e(text)}.<span class="note">{_e(note)}</span></p>'
+    )
+
+
 def _overview(run_dir: Path, config: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     train_rows = [r for r in rows if "reward/mean" in r or "policy/loss" in r]
     items = [
@@ -111,6 +243,9 @@ def _overview(run_dir: Path, config: dict[str, Any], rows: list[dict[str, Any]])
             f"{_fmt(_last(rows, 'eval/greedy_accuracy'))}",
         ),
     ]
+    if any("train/skipped_nonfinite" in r for r in rows):
+        skipped = _fmt(_last(rows, "train/skipped_nonfinite"), 0)
+        items.append(("steps skipped for non-finite values", skipped))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
     return f'<section id="overview"><h2>Overview</h2><table>{body}</table></section>'
 
@@ -124,9 +259,17 @@ def _task_text(task: dict[str, Any]) -> str:
     return f"{task.get('name', 'arithmetic')} level {task.get('levels') or task.get('level', '-')}"
 
 
-def _training(rows: list[dict[str, Any]], bad: int) -> str:
+def _training(rows: list[dict[str, Any]], bad: int, eval_n: int | None, marks: list[float]) -> str:
+    """Training curves; held-out accuracies with 95% Wilson intervals when ``eval_n`` (held-out
+    problems per evaluation) is known; ``marks``: steps where a metric was NaN/inf."""
     parts = ['<section id="training"><h2>Training curves</h2>']
-    fig = training_figure(rows)
+    bars = {}
+    if eval_n is not None:
+        bars = {
+            f"eval/{kind}_accuracy": lambda acc: wilson_interval(acc, eval_n)
+            for kind in ("greedy", "sampled")
+        }
+    fig = training_figure(rows, bars, marks)
     if fig is None:
         parts.append(
             '<p class="note">No training metrics logged (metrics.jsonl is missing or empty).</p>'
@@ -135,14 +278,47 @@ def _training(rows: list[dict[str, Any]], bad: int) -> str:
         parts.append(f'<img alt="training curves" src="{data_uri(fig)}">')
         missing = [
             key
-            for _, keys in TRAINING_SERIES
+            for _, _, keys in TRAINING_SERIES
             for key in keys
             if not any(isinstance(r.get(key), int | float) for r in rows)
         ]
         if missing:
             parts.append(f'<p class="note">Not logged in this run: {_e(", ".join(missing))}.</p>')
+    if eval_n is not None and bars:
+        parts.append(
+            f'<p class="note">Held-out accuracy error bars: 95% Wilson intervals, n = {eval_n}.</p>'
+        )
     if bad:
         parts.append(f'<p class="note">{bad} unreadable line(s) of metrics.jsonl skipped.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _reward_terms(rows: list[dict[str, Any]], config: dict[str, Any], marks: list[float]) -> str:
+    """Per-term reward curves of a run with ``reward.terms`` ("" otherwise), titled with the
+    terms' weights from the config, and the failed calls of each term."""
+    weights = {
+        term.get("label") or term.get("name"): term.get("weight", 1.0)
+        for term in (config.get("reward") or {}).get("terms") or []
+        if isinstance(term, dict)
+    }
+    fig = reward_terms_figure(rows, weights, marks)
+    if fig is None:
+        return ""
+    parts = [
+        '<section id="reward-terms"><h2>Reward terms</h2>'
+        f'<img alt="reward term curves" src="{data_uri(fig)}">'
+        '<p class="note">Each term\'s unweighted batch mean per step '
+        "(<code>reward/&lt;term&gt;/mean</code>); the reward is their weighted sum.</p>"
+    ]
+    for term in reward_terms(rows):
+        key = f"reward/{term}/errors"
+        failed = sum(r[key] for r in rows if _finite(r.get(key)))
+        if failed:
+            parts.append(
+                f'<p class="note bad">{_e(term)}: {failed:.0f} failed reward call(s) '
+                f"(<code>{_e(key)}</code>), each scored 0 under reward.on_error: zero.</p>"
+            )
     parts.append("</section>")
     return "".join(parts)
 
@@ -224,6 +400,21 @@ def _clip(text: Any) -> str:
     return text
 
 
+def _value_text(value: Any) -> str:
+    """A logged number as text: finite floats to 3 decimals; NaN/inf, whether JSON's NaN or
+    the strings "nan"/"inf"/"-inf", shown as such; anything else as written."""
+    if isinstance(value, str) and value in NONFINITE_TEXT:
+        return value
+    return _fmt(value)
+
+
+def _terms_text(terms: Any) -> str:
+    """A sample's reward breakdown, one ``term value`` per line ("-" when not logged)."""
+    if not isinstance(terms, dict) or not terms:
+        return "-"
+    return "\n".join(f"{name} {_value_text(value)}" for name, value in terms.items())
+
+
 def _samples(run_dir: Path, max_samples: int) -> str:
     rows, bad = _read_jsonl(run_dir / "samples.jsonl")
     parts = ['<section id="samples"><h2>Sample completions</h2>']
@@ -240,14 +431,15 @@ def _samples(run_dir: Path, max_samples: int) -> str:
         f'<p class="note">{len(shown)} of {len(rows)} logged samples, spread evenly over '
         "training. Model output is shown as escaped text.</p>"
     )
-    head = "".join(f"<th>{h}</th>" for h in ("step", "reward", "answer", "prompt", "completion"))
+    header = ("step", "reward", "reward terms", "answer", "prompt", "completion")
+    head = "".join(f"<th>{h}</th>" for h in header)
     body = []
     for r in shown:
-        reward = r.get("reward")
         body.append(
             "<tr>"
             f'<td class="num">{_e(r.get("step", "-"))}</td>'
-            f'<td class="num">{_e(_fmt(reward) if isinstance(reward, float) else reward)}</td>'
+            f'<td class="num">{_e(_value_text(r.get("reward")))}</td>'
+            f"<td><pre>{_e(_terms_text(r.get('terms')))}</pre></td>"
             f"<td><pre>{_e(_clip(r.get('answer')))}</pre></td>"
             f"<td><pre>{_e(_clip(r.get('prompt')))}</pre></td>"
             f"<td><pre>{_e(_clip(r.get('completion')))}</pre></td>"
@@ -283,12 +475,18 @@ def build_report(run_dir: Path, eval_dirs: list[Path] | None = None, max_samples
     except yaml.YAMLError:
         config = {}
     config = config if isinstance(config, dict) else {}
-    rows, bad = _read_jsonl(run_dir / "metrics.jsonl")
+    rows, bad, nonfinite = read_metric_rows(run_dir / "metrics.jsonl")
+    marks = sorted(  # steps where some metric was NaN/inf
+        {float(s) for where in nonfinite.values() for s, _ in where if isinstance(s, int | float)}
+    )
     evals = find_eval_dirs(run_dir) if eval_dirs is None else list(eval_dirs)
     created = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sections = [
+        _alerts(rows, nonfinite),
+        _before_after(rows, config),
         _overview(run_dir, config, rows),
-        _training(rows, bad),
+        _training(rows, bad, _eval_n(rows, config)[0], marks),
+        _reward_terms(rows, config, marks),
         _categories(rows),
         _evaluation(run_dir, evals),
         _samples(run_dir, max_samples),

@@ -1,48 +1,104 @@
-"""Reward functions: ``(completion, problem) -> float``, the task's verifier or a user function.
+"""The run's reward: the task's own verifier, a user function, or a weighted sum of named rewards.
 
-A user reward is named in config as ``module:function`` (an importable module, e.g. a file on
-``PYTHONPATH``) and called with the completion text and the :class:`rlvr.data.Problem`.
+:func:`build_reward` is the one entry point (trainer and Python API). A user reward is
+
+- per sample: ``f(completion: str, problem: rlvr.data.Problem, **fields) -> float``;
+- per group (registered with ``@rlvr.rewards.register_reward(name, kind="group")``):
+  ``f(completions: list[str], problem: rlvr.data.Problem, **fields) -> list[float]``,
+
+named in config as ``module:function`` (a module in the current directory, or importable from
+``PYTHONPATH``) or passed to the Python API as the function itself. Fields are keyword
+parameters the run fills per sample (:data:`rlvr.rewards.registry.SAMPLE_FIELDS`), or fixed
+values set under ``params``. The value must be a real number (``bool`` counts as 0/1), finite
+and at most ``max_abs`` in magnitude.
 """
 
 from __future__ import annotations
 
 import importlib
-import math
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from rlvr.data.base import Problem, Task
+from rlvr.data.base import Task
+from rlvr.rewards.registry import (
+    DEFAULT_MAX_ABS,
+    CombinedReward,
+    ExecutorKind,
+    OnError,
+    RewardConfigError,
+    RewardSpec,
+)
 
-RewardFn = Callable[[str, Problem], float]
 
+def load_function(spec: str) -> Callable[..., Any]:
+    """Import ``module:function``; the current directory is importable (appended to
+    ``sys.path``, after installed packages, so a local file cannot shadow one).
 
-def load_function(spec: str) -> RewardFn:
-    """Import ``module:function``; errors name what was given and what is expected."""
+    Raises :class:`RewardConfigError` naming the module and what went wrong: not found (and
+    where it was looked for), an error while importing it, or no such callable.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"reward.function must look like 'module:function', got {spec!r}")
+        raise RewardConfigError(f"reward {spec!r}: expected 'module:function'")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(
-            f"reward.function {spec!r}: cannot import {module_name!r} ({err})"
+    except ModuleNotFoundError as err:
+        if err.name == module_name or module_name.startswith(f"{err.name}."):
+            raise RewardConfigError(
+                f"reward {spec!r}: no module named {err.name!r} in the current directory "
+                f"{cwd} (which is on sys.path) or on PYTHONPATH"
+            ) from None
+        raise RewardConfigError(
+            f"reward {spec!r}: importing module {module_name!r} failed: {err}"
+        ) from err
+    except Exception as err:  # noqa: BLE001 - any error in the user's module is reported
+        raise RewardConfigError(
+            f"reward {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}"
         ) from err
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ValueError(f"reward.function {spec!r}: {module_name} has no callable {attr!r}")
+        raise RewardConfigError(
+            f"reward {spec!r}: module {module_name!r} ({getattr(module, '__file__', '?')}) has "
+            f"no callable {attr!r}"
+        )
     return fn
 
 
-def make_reward(task: Task, function: str | None = None) -> RewardFn:
-    """The run's reward: the task's own verifier, or the user function when one is named."""
-    fn = task.score if function is None else load_function(function)
+def build_reward(
+    task: Task,
+    function: str | Callable[..., Any] | None = None,
+    terms: Sequence[Any] = (),
+    *,
+    on_error: OnError = "raise",
+    timeout_s: float | None = 60.0,
+    max_abs: float = DEFAULT_MAX_ABS,
+    executor: ExecutorKind = "thread",
+    max_workers: int | None = None,
+) -> CombinedReward:
+    """The run's reward, from one of three sources: ``function`` (``"module:function"`` or a
+    callable), ``terms`` (:class:`RewardSpec` or what :meth:`RewardSpec.coerce` accepts; the
+    name ``task``/``verifier`` is the task's verifier), or neither: the task's verifier alone.
 
-    def reward(completion: str, problem: Problem) -> float:
-        value = float(fn(completion, problem))
-        if not math.isfinite(value):
-            raise ValueError(
-                f"reward {function or task.name + ' verifier'} returned {value} for problem "
-                f"{problem.id!r}; completion starts {completion[:80]!r}"
-            )
-        return value
-
-    return reward
+    The task's verifier runs inline (cheap, no time limit); every other reward runs on a worker
+    under ``timeout_s``. Call the result as ``reward(texts, problems, **fields)`` for a
+    :class:`~rlvr.rewards.registry.RewardBreakdown`, probe it once with ``reward.check(problem)``
+    before the first rollout, and ``close()`` it at the end.
+    """
+    if function is not None and terms:
+        raise RewardConfigError("set reward.function or reward.terms, not both")
+    specs = [RewardSpec(function)] if function is not None else list(terms)
+    return CombinedReward(
+        specs or [RewardSpec("task")],
+        task=task,
+        on_error=on_error,
+        timeout_s=timeout_s,
+        max_abs=max_abs,
+        executor=executor,
+        max_workers=max_workers,
+    )

@@ -10,8 +10,18 @@ Two kinds of reward (both pure functions of text; fields are keyword arguments):
 
 A reward declares the fields it uses as keyword parameters (``num_tokens``, ``schema``,
 ``references``, ...). :class:`CombinedReward` passes each function only the fields it accepts
-(all of them if it takes ``**fields``), so one batch can carry fields for several rewards.
-A reward may return a :class:`Score`, a float that also carries a human-readable reason.
+(all of them if it takes ``**fields``), so one batch can carry fields for several rewards;
+:data:`SAMPLE_FIELDS` lists the per-sample fields a training run provides. Keyword parameters
+that no field provides are set under ``params`` in the config.
+
+A reward returns a real number: a ``float`` or ``int``, a ``bool`` (True scores 1.0), or a
+numpy scalar; a :class:`Score` is a float that also carries a human-readable reason. Anything
+else (a string such as ``"0.5"``, None, a list from a per-sample reward), a non-finite value, a
+value beyond ``max_abs`` in magnitude (default :data:`DEFAULT_MAX_ABS`) or a group reward of the
+wrong length is a :class:`RewardError` naming the reward, the sample and its problem.
+
+The reward name ``task`` (alias ``verifier``) is the task's own verifier (``task.score``), so
+shaping terms can be added on top of it; :class:`CombinedReward` needs the task to resolve it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import multiprocessing
 import numbers
 import os
 import queue
+import reprlib
 import threading
 import time
 from collections import deque
@@ -38,10 +49,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+import numpy as np
+
 from rlvr.errors import RlvrError
 
 if TYPE_CHECKING:
-    from rlvr.data.base import Problem
+    from rlvr.data.base import Problem, Task
 
 RewardKind = Literal["sample", "group"]
 OnError = Literal["raise", "zero"]
@@ -58,6 +71,37 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.reference_probability",
     "rlvr.rewards.reward_model",
     "rlvr.rewards.novelty",
+)
+
+# Reward names that mean the task's own verifier (resolved with the task, not the registry).
+TASK_REWARD_NAMES = ("task", "verifier")
+
+#: Largest reward magnitude accepted by default. Advantages are computed in float32, where the
+#: standard deviation of [1e30, 0] is already inf (its square overflows): every advantage of the
+#: group then silently becomes 0 or NaN. 1e6 leaves ample headroom for real rewards.
+DEFAULT_MAX_ABS = 1e6
+
+#: The per-sample fields a training run passes to rewards that declare them as keyword
+#: parameters, each with the stand-in value :meth:`CombinedReward.check` passes at start-up:
+#: ``num_tokens`` (completion length in tokens); ``token_entropy`` and ``self_certainty``
+#: (means over the completion's tokens, from the rollout engine); ``reference_logprobs`` and
+#: ``reference_logprobs_bare`` (per-token log-probs of the reference answer after the
+#: completion's reasoning, and with no reasoning). The trainer computes the last four only
+#: for rewards that declare them.
+SAMPLE_FIELDS: dict[str, Any] = {
+    "num_tokens": 8,
+    "token_entropy": 1.0,
+    "self_certainty": 1.0,
+    "reference_logprobs": [-1.0, -1.0],
+    "reference_logprobs_bare": [-1.0],
+}
+
+#: The reward signatures, quoted by errors about a reward that cannot be called.
+SIGNATURE_HELP = (
+    "a reward is f(completion: str, problem: rlvr.data.Problem, **fields) -> float, or a "
+    "group reward registered with @rlvr.rewards.register_reward(name, kind='group'): "
+    "f(completions: list[str], problem: rlvr.data.Problem, **fields) -> list[float]; "
+    f"fields: {', '.join(SAMPLE_FIELDS)}, or fixed values set under params"
 )
 
 
@@ -98,26 +142,43 @@ class Score(float):
 class RewardError(RlvrError, RuntimeError):
     """A reward raised, returned a bad value, or timed out, on a given sample.
 
-    The message names the reward, the sample index and the first 80 characters of the
-    completion; the attributes carry the same for programs.
+    The message names the reward, the sample index in the batch, the problem id (when known)
+    and the first 80 characters of the completion; the attributes carry the same for programs.
     """
 
-    def __init__(self, reward: str, index: int, completion: str, detail: str) -> None:
+    def __init__(
+        self,
+        reward: str,
+        index: int,
+        completion: str,
+        detail: str,
+        problem_id: str | None = None,
+    ) -> None:
         self.reward, self.index, self.detail = reward, index, detail
+        self.problem_id = problem_id
         self.completion_head = completion[:80]
+        problem = "" if problem_id is None else f"problem {problem_id!r}, "
         super().__init__(
-            f"reward {reward!r} failed on sample {index} (completion starts "
+            f"reward {reward!r} failed on sample {index} ({problem}completion starts "
             f"{self.completion_head!r}): {detail}"
         )
 
 
+class RewardConfigError(RlvrError, ValueError):
+    """A reward that cannot be used as configured: an unknown name, a ``module:function`` that
+    does not import, a signature that does not fit the reward protocol, unknown parameters, or
+    a start-up check (:meth:`CombinedReward.check`) that failed."""
+
+
 @dataclass(frozen=True)
 class RegisteredReward:
-    """A named reward function and its kind."""
+    """A named reward function and its kind; an ``inline`` reward (the task's own verifier:
+    trusted, cheap and bounded) runs in the caller's thread, without a worker or time limit."""
 
     name: str
     fn: Callable[..., Any]
     kind: RewardKind
+    inline: bool = False
 
 
 _REGISTRY: dict[str, RegisteredReward] = {}
@@ -133,6 +194,8 @@ def register_reward(name: str, kind: RewardKind = "sample") -> Callable[[Callabl
     """
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"reward name must be a non-empty string without ':', got {name!r}")
+    if name in TASK_REWARD_NAMES:
+        raise ValueError(f"reward name {name!r} is reserved for the task's own verifier")
     if kind not in ("sample", "group"):
         raise ValueError(f"reward {name!r}: kind must be 'sample' or 'group', got {kind!r}")
 
@@ -165,28 +228,39 @@ def available_rewards() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_reward(name: str) -> RegisteredReward:
-    """The registered reward ``name``; or, for ``"module:function"``, that function.
+def get_reward(name: str | Callable[..., Any]) -> RegisteredReward:
+    """The registered reward ``name``; for ``"module:function"`` or a callable, that function.
 
-    A ``module:function`` that was registered keeps its registered kind, otherwise it is a
-    per-sample reward. Unknown names raise ``ValueError`` listing the known ones.
+    A function that was registered keeps its registered kind, otherwise it is a per-sample
+    reward. Unknown names raise :class:`RewardConfigError` listing the known ones (the task's
+    verifier, ``task``, is resolved by :class:`CombinedReward`, which holds the task).
     """
-    if ":" in name:
-        from rlvr.rewards.base import load_function
+    if callable(name) or ":" in name:
+        if callable(name):
+            fn, label = name, _callable_name(name)
+        else:
+            from rlvr.rewards.base import load_function
 
-        fn = load_function(name)
+            fn, label = load_function(name), name
         for entry in list(_REGISTRY.values()):
             if entry.fn is fn:
                 return entry
-        return RegisteredReward(name, fn, "sample")
+        return RegisteredReward(label, fn, "sample")
     _load_builtins()
     entry = _REGISTRY.get(name)
     if entry is None:
-        raise ValueError(
-            f"unknown reward {name!r}; registered rewards: {', '.join(sorted(_REGISTRY))} "
+        raise RewardConfigError(
+            f"unknown reward {name!r}; registered rewards: "
+            f"{', '.join(sorted([*_REGISTRY, *TASK_REWARD_NAMES]))} "
             "(or name a function as 'module:function')"
         )
     return entry
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    """A function's label: its ``__name__``, or ``function`` for a lambda."""
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    return "function" if name == "<lambda>" else name
 
 
 @dataclass(frozen=True)
@@ -199,7 +273,12 @@ class _Signature:
 
     @classmethod
     def of(cls, fn: Callable) -> _Signature:
-        params = list(inspect.signature(fn).parameters.values())
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError) as err:
+            raise RewardConfigError(
+                f"reward {_qualified(fn)}: cannot read its signature ({err}); {SIGNATURE_HELP}"
+            ) from None
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][
             :2
         ]
@@ -217,27 +296,29 @@ class _Signature:
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """One term of a :class:`CombinedReward`: reward ``name``, its ``weight``, fixed ``params``
-    (keyword arguments from the config) and the ``label`` its component is logged under
-    (defaults to ``name``; needed when one reward appears twice)."""
+    """One term of a :class:`CombinedReward`: reward ``name`` (a registered name, ``task``,
+    ``"module:function"``, or a function itself), its ``weight``, fixed ``params`` (keyword
+    arguments from the config) and the ``label`` its component is logged under (defaults to the
+    name; for a function, its registered name or ``__name__``; needed when one reward appears
+    twice)."""
 
-    name: str
+    name: str | Callable[..., Any]
     weight: float = 1.0
     params: Mapping[str, Any] = field(default_factory=dict)
     label: str | None = None
 
     @classmethod
     def coerce(cls, spec: Any) -> RewardSpec:
-        """Accept a RewardSpec, ``name``, ``(name, weight)``, ``(name, weight, params)`` or a
-        mapping with keys ``name``, ``weight``, ``params``, ``label``."""
+        """Accept a RewardSpec, a ``name`` or function, ``(name, weight)``, ``(name, weight,
+        params)`` or a mapping with keys ``name``, ``weight``, ``params``, ``label``."""
         if isinstance(spec, RewardSpec):
             return spec
-        if isinstance(spec, str):
+        if isinstance(spec, str) or callable(spec):
             return cls(spec)
         if isinstance(spec, Mapping):
             unknown = set(spec) - {"name", "weight", "params", "label"}
             if unknown or "name" not in spec:
-                raise ValueError(
+                raise RewardConfigError(
                     f"reward spec {dict(spec)!r}: expected keys name, weight, params, label"
                 )
             return cls(
@@ -248,10 +329,12 @@ class RewardSpec:
             )
         if isinstance(spec, Sequence) and 1 <= len(spec) <= 3:
             name, weight, params = (*spec, 1.0, {})[:3] if len(spec) == 1 else (*spec, {})[:3]
-            if not isinstance(name, str) or not isinstance(params, Mapping | None):
-                raise ValueError(f"reward spec {spec!r}: expected (name, weight, params)")
+            if not (isinstance(name, str) or callable(name)) or not isinstance(
+                params, Mapping | None
+            ):
+                raise RewardConfigError(f"reward spec {spec!r}: expected (name, weight, params)")
             return cls(name, float(weight), dict(params or {}))
-        raise ValueError(
+        raise RewardConfigError(
             f"reward spec {spec!r}: expected (name, weight, params), a mapping or a RewardSpec"
         )
 
@@ -357,15 +440,19 @@ class _DaemonThreadPool:
 
 
 class CombinedReward:
-    """A weighted sum of registered rewards, with timeouts and an error policy.
+    """A weighted sum of registered rewards, with timeouts, value checks and an error policy.
 
     Args:
         specs: ``[(name, weight, params), ...]`` (see :meth:`RewardSpec.coerce`).
-        on_error: ``"raise"``: a reward that raises, returns a non-finite or non-numeric value,
-            or times out raises :class:`RewardError` naming the reward, the sample index and the
-            start of the completion. ``"zero"``: it scores 0.0 and is counted in ``errors``.
+        task: the task whose verifier the reward name ``task`` (alias ``verifier``) means; it
+            runs inline (in the caller's thread, no time limit: built-in verifiers are cheap).
+        on_error: ``"raise"``: a reward that raises, returns a bad value (see the module
+            docstring) or times out raises :class:`RewardError` naming the reward, the sample
+            index, its problem and the start of the completion. ``"zero"``: it scores 0.0 and
+            is counted in ``errors``.
         timeout_s: limit for each call (one sample, or one group for group rewards), counted
             from when the call starts running; None for no limit.
+        max_abs: largest accepted reward magnitude (each term's unweighted value).
         max_workers: parallel calls (default ``os.cpu_count()``).
         executor: ``"thread"`` (default; right for rewards that wait on subprocesses, such as the
             code sandbox) or ``"process"`` (CPU-bound or possibly hanging Python, e.g. sympy in
@@ -380,20 +467,25 @@ class CombinedReward:
         self,
         specs: Sequence[Any],
         *,
+        task: Task | None = None,
         on_error: OnError = "raise",
         timeout_s: float | None = 60.0,
+        max_abs: float = DEFAULT_MAX_ABS,
         max_workers: int | None = None,
         executor: ExecutorKind = "thread",
     ) -> None:
         if on_error not in ("raise", "zero"):
-            raise ValueError(f"on_error must be 'raise' or 'zero', got {on_error!r}")
+            raise RewardConfigError(f"on_error must be 'raise' or 'zero', got {on_error!r}")
         if executor not in ("thread", "process"):
-            raise ValueError(f"executor must be 'thread' or 'process', got {executor!r}")
+            raise RewardConfigError(f"executor must be 'thread' or 'process', got {executor!r}")
         if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"timeout_s must be positive or None, got {timeout_s!r}")
-        self.terms = _make_terms([RewardSpec.coerce(s) for s in specs])
+            raise RewardConfigError(f"timeout_s must be positive or None, got {timeout_s!r}")
+        if not max_abs > 0:
+            raise RewardConfigError(f"max_abs must be positive, got {max_abs!r}")
+        self.terms = _make_terms([RewardSpec.coerce(s) for s in specs], task)
         self.on_error: OnError = on_error
         self.timeout_s = timeout_s
+        self.max_abs = max_abs
         self.max_workers = max(1, max_workers or os.cpu_count() or 1)
         self.executor: ExecutorKind = executor
         self._pool: Any = None
@@ -455,6 +547,49 @@ class CombinedReward:
         outcomes = self._execute(calls)
         return self._collect(calls, outcomes, completions)
 
+    def check(self, problem: Problem, text: str | None = None, **fields: Any) -> dict[str, float]:
+        """Start-up probe: call every term once on ``problem``, before any rollout, so that a
+        reward that cannot run fails at once rather than in the middle of a run.
+
+        Each term is called as in training (in its worker, under ``timeout_s``) with ``text``
+        (default ``"Answer: {problem.answer}"``, a well-formed completion; a group reward gets a
+        group of two copies) and the fields it declares: ``fields`` (one value each) over the
+        stand-ins of :data:`SAMPLE_FIELDS`. Whatever ``on_error`` says, a term that cannot be
+        called with these arguments, needs a field nobody provides, raises, times out or returns
+        a bad value raises :class:`RewardConfigError` naming the reward, the call it was given
+        and the documented signature. Returns each term's (unweighted) value on ``text``.
+        """
+        text = f"Answer: {problem.answer}" if text is None else text
+        pair = [text, text]
+        values = {k: [v, v] for k, v in {**SAMPLE_FIELDS, **fields}.items()}
+        calls = []
+        for t, term in enumerate(self.terms):
+            try:
+                call = _plan(t, term, pair, [problem, problem], [[0, 1]], values)[0]
+            except RewardConfigError as err:
+                raise RewardConfigError(f"{err}; {SIGNATURE_HELP}") from None
+            try:
+                inspect.signature(term.entry.fn).bind(*call.args, **call.kwargs)
+            except TypeError as err:
+                raise RewardConfigError(
+                    f"reward {term.label!r} cannot be called as {_describe(term, call)} ({err}); "
+                    f"its signature is {_qualified(term.entry.fn)}"
+                    f"{inspect.signature(term.entry.fn)}; {SIGNATURE_HELP}"
+                ) from None
+            calls.append(call)
+        probed: dict[str, float] = {}
+        for call, (status, value) in zip(calls, self._execute(calls), strict=True):
+            term = self.terms[call.term]
+            try:
+                scores = _validate(term, call, status, value, pair, self.timeout_s, self.max_abs)
+            except RewardError as err:
+                raise RewardConfigError(
+                    f"start-up check of reward {term.label!r} failed: called "
+                    f"{_describe(term, call)}: {err.detail}; {SIGNATURE_HELP}"
+                ) from err
+            probed[term.label] = float(scores[0])
+        return probed
+
     def _collect(
         self, calls: list[_Call], outcomes: list[tuple[str, Any]], completions: Sequence[str]
     ) -> RewardBreakdown:
@@ -465,7 +600,9 @@ class CombinedReward:
         for call, (status, value) in zip(calls, outcomes, strict=True):
             term = self.terms[call.term]
             try:
-                scores = _validate(term, call, status, value, completions, self.timeout_s)
+                scores = _validate(
+                    term, call, status, value, completions, self.timeout_s, self.max_abs
+                )
             except RewardError as err:
                 if self.on_error == "raise":
                     raise
@@ -547,10 +684,16 @@ class CombinedReward:
             started[call_id] = t
 
     def _execute(self, calls: list[_Call]) -> list[tuple[str, Any]]:
-        """Run the calls, at most ``max_workers`` at a time; each outcome is ("ok", value),
-        ("error", exception) or ("timeout", None)."""
-        outcomes: list[tuple[str, Any] | None] = [None] * len(calls)
-        todo = deque(range(len(calls)))
+        """Run the calls: inline terms' calls in this thread, the others on the workers, at most
+        ``max_workers`` at a time; each outcome is ("ok", value), ("error", exception) or
+        ("timeout", None)."""
+        outcomes: list[tuple[str, Any] | None] = [
+            _run_inline(self.terms[call.term].entry.fn, call)
+            if self.terms[call.term].entry.inline
+            else None
+            for call in calls
+        ]
+        todo = deque(k for k, outcome in enumerate(outcomes) if outcome is None)
         inflight: dict[Future, tuple[int, int, Any]] = {}  # future -> (call, call id, pool)
         started: dict[int, float] = {}
         killed_pools: list[Any] = []  # held, so that no new pool can reuse their identity
@@ -592,21 +735,43 @@ class CombinedReward:
         return [o for o in outcomes if o is not None]
 
 
-def _make_terms(specs: list[RewardSpec]) -> list[_Term]:
+def _run_inline(fn: Callable, call: _Call) -> tuple[str, Any]:
+    try:
+        return ("ok", fn(*call.args, **call.kwargs))
+    except Exception as err:  # noqa: BLE001 - reported per call, as from a worker
+        return ("error", err)
+
+
+def _task_entry(name: str, task: Task | None) -> RegisteredReward:
+    """The task's own verifier as an inline per-sample reward."""
+    if task is None:
+        raise RewardConfigError(
+            f"reward {name!r} is the task's own verifier: build the reward with the task "
+            "(CombinedReward(..., task=task) or rlvr.rewards.build_reward(task, ...))"
+        )
+    return RegisteredReward(name, task.score, "sample", inline=True)
+
+
+def _make_terms(specs: list[RewardSpec], task: Task | None) -> list[_Term]:
     if not specs:
-        raise ValueError("a combined reward needs at least one reward spec")
+        raise RewardConfigError("a combined reward needs at least one reward spec")
     terms: list[_Term] = []
     for spec in specs:
-        entry = get_reward(spec.name)
-        label = spec.label or spec.name
+        if isinstance(spec.name, str) and spec.name in TASK_REWARD_NAMES:
+            entry = _task_entry(spec.name, task)
+        else:
+            entry = get_reward(spec.name)
+        label = spec.label or (spec.name if isinstance(spec.name, str) else entry.name)
         if any(t.label == label for t in terms):
-            raise ValueError(f"reward label {label!r} appears twice; give each term its own label")
+            raise RewardConfigError(
+                f"reward label {label!r} appears twice; give each term its own label"
+            )
         if not math.isfinite(spec.weight):
-            raise ValueError(f"reward {label!r}: weight must be finite, got {spec.weight}")
+            raise RewardConfigError(f"reward {label!r}: weight must be finite, got {spec.weight}")
         signature = _Signature.of(entry.fn)
         unknown = sorted(k for k in spec.params if not signature.accepts(k))
         if unknown:
-            raise ValueError(
+            raise RewardConfigError(
                 f"reward {label!r}: unknown parameter(s) {unknown}; accepted: "
                 f"{sorted(signature.names)}"
             )
@@ -636,12 +801,15 @@ def _plan(
     passed = [k for k in fields if term.signature.accepts(k)]
     clash = sorted(set(passed) & set(term.params))
     if clash:
-        raise ValueError(
+        raise RewardConfigError(
             f"reward {term.label!r}: {clash} given both as parameters and as per-sample fields"
         )
     missing = sorted(term.signature.required - set(term.params) - set(passed))
     if missing:
-        raise ValueError(f"reward {term.label!r} needs the field(s) {missing}")
+        raise RewardConfigError(
+            f"reward {term.label!r} needs the field(s) {missing}, which no field provides "
+            f"(fields given: {sorted(fields)}) and params do not set"
+        )
     if term.entry.kind == "sample":
         return [
             _Call(
@@ -670,33 +838,56 @@ def _validate(
     value: Any,
     completions: Sequence[str],
     timeout_s: float | None,
+    max_abs: float,
 ) -> list[float]:
-    """The call's scores, one per index, or RewardError naming the reward and sample."""
-    first = call.indices[0]
+    """The call's scores, one per index, or RewardError naming the reward, sample and problem."""
+    first, problem_id = call.indices[0], call.args[1].id
+
+    def fail(index: int, detail: str) -> RewardError:
+        return RewardError(term.label, index, completions[index], detail, problem_id)
+
     if status == "timeout":
-        raise RewardError(term.label, first, completions[first], f"timed out after {timeout_s}s")
+        raise fail(first, f"timed out after {timeout_s}s")
     if status == "error":
-        raise RewardError(
-            term.label, first, completions[first], f"{type(value).__name__}: {value}"
-        ) from value
-    values = [value] if term.entry.kind == "sample" else value
-    if term.entry.kind == "group" and (
-        not isinstance(values, Sequence) or len(values) != len(call.indices)
-    ):
-        size = len(values) if isinstance(values, Sequence) else type(values).__name__
-        raise RewardError(
-            term.label,
-            first,
-            completions[first],
-            f"group reward returned {size} values for a group of {len(call.indices)}",
+        raise fail(first, f"{type(value).__name__}: {value}") from value
+    if term.entry.kind == "sample":
+        values = [value]
+    elif isinstance(value, np.ndarray) and value.ndim == 1:
+        values = value.tolist()
+    elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        values = list(value)
+    else:
+        raise fail(first, f"group reward returned {_show(value)}, expected a list of floats")
+    if len(values) != len(call.indices):
+        raise fail(
+            first, f"group reward returned {len(values)} values for a group of {len(call.indices)}"
         )
     scores = []
     for i, v in zip(call.indices, values, strict=True):
-        if not isinstance(v, numbers.Real):
-            raise RewardError(
-                term.label, i, completions[i], f"returned {type(v).__name__}, expected a float"
+        if type(v) is not float and not isinstance(v, numbers.Real | np.bool_):  # fast path
+            raise fail(
+                i, f"returned {_show(v)}, expected a real number (float, int, bool, numpy scalar)"
             )
         if not math.isfinite(v):
-            raise RewardError(term.label, i, completions[i], f"returned non-finite {v}")
+            raise fail(i, f"returned non-finite {v}")
+        if abs(v) > max_abs:
+            raise fail(
+                i,
+                f"returned {float(v):g}, beyond the bound max_abs={max_abs:g}: rewards this large "
+                "overflow the float32 advantage statistics; rescale the reward",
+            )
         scores.append(v if isinstance(v, Score) else float(v))
     return scores
+
+
+def _show(value: Any) -> str:
+    """A value for an error message: its type and a short repr, e.g. ``str '0.5'``."""
+    return f"{type(value).__name__} {reprlib.repr(value)}"
+
+
+def _describe(term: _Term, call: _Call) -> str:
+    """A reward call as text, e.g. ``f('Answer: 4', <Problem 'p0'>, num_tokens=8)``."""
+    completions, problem = call.args
+    args = [reprlib.repr(completions), f"<Problem {problem.id!r}>"]
+    args += [f"{k}={reprlib.repr(v)}" for k, v in call.kwargs.items()]
+    return f"{term.label}({', '.join(args)})"

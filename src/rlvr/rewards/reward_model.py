@@ -161,10 +161,10 @@ def load_pairs(
     Raises ValueError naming the file, and the row and column of a value that is missing, not
     text, or empty (whitespace only). Texts are kept as written (not stripped).
     """
-    from rlvr.data.files import _load_rows
+    from rlvr.data.tables import read_columns
 
     columns = [prompt_column, chosen_column, rejected_column]
-    rows = _load_rows(str(path), columns)
+    rows = read_columns(str(path), columns)
     texts: dict[str, list[str]] = {}
     for column in columns:
         for row, value in enumerate(rows[column]):

@@ -56,25 +56,35 @@ def tags_in_order(text: str, tags: Sequence[str], strict: bool = True) -> str | 
     return None
 
 
+_ANSWER_LINE = re.compile(r"(?:final\s+)?answer\s*:[ \t]*\S", re.IGNORECASE)
+
+
 @register_reward("format")
 def format_reward(
     completion: str,
     problem: Problem,
     pattern: str | None = None,
-    tags: Sequence[str] = ("think", "answer"),
+    tags: Sequence[str] | None = None,
     strict: bool = True,
 ) -> Score:
     """1.0 if the completion has the required format, else 0.0 (with the reason).
 
     With ``pattern``: the stripped completion must match it entirely (``re.fullmatch``,
-    DOTALL) when ``strict``, or contain a match otherwise. Without: :func:`tags_in_order`
-    on ``tags`` (default ``<think>...</think><answer>...</answer>``).
+    DOTALL) when ``strict``, or contain a match otherwise. With ``tags``: :func:`tags_in_order`
+    (e.g. ``["think", "answer"]`` for ``<think>...</think><answer>...</answer>``). With neither:
+    the convention every task's default prompt asks for, a last non-empty line
+    ``Answer: <answer>`` (what :func:`rlvr.rewards.verifiers.extract_answer` reads).
     """
     if pattern is not None:
         regex = _compile(pattern)
         text = completion.strip()
         found = regex.fullmatch(text) if strict else regex.search(text)
         return Score(1.0, "matches") if found else Score(0.0, f"does not match {pattern!r}")
+    if tags is None:
+        lines = [line.strip() for line in completion.splitlines() if line.strip()]
+        if lines and _ANSWER_LINE.match(lines[-1]):
+            return Score(1.0, "ends with an 'Answer: ...' line")
+        return Score(0.0, "last line is not 'Answer: <answer>'")
     if isinstance(tags, str):
         tags = (tags,)
     problem_found = tags_in_order(completion, tags, strict)

@@ -1,0 +1,219 @@
+"""A run that never lies: non-finite steps, resume overrides, damaged checkpoints, run
+directories, exit statuses (issue "a run that never lies")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from test_trainer import TESTS, step_rows, tiny_config
+from typer.testing import CliRunner
+
+import rlvr.trainer
+from rlvr.checkpoint import latest_checkpoint, list_checkpoints, verify_checkpoint
+from rlvr.config import ConfigError, build_config, load_config
+from rlvr.errors import NonFiniteError
+from rlvr.guards import NonFiniteGuard, first_nonfinite
+from rlvr.logging import MetricsLogger, read_metrics
+from rlvr.trainer import train
+
+CONSTANT = {"lr_schedule": "constant", "warmup_steps": 0}
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**__import__("os").environ, "PYTHONPATH": TESTS},
+    )
+
+
+def test_first_nonfinite_and_guard_streak():
+    assert first_nonfinite({"a": 1.0, "b": torch.tensor([0.0, 2.0])}) is None
+    assert first_nonfinite({"a": 1.0, "b": torch.tensor([0.0, float("nan")])}) == "b"
+    guard = NonFiniteGuard(limit=2)
+    guard.observe(1, "loss", "hint")
+    guard.observe(2, None, "hint")  # a good step resets the streak
+    guard.observe(3, "gradient norm", "hint")
+    with pytest.raises(NonFiniteError, match="first: non-finite gradient norm at step 3.*hint"):
+        guard.observe(4, "loss", "hint")
+
+
+def test_diverging_run_stops_within_three_steps_with_a_finite_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = build_config(tiny_config(run_dir, steps=10, train={"lr": 1e20, **CONSTANT}))
+    with pytest.raises(NonFiniteError) as info:
+        train(cfg)
+    message = str(info.value)
+    assert "3 steps in a row" in message and "non-finite" in message
+    last = latest_checkpoint(run_dir)
+    assert last is not None and str(last) in message
+    assert f"rlvr train --resume {run_dir}" in message
+    for name, tensor in load_file(last / "model.safetensors").items():
+        assert torch.isfinite(tensor).all(), name
+    rows = {r["step"]: r for r in read_metrics(run_dir) if r["step"] >= 1}
+    bad = [s for s, r in rows.items() if r["train/skipped_nonfinite"] > 0]
+    assert bad and max(rows) == bad[0] + 2  # stopped at the third non-finite step in a row
+    assert rows[max(rows)]["train/skipped_nonfinite"] == 3
+    # the bad value is in the log as text, not as null
+    raw = (run_dir / "metrics.jsonl").read_text()
+    assert '"inf"' in raw or '"nan"' in raw
+    assert "null" not in raw
+    # no checkpoint after the first non-finite step
+    assert all(int(p.name.split("_")[1]) < bad[0] for p in list_checkpoints(run_dir))
+
+
+def test_cli_nonfinite_run_exits_1_without_traceback(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(
+        json.dumps(tiny_config(tmp_path / "run", steps=10, train={"lr": 1e20, **CONSTANT}))
+    )
+    out = run_cli("train", str(config))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "training stopped" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_resume_with_a_new_learning_rate_trains_at_it(tmp_path):
+    run_dir = tmp_path / "run"
+    train(build_config(tiny_config(run_dir, steps=2, train=CONSTANT)))
+    resumed = build_config(tiny_config(run_dir, steps=4, train={"lr": 2.5e-4, **CONSTANT}))
+    train(resumed, resume=run_dir)
+    rows = step_rows(run_dir)
+    assert rows[2]["lr"] == pytest.approx(1e-3)
+    assert rows[3]["lr"] == pytest.approx(2.5e-4) and rows[4]["lr"] == pytest.approx(2.5e-4)
+    assert load_config(run_dir / "config.yaml").train.lr == 2.5e-4
+    record = json.loads((run_dir / "resumes.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 2 and record["changes"]["train.lr"] == {"old": 1e-3, "new": 2.5e-4}
+
+
+def test_resume_refuses_changes_that_redefine_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    train(build_config(tiny_config(run_dir, steps=1)))
+    before = (run_dir / "config.yaml").read_text()
+    changed = build_config(tiny_config(run_dir, steps=2, task={"level": 2}))
+    with pytest.raises(ConfigError, match=r"task\.level: 1 -> 2"):
+        train(changed, resume=run_dir)
+    assert (run_dir / "config.yaml").read_text() == before  # never records what it did not use
+
+
+def _damage(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("damaged", ["model.safetensors", "state.json", "optimizer.pt"])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, damaged, capsys):
+    run_dir = tmp_path / "run"
+    train(build_config(tiny_config(run_dir, steps=3, train=CONSTANT)))
+    reference = step_rows(run_dir)
+    newest = latest_checkpoint(run_dir)
+    _damage(newest / damaged)
+    with pytest.raises(Exception, match=damaged):
+        verify_checkpoint(newest)
+    with (run_dir / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 4, "reward/me')  # a line half-written by a killed process
+    train(build_config(tiny_config(run_dir, steps=3, train=CONSTANT)), resume=run_dir)
+    err = capsys.readouterr().err
+    assert f"{newest}" in err and "falling back" in err and damaged in err
+    assert "half-written" in err
+    rows = step_rows(run_dir)
+    assert sorted(rows) == [1, 2, 3]  # step 3 was trained again from step 2's checkpoint
+    assert rows[3]["policy/grad_norm"] == pytest.approx(reference[3]["policy/grad_norm"], rel=1e-5)
+
+
+def test_metrics_logger_writes_nonfinite_as_text_and_reads_it_back(tmp_path):
+    logger = MetricsLogger(tmp_path, tensorboard=False)
+    logger.log(1, {"a": float("nan"), "b": float("inf"), "c": -float("inf"), "d": 1.5})
+    logger.close()
+    line = (tmp_path / "metrics.jsonl").read_text()
+    assert '"a": "nan"' in line and '"b": "inf"' in line and '"c": "-inf"' in line
+    row = read_metrics(tmp_path)[0]
+    assert row["b"] == float("inf") and row["c"] == -float("inf") and row["a"] != row["a"]
+
+
+def test_a_used_run_directory_is_refused_unless_overwrite(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir).mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    train(build_config(tiny_config(run_dir, steps=1)))
+    with pytest.raises(ConfigError, match="already holds a run.*--resume.*--overwrite"):
+        train(build_config(tiny_config(run_dir, steps=1)))
+    train(build_config(tiny_config(run_dir, steps=2)), overwrite=True)
+    assert sorted(step_rows(run_dir)) == [1, 2]
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001", "step_000002"]
+    assert (run_dir / "notes.txt").read_text() == "mine"  # only rlvr's files are replaced
+
+
+def test_a_run_failing_before_its_first_step_leaves_no_directory(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = build_config(tiny_config(run_dir, steps=1, model={"name": str(tmp_path / "nope")}))
+    with pytest.raises(ValueError):
+        train(cfg)
+    assert not run_dir.exists()
+
+
+def test_the_final_checkpoint_is_written_once(tmp_path, monkeypatch):
+    calls = []
+    original = rlvr.trainer.save_checkpoint
+    monkeypatch.setattr(
+        rlvr.trainer, "save_checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    train(build_config(tiny_config(tmp_path / "run", steps=2)))  # every=1: step 2 is due
+    assert len(calls) == 2
+
+
+def test_config_errors_exit_2_without_traceback_and_debug_shows_it(tmp_path):
+    out = run_cli("train", str(tmp_path / "missing.yaml"))
+    assert out.returncode == 2 and "config file not found" in out.stderr
+    assert "Traceback" not in out.stderr
+    debug = run_cli("--debug", "train", str(tmp_path / "missing.yaml"))
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_config_show_prints_values_defaults_and_help():
+    from rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["config", "show", "--set", "train.lr=3e-5"])
+    assert result.exit_code == 0, result.output
+    assert "train.lr = 3e-05" in result.output and "(default 1e-05)" in result.output
+    assert "AdamW peak learning rate" in result.output
+    changed = CliRunner().invoke(app, ["config", "show", "--changed", "--set", "train.lr=3e-5"])
+    assert "train.lr" in changed.output and "train.steps" not in changed.output
+
+
+def test_wandb_offline_logs_each_step(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    logging = {"run_dir": str(run_dir), "progress": False, "tensorboard": False}
+    cfg = tiny_config(run_dir, steps=2, logging={**logging, "wandb": {"project": "t"}})
+    train(build_config(cfg))
+    offline = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(offline) == 1 and offline[0].stat().st_size > 0
+
+
+def test_nonfinite_weights_are_never_checkpointed(tmp_path, monkeypatch):
+    """Weights that turn non-finite in a step whose loss and gradients were finite stop the run
+    at the checkpoint instead of being written."""
+    run_dir = tmp_path / "run"
+    original = rlvr.trainer.update_policy
+
+    def poison_at_step_2(policy, *args, **kwargs):
+        metrics, bad = original(policy, *args, **kwargs)
+        if len(list_checkpoints(run_dir)) == 1:
+            with torch.no_grad():
+                next(policy.parameters())[0, 0] = float("inf")
+        return metrics, bad
+
+    monkeypatch.setattr(rlvr.trainer, "update_policy", poison_at_step_2)
+    with pytest.raises(NonFiniteError, match="not finite.*Last good checkpoint"):
+        train(build_config(tiny_config(run_dir, steps=4)))
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001"]
