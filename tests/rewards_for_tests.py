@@ -67,3 +67,14 @@ def fails_on_answers(completion: str, problem: Problem) -> float:
 def group_echo(completions: list[str], problem: Problem, values: object = None) -> object:
     """A group reward returning ``values`` (params) as they are, or an array of ones."""
     return np.ones(len(completions)) if values is None else values
+
+
+def hangs_after_probe(completion: str, problem: Problem) -> float:
+    """Passes the start-up probe (a completion "Answer: <answer>") and then hangs for 5 s on
+    every real completion: a reward that blocks a run unless its calls time out."""
+    if completion.startswith("Answer:"):
+        return 1.0
+    import time
+
+    time.sleep(5)
+    return 1.0

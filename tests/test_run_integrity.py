@@ -217,3 +217,20 @@ def test_nonfinite_weights_are_never_checkpointed(tmp_path, monkeypatch):
     with pytest.raises(NonFiniteError, match="not finite.*Last good checkpoint"):
         train(build_config(tiny_config(run_dir, steps=4)))
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001"]
+
+
+def test_sigint_checkpoints_and_exits_130(tmp_path):
+    import signal
+
+    from test_trainer import _launch, _wait_for
+
+    run_dir = tmp_path / "run"
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(tiny_config(run_dir, steps=50, checkpoint={"every": 0})))
+    proc = _launch(config)
+    _wait_for(lambda: run_dir.exists() and len(step_rows(run_dir)) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    stopped = latest_checkpoint(run_dir)
+    assert stopped is not None and f"resume with: rlvr train --resume {run_dir}\n" in output
