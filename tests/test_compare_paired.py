@@ -17,8 +17,11 @@ BASE = [1, 1, 0, 0, 1, 0, 0, 0, 1, 0]
 TUNED = [1, 1, 1, 1, 1, 0, 1, 1, 1, 0]  # wins problems 2, 3, 6, 7; never loses
 
 
-def _eval_dir(root: Path, name: str, correct: list[int], ids: list[str] = IDS) -> Path:
-    """An eval directory of model `name` with one greedy sample per problem."""
+def _eval_dir(
+    root: Path, name: str, correct: list[int], ids: list[str] = IDS, digest: str | None = None
+) -> Path:
+    """An eval directory of model `name` with one greedy sample per problem (``digest``: the
+    recorded problem-set hash)."""
     records = [
         {
             "problem_index": p,
@@ -43,6 +46,8 @@ def _eval_dir(root: Path, name: str, correct: list[int], ids: list[str] = IDS) -
         "task": {"name": "arithmetic", "level": 2},
         **compute_summary_metrics(records, [1]),
     }
+    if digest is not None:
+        summary["problems"] = {"count": len(ids), "ids": ids, "sha256": digest}
     save_eval(root / name, records, summary)
     return root / name
 
@@ -133,3 +138,17 @@ def test_per_problem_values_average_to_the_summary(tmp_path) -> None:
         assert np.mean(list(values.values())) == pytest.approx(summary["metrics"][metric])
     assert per_problem_values(tmp_path, "pass@3") is None  # k above the 2 samples per problem
     assert per_problem_values(tmp_path / "missing", "accuracy") is None
+
+
+def test_compare_does_not_pair_the_same_ids_with_other_prompts(tmp_path) -> None:
+    tuned = _eval_dir(tmp_path, "tuned", TUNED, digest="a" * 64)
+    base = _eval_dir(tmp_path, "base", BASE, digest="b" * 64)  # e.g. another prompt template
+    numbers = tmp_path / "cmp.json"
+    result = run(
+        "compare", str(tuned), str(base), "--plot", str(tmp_path / "p.png"),
+        "--json", str(numbers), "--reps", "300",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    data = json.loads(numbers.read_text())
+    assert data["paired"] == []
+    assert "problem hashes differ" in data["paired_skipped"][0]["reason"]

@@ -193,8 +193,8 @@ def test_config_rejects_malformed_templates_and_patterns():
     file_task = {"name": "file", "path": "d.jsonl"}
     for template, message in [
         ("{question", "is not a valid template"),
-        ("{0} {question}", r"\{0\} is not a field of the file task"),
-        ("{question.upper}", r"\{question.upper\} is not a field"),
+        ("{0} {question}", r"\{0\} is not a field name"),
+        ("{question.upper}", r"\{question.upper\} is not a field name"),
     ]:
         with pytest.raises(ConfigError, match=message):
             build_config({"task": file_task | {"prompt_template": template}})

@@ -62,6 +62,7 @@ def test_save_to_disk_dataset_dict_with_eval_split_and_answer_pattern(gsm_dir):
         "data/duplicate_conflicts": 0,
         "data/duplicates_dropped": 1,
         "data/eval_rows": 2,
+        "data/eval_rows_unused": 0,
         "data/long_prompts_dropped": 0,
         "data/train_rows": 11,
     }

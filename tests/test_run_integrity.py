@@ -15,11 +15,18 @@ from test_trainer import TESTS, step_rows, tiny_config
 from typer.testing import CliRunner
 
 import rlvr.trainer
-from rlvr.checkpoint import latest_checkpoint, list_checkpoints, verify_checkpoint
+from rlvr.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    verify_checkpoint,
+)
 from rlvr.config import ConfigError, build_config, load_config
 from rlvr.errors import NonFiniteError
 from rlvr.guards import NonFiniteGuard, first_nonfinite
 from rlvr.logging import MetricsLogger, read_metrics
+from rlvr.models import ModelSpecError
+from rlvr.rewards.registry import RewardConfigError
 from rlvr.trainer import train
 
 CONSTANT = {"lr_schedule": "constant", "warmup_steps": 0}
@@ -40,11 +47,13 @@ def test_first_nonfinite_and_guard_streak():
     assert first_nonfinite({"a": 1.0, "b": torch.tensor([0.0, 2.0])}) is None
     assert first_nonfinite({"a": 1.0, "b": torch.tensor([0.0, float("nan")])}) == "b"
     guard = NonFiniteGuard(limit=2)
-    guard.observe(1, "loss", "hint")
-    guard.observe(2, None, "hint")  # a good step resets the streak
-    guard.observe(3, "gradient norm", "hint")
-    with pytest.raises(NonFiniteError, match="first: non-finite gradient norm at step 3.*hint"):
-        guard.observe(4, "loss", "hint")
+    guard.observe(1, "loss")
+    guard.observe(2, None)  # a good step resets the streak
+    guard.observe(3, "gradient norm")
+    assert not guard.tripped
+    guard.observe(4, "loss")
+    assert guard.tripped and guard.first_step == 3
+    assert "first: non-finite gradient norm at step 3" in guard.message()
 
 
 def test_diverging_run_stops_within_three_steps_with_a_finite_checkpoint(tmp_path):
@@ -54,21 +63,27 @@ def test_diverging_run_stops_within_three_steps_with_a_finite_checkpoint(tmp_pat
         train(cfg)
     message = str(info.value)
     assert "3 steps in a row" in message and "non-finite" in message
-    last = latest_checkpoint(run_dir)
-    assert last is not None and str(last) in message
-    assert f"rlvr train --resume {run_dir}" in message
-    for name, tensor in load_file(last / "model.safetensors").items():
-        assert torch.isfinite(tensor).all(), name
     rows = {r["step"]: r for r in read_metrics(run_dir) if r["step"] >= 1}
     bad = [s for s, r in rows.items() if r["train/skipped_nonfinite"] > 0]
     assert bad and max(rows) == bad[0] + 2  # stopped at the third non-finite step in a row
     assert rows[max(rows)]["train/skipped_nonfinite"] == 3
+    # the checkpoint of the update just before the first bad step is set aside, not resumed
+    suspect = run_dir / "checkpoints" / f"step_{bad[0] - 1:06d}.suspect"
+    assert suspect.is_dir() and suspect.name in message
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        assert "No earlier checkpoint" in message
+    else:
+        assert str(last) in message and f"rlvr train --resume {run_dir}" in message
+        assert int(last.name.split("_")[1]) <= bad[0] - 2
+        for name, tensor in load_file(last / "model.safetensors").items():
+            assert torch.isfinite(tensor).all() and tensor.abs().max() < 1e3, name
     # the bad value is in the log as text, not as null
     raw = (run_dir / "metrics.jsonl").read_text()
     assert '"inf"' in raw or '"nan"' in raw
     assert "null" not in raw
     # no checkpoint after the first non-finite step
-    assert all(int(p.name.split("_")[1]) < bad[0] for p in list_checkpoints(run_dir))
+    assert all(int(p.name.split("_")[1]) < bad[0] - 1 for p in list_checkpoints(run_dir))
 
 
 def test_cli_nonfinite_run_exits_1_without_traceback(tmp_path):
@@ -116,7 +131,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, damaged,
     reference = step_rows(run_dir)
     newest = latest_checkpoint(run_dir)
     _damage(newest / damaged)
-    with pytest.raises(Exception, match=damaged):
+    with pytest.raises(CheckpointError, match=damaged):
         verify_checkpoint(newest)
     with (run_dir / "metrics.jsonl").open("a") as f:
         f.write('{"step": 4, "reward/me')  # a line half-written by a killed process
@@ -155,7 +170,7 @@ def test_a_used_run_directory_is_refused_unless_overwrite(tmp_path):
 def test_a_run_failing_before_its_first_step_leaves_no_directory(tmp_path):
     run_dir = tmp_path / "run"
     cfg = build_config(tiny_config(run_dir, steps=1, model={"name": str(tmp_path / "nope")}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ModelSpecError, match="nope"):
         train(cfg)
     assert not run_dir.exists()
 
@@ -234,3 +249,79 @@ def test_sigint_checkpoints_and_exits_130(tmp_path):
     assert proc.returncode == 130, output
     stopped = latest_checkpoint(run_dir)
     assert stopped is not None and f"resume with: rlvr train --resume {run_dir}\n" in output
+
+
+def test_divergence_sets_aside_the_checkpoint_before_it_and_resume_uses_the_last_good(
+    tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    original = rlvr.trainer.update_policy
+    calls = []
+
+    def nan_loss_from_step_4(*args, **kwargs):
+        calls.append(1)
+        if len(calls) >= 4:
+            return {"policy/loss": float("nan")}, "loss"
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rlvr.trainer, "update_policy", nan_loss_from_step_4)
+    with pytest.raises(NonFiniteError) as info:
+        train(build_config(tiny_config(run_dir, steps=10, train=CONSTANT)))
+    message = str(info.value)
+    assert "first: non-finite loss at step 4" in message and "step_000003.suspect" in message
+    assert f"Last good checkpoint: {run_dir / 'checkpoints' / 'step_000002'}" in message
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001", "step_000002"]
+    monkeypatch.setattr(rlvr.trainer, "update_policy", original)
+    train(build_config(tiny_config(run_dir, steps=4, train=CONSTANT)), resume=run_dir)
+    assert sorted(step_rows(run_dir)) == [1, 2, 3, 4]
+    record = json.loads((run_dir / "resumes.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 2 and record["checkpoint"] == "step_000002"
+
+
+def test_overwrite_keeps_the_old_run_when_the_new_one_fails_before_step_1(tmp_path):
+    run_dir = tmp_path / "run"
+    train(build_config(tiny_config(run_dir, steps=2)))
+    before = sorted(step_rows(run_dir))
+    broken = tiny_config(run_dir, steps=2, reward={"function": "rewards_for_tests:nope"})
+    with pytest.raises(RewardConfigError, match="no callable 'nope'"):
+        train(build_config(broken), overwrite=True)
+    assert sorted(step_rows(run_dir)) == before and len(list_checkpoints(run_dir)) == 2
+    assert not list(run_dir.glob(".replaced-*"))
+    train(build_config(tiny_config(run_dir, steps=1)), overwrite=True)
+    assert sorted(step_rows(run_dir)) == [1] and not list(run_dir.glob(".replaced-*"))
+
+
+def test_a_python_reward_is_recorded_and_a_cli_resume_says_how_to_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    train(build_config(tiny_config(run_dir, steps=1, reward={"function": None})), reward=len_reward)
+    recorded = load_config(run_dir / "config.yaml").reward.function
+    assert recorded == "test_run_integrity:len_reward"
+    lam = tmp_path / "lam"
+    train(
+        build_config(tiny_config(lam, steps=1, reward={"function": None})), reward=lambda c, p: 0.5
+    )
+    marker = load_config(lam / "config.yaml").reward.function
+    assert marker.startswith("<python callable") and "lambda" in marker
+    out = run_cli("train", "--resume", str(lam), "--set", "train.steps=2")
+    assert out.returncode == 2 and "resume it from Python" in out.stderr, out.stderr
+    train(
+        build_config(tiny_config(lam, steps=2, reward={"function": None})),
+        resume=lam,
+        reward=lambda c, p: 0.5,
+    )
+    assert sorted(step_rows(lam)) == [1, 2]
+
+
+def len_reward(completion: str, problem) -> float:
+    return min(1.0, len(completion) / 10)
+
+
+def test_a_run_whose_rewards_never_vary_says_nothing_is_learning(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    logging = {"run_dir": str(run_dir), "progress": True, "tensorboard": False}
+    reward = {"function": "rewards_for_tests:echo_value"}  # 0.5 for every completion
+    train(build_config(tiny_config(run_dir, steps=4, reward=reward, logging=logging)))
+    out = capsys.readouterr().out
+    assert out.count("nothing is learning") == 1, out  # once, after 3 stalled steps
+    assert "step 3/4" in out.split("nothing is learning")[0]
+    assert "reward: 0.500" in out and "completion:" in out

@@ -94,7 +94,7 @@ def save_checkpoint(
     that is reset during training (ProRL) and so is not the initial model any more. Raises
     :class:`CheckpointError` (and writes nothing) if a weight or optimiser state is NaN/inf.
     """
-    bad = first_nonfinite(model, optimizer, extra)
+    bad = first_nonfinite_state(model, optimizer, extra)
     if bad is not None:
         raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
     root = checkpoint_dir(run_dir)
@@ -120,7 +120,7 @@ def save_checkpoint(
     return final
 
 
-def first_nonfinite(
+def first_nonfinite_state(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     extra: dict[str, torch.nn.Module] | None = None,
@@ -178,8 +178,29 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    done = [p for p in root.iterdir() if p.name.startswith(PREFIX) and ".tmp" not in p.name]
+    done = [p for p in root.iterdir() if p.name.startswith(PREFIX) and _step_of(p) is not None]
     return sorted(p for p in done if (p / "state.json").is_file())
+
+
+def _step_of(path: Path) -> int | None:
+    """The step of a checkpoint directory named ``step_000042`` (None for any other name:
+    ``.tmp-<pid>`` partial writes, ``.suspect`` set-aside checkpoints)."""
+    digits = path.name[len(PREFIX) :]
+    return int(digits) if digits.isdigit() else None
+
+
+def set_aside(run_dir: Path, from_step: int) -> list[Path]:
+    """Rename the checkpoints of step ``from_step`` and later to ``step_NNNNNN.suspect`` (kept
+    for inspection, never loaded by a resume); returns their new paths."""
+    moved = []
+    for path in list_checkpoints(run_dir):
+        if _step_of(path) >= from_step:
+            target = path.with_name(path.name + ".suspect")
+            if target.exists():
+                shutil.rmtree(target)
+            path.rename(target)
+            moved.append(target)
+    return moved
 
 
 def _load_weights(model: torch.nn.Module, file: Path) -> None:

@@ -18,9 +18,10 @@ import click
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
-from rlvr.errors import NonFiniteError, RlvrError
+from rlvr.errors import RlvrError
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -28,7 +29,10 @@ _debug = [bool(os.environ.get("RLVR_DEBUG"))]
 
 
 class _Commands(TyperGroup):
-    """rlvr's command group: user-facing errors become a message and an exit status."""
+    """rlvr's command group: user-facing errors become a message and an exit status: 2 for bad
+    input (config, data, model path, reward spec: the ``ValueError`` kinds of
+    :class:`RlvrError`), 1 for a run that failed (non-finite, a reward failing mid-run, a
+    checkpoint that cannot be written), 130 for Ctrl-C outside a training step."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -36,9 +40,14 @@ class _Commands(TyperGroup):
         except RlvrError as err:
             if _debug[0]:
                 raise
-            err_console.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
-            err_console.print("[dim](rlvr --debug ... shows the traceback)[/]")
-            raise typer.Exit(1 if isinstance(err, NonFiniteError) else 2) from None
+            err_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False)
+            err_console.print("(rlvr --debug ... shows the traceback)", style="dim")
+            raise typer.Exit(2 if isinstance(err, ValueError) else 1) from None
+        except KeyboardInterrupt:
+            if _debug[0]:
+                raise
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -58,11 +67,10 @@ def _setup(
     ] = False,
 ) -> None:
     """rlvr: reinforcement learning with verifiable rewards for language models."""
-    import transformers
+    from rlvr.models import quiet_transformers
 
     _debug[0] = debug or bool(os.environ.get("RLVR_DEBUG"))
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    quiet_transformers()
 
 
 SetOption = Annotated[
@@ -74,7 +82,7 @@ SetOption = Annotated[
 
 
 def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, highlight=False)
+    err_console.print(Text.assemble(("error: ", "bold red"), message), highlight=False)
     raise typer.Exit(2)
 
 
@@ -106,7 +114,7 @@ def train(
       rlvr train --resume runs/20261121-120000-arithmetic --set train.steps=60
     """
     from rlvr.config import load_config
-    from rlvr.trainer import train as run_training
+    from rlvr.rundir import check_new_run
 
     if config is None and resume is None:
         _fail("give a CONFIG file, or --resume RUN_DIR")
@@ -118,6 +126,10 @@ def train(
         base = load_config(resume / "config.yaml", set_ or [])
     else:
         base = load_config(config, set_ or [])
+        if base.logging.run_dir:  # refuse a used directory before the slow imports
+            check_new_run(Path(base.logging.run_dir), overwrite)
+    from rlvr.trainer import train as run_training
+
     summary = run_training(base, resume=resume, overwrite=overwrite)
     if summary.get("stopped"):
         raise typer.Exit(128 + int(summary["stopped"]))
@@ -125,6 +137,17 @@ def train(
 
 
 def _print_summary(summary: dict) -> None:
+    if summary.get("skipped_nonfinite"):
+        err_console.print(
+            f"[bold yellow]warning:[/] {summary['skipped_nonfinite']} step(s) were skipped for "
+            "non-finite values (train/skipped_nonfinite in metrics.jsonl)"
+        )
+    if "before" not in summary and "after" not in summary:  # eval.before and eval.after off
+        console.print(
+            f"steps: {summary['steps']}   wall time: {summary['wall_seconds'] / 60:.1f} min"
+        )
+        console.print(f"run directory: [bold]{summary['run_dir']}[/]")
+        return
     table = Table(title="rlvr run", show_header=True)
     table.add_column("")
     table.add_column("greedy accuracy", justify="right")

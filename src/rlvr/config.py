@@ -11,8 +11,7 @@ Example::
 from __future__ import annotations
 
 import json
-import re
-import string
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -21,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlvr.errors import RlvrError
+from rlvr.templates import answer_regex, template_fields
 
 
 class Section(BaseModel):
@@ -167,22 +167,14 @@ class TaskConfig(Section):
         return self
 
     def _check_template(self, template: str) -> None:
-        """ValueError for a template ``str.format`` cannot fill by field name."""
-        try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-        except ValueError as err:
+        """ValueError for a template ``str.format`` cannot fill by field name, or (not a file
+        task) with a field other than ``{question}``."""
+        fields = template_fields(template)
+        if self.name != "file" and fields - {"question"}:
+            bad = sorted(fields - {"question"})[0]
             raise ValueError(
-                f"task.prompt_template {template!r} is not a valid template ({err}); write "
-                "literal braces as {{ and }}"
-            ) from None
-        allowed = "{question} and the row's column names" if self.name == "file" else "{question}"
-        bad = sorted(
-            f for f in fields if not f.isidentifier() or (self.name != "file" and f != "question")
-        )
-        if bad:
-            raise ValueError(
-                f"task.prompt_template {template!r}: {{{bad[0]}}} is not a field of the "
-                f"{self.name} task; it may use {allowed}"
+                f"task.prompt_template {template!r}: {{{bad}}} is not a field of the "
+                f"{self.name} task; it may use {{question}}"
             )
 
     def _check_file_task(self) -> None:
@@ -203,17 +195,7 @@ class TaskConfig(Section):
                 "would be trained on and held out"
             )
         if self.answer_pattern is not None:
-            try:
-                groups = re.compile(self.answer_pattern).groups
-            except re.error as err:
-                raise ValueError(
-                    f"task.answer_pattern {self.answer_pattern!r} is not a valid regex ({err})"
-                ) from None
-            if groups != 1:
-                raise ValueError(
-                    f"task.answer_pattern {self.answer_pattern!r} must have exactly one group "
-                    f"(the answer), e.g. '#### (\\S+)'; it has {groups}"
-                )
+            answer_regex(self.answer_pattern)
 
 
 class CurriculumConfig(Section):
@@ -321,7 +303,7 @@ class RewardConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    """Policy optimisation (see ../DESIGN.md and docs/algorithms.md).
+    """Policy optimisation (see docs/design.md, "Conventions of the algorithms", and docs/algorithms.md).
 
     ``preset`` names a :data:`rlvr.algorithms.PRESETS` entry; every other field mirrors a
     :class:`rlvr.algorithms.Preset` field and None takes the preset's value
@@ -517,7 +499,12 @@ class CheckpointConfig(Section):
     """Checkpoints for exact resume."""
 
     every: int = Field(25, ge=0, description="checkpoint every N steps (0: only at the end)")
-    keep: int = Field(2, ge=1, description="most recent checkpoints kept")
+    keep: int = Field(
+        2,
+        ge=1,
+        description="most recent checkpoints kept (at least 2: the one before the newest "
+        "survives a divergence)",
+    )
     save_final: bool = Field(True, description="checkpoint at the end of the run")
 
 
@@ -589,11 +576,21 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"a.b=0.28"`` -> ``("a.b", 0.28)``; the value is parsed as YAML (numbers, bools, null)."""
+    """``"a.b=0.28"`` -> ``("a.b", 0.28)``; the value is parsed as YAML (numbers, bools, null,
+    lists); text that is not valid YAML, or that YAML reads as nothing without saying ``null``
+    (``#### (\\S+)`` is a YAML comment), is kept as the text given."""
     if "=" not in text:
         raise ConfigError(f"--set expects KEY=VALUE, e.g. algorithm.clip_high=0.28 (got {text!r})")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    if not raw.strip():
+        return key.strip(), ""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return key.strip(), raw
+    if value is None and raw.strip().lower() not in ("null", "~"):
+        value = raw
+    return key.strip(), value
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
@@ -632,8 +629,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    """Write the resolved config as YAML (re-loadable with :func:`load_config`)."""
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    """Write the resolved config as YAML (re-loadable with :func:`load_config`), atomically: a
+    kill mid-write leaves the previous file."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    os.replace(tmp, path)
 
 
 def describe(config: Config) -> list[tuple[str, Any, Any, str]]:

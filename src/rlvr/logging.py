@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,17 @@ def _json_value(value: float) -> float | str:
     if math.isfinite(value):
         return value
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (nested in dicts and lists too) as its text."""
+    if isinstance(value, float):
+        return _json_value(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _parse_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +83,7 @@ class MetricsLogger:
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         with self.samples_path.open("a") as f:
             for sample in samples:
-                f.write(json.dumps({"step": step, **sample}) + "\n")
+                f.write(json.dumps(_json_safe({"step": step, **sample})) + "\n")
 
     def close(self) -> None:
         if self.writer is not None:
@@ -125,7 +137,9 @@ def truncate_after(path: Path, step: int) -> int:
         return 0
     lines = _json_lines(path)
     keep = [line for line, row in lines if row is not None and row.get("step", 0) <= step]
-    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")  # a kill mid-write keeps the old file
+    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    os.replace(tmp, path)
     return sum(row is None for _, row in lines)
 
 

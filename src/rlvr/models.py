@@ -31,6 +31,7 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as transformers_logging
 
 from rlvr.errors import RlvrError
 
@@ -274,6 +275,13 @@ def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel
         raise
     model.eval()
     return model
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' info logs and progress bars ("Loading weights", "Writing model
+    shards"): rlvr shows its own progress."""
+    transformers_logging.set_verbosity_error()
+    transformers_logging.disable_progress_bar()
 
 
 def encode_prompt(

@@ -11,6 +11,7 @@ and every change is recorded in ``resumes.jsonl``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -75,9 +76,8 @@ def remove_artifacts(run_dir: Path) -> None:
             path.unlink()
 
 
-def prepare_new_run(run_dir: Path, overwrite: bool) -> None:
-    """Make ``run_dir`` ready for a new run: refuse (ConfigError) a directory holding another
-    run unless ``overwrite``, in which case that run's files are removed first."""
+def check_new_run(run_dir: Path, overwrite: bool) -> None:
+    """ConfigError if ``run_dir`` holds another run and ``overwrite`` is not set."""
     found = run_artifacts(run_dir)
     if found and not overwrite:
         raise ConfigError(
@@ -85,9 +85,39 @@ def prepare_new_run(run_dir: Path, overwrite: bool) -> None:
             f"{', ...' if len(found) > 4 else ''}): use `rlvr train --resume {run_dir}` to "
             "continue it, --overwrite to replace it, or a new logging.run_dir"
         )
-    if found:
-        remove_artifacts(run_dir)
+
+
+def prepare_new_run(run_dir: Path, overwrite: bool) -> Path | None:
+    """Make ``run_dir`` ready for a new run: refuse (ConfigError) a directory holding another
+    run unless ``overwrite``, in which case that run's files are moved into a hidden directory
+    that is returned (:func:`restore_replaced` puts them back if the new run fails before its
+    first step; :func:`discard_replaced` deletes them once it has taken one)."""
+    check_new_run(run_dir, overwrite)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
+    found = run_artifacts(run_dir)
+    if not found:
+        return None
+    backup = Path(run_dir) / f".replaced-{os.getpid()}"
+    backup.mkdir()
+    for name in found:
+        (Path(run_dir) / name).rename(backup / name)
+    return backup
+
+
+def restore_replaced(run_dir: Path, backup: Path | None) -> None:
+    """Put a replaced run back (after removing what the failed new run wrote)."""
+    if backup is None or not backup.is_dir():
+        return
+    remove_artifacts(run_dir)
+    for path in backup.iterdir():
+        path.rename(Path(run_dir) / path.name)
+    backup.rmdir()
+
+
+def discard_replaced(backup: Path | None) -> None:
+    """Delete a replaced run for good."""
+    if backup is not None and backup.is_dir():
+        shutil.rmtree(backup)
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The training loop: GRPO and its relatives, top to bottom (see ../DESIGN.md, "One step").
+"""The training loop: GRPO and its relatives, top to bottom (see docs/design.md, "One training step").
 
 One step:
   1. take ``prompts_per_step`` problems from the prompt sampler (the task's stream in order, or a
@@ -33,13 +33,13 @@ from rlvr.checkpoint import (
     CheckpointError,
     TrainerState,
     latest_checkpoint,
-    list_checkpoints,
     load_latest_good,
     save_checkpoint,
+    set_aside,
 )
 from rlvr.config import Config, ConfigError, load_config, save_config
 from rlvr.curriculum import make_sampler, per_category
-from rlvr.data import Problem, build_task, data_stats
+from rlvr.data import Problem, Task, build_task, data_stats, limit_task_prompts
 from rlvr.errors import NonFiniteError
 from rlvr.evaluation import (
     answer_entropy_within_groups,
@@ -47,24 +47,31 @@ from rlvr.evaluation import (
     snapshot_params,
     update_sparsity,
 )
-from rlvr.evaluation.api import limit_task_prompts
+from rlvr.evaluation.harness import answer_extractor
 from rlvr.guards import NonFiniteGuard, first_nonfinite, resume_hint
-from rlvr.logging import MetricsLogger, read_metrics
-from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
+from rlvr.logging import MetricsLogger
+from rlvr.models import (
+    encode_messages,
+    load_model,
+    load_tokenizer,
+    quiet_transformers,
+    stop_token_ids,
+)
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.progress import ProgressDisplay
-from rlvr.rewards.base import build_reward
+from rlvr.rewards.base import build_reward, callable_name
 from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rewards.registry import RewardSpec
-from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import Rollout, SamplingParams, TorchEngine, auto_dtype
 from rlvr.rundir import (
     changes_optimizer,
     check_resume_changes,
     config_changes,
+    discard_replaced,
     prepare_new_run,
     record_resume,
     remove_artifacts,
+    restore_replaced,
 )
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -214,24 +221,48 @@ def train(
         ``train.max_nonfinite_steps`` steps in a row were non-finite. A run that fails before
         its first step leaves no run directory behind.
     """
-    existed = True
+    quiet_transformers()
+    if resume is not None and overwrite:
+        raise ConfigError("--overwrite replaces a run and --resume continues one: give one")
+    if reward is not None:
+        cfg = with_callable_reward(cfg, reward)
+    existed, replaced = True, None
     if resume is not None:
         run_dir = Path(resume)
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name.replace(':', '-')}")
         existed = run_dir.exists()
-        prepare_new_run(run_dir, overwrite)
+        replaced = prepare_new_run(run_dir, overwrite)
+    started = [False]
+
+    def first_step_done() -> None:
+        started[0] = True
+        discard_replaced(replaced)
+
     try:
         with contextlib.ExitStack() as cleanup:
-            return _run(cfg, run_dir, resume is not None, reward, cleanup)
+            return _run(cfg, run_dir, resume is not None, reward, cleanup, first_step_done)
     except BaseException:
-        started = any(row.get("step", 0) >= 1 for row in read_metrics(run_dir))
-        if resume is None and not started and not list_checkpoints(run_dir):
-            remove_artifacts(run_dir)  # failed before its first step: leave nothing half-made
+        if resume is None and not started[0]:  # leave nothing half-made, the old run back
+            remove_artifacts(run_dir)
+            restore_replaced(run_dir, replaced)
             if not existed and not any(run_dir.iterdir()):
                 run_dir.rmdir()
         raise
+
+
+def with_callable_reward(cfg: Config, reward: Callable[..., float]) -> Config:
+    """``cfg`` recording a Python reward passed to :func:`train` as ``reward.function`` (its
+    ``module:qualname``, or a ``<python callable>:...`` marker a command-line resume refuses), so
+    ``config.yaml`` never claims the task's verifier was the reward."""
+    if cfg.reward.function is not None or cfg.reward.terms:
+        raise ConfigError(
+            "train(reward=...) replaces the config's reward: leave reward.function and "
+            "reward.terms unset"
+        )
+    name = callable_name(reward)
+    return cfg.model_copy(update={"reward": cfg.reward.model_copy(update={"function": name})})
 
 
 def _run(
@@ -240,15 +271,16 @@ def _run(
     resuming: bool,
     user_reward: Callable[..., float] | None,
     cleanup: contextlib.ExitStack,
+    first_step_done: Callable[[], None],
 ) -> dict[str, Any]:
     """The body of :func:`train` in a prepared run directory; what it opens (reward workers,
-    log writers) is closed by ``cleanup``."""
+    log writers) is closed by ``cleanup``; ``first_step_done`` is called once step 1 is
+    logged."""
     start_time = time.perf_counter()
     changes = {}
     if resuming:
         changes = config_changes(load_config(run_dir / "config.yaml"), cfg)
         check_resume_changes(changes)
-    save_config(cfg, run_dir / "config.yaml")
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.train.seed)
@@ -341,9 +373,6 @@ def _run(
                 ) from None
         if changes_optimizer(changes):
             apply_optimizer_config(optimizer, scheduler, cfg)
-        for key, (old, new) in changes.items():
-            _note(f"resume: {key} {old!r} -> {new!r}, applies from step {state.step + 1}")
-        record_resume(run_dir, state.step, checkpoint, changes)
     engine = TorchEngine(
         policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch, decode=decode
     )
@@ -356,11 +385,21 @@ def _run(
     )
     cleanup.callback(logger.close)
     # what loading the data left out (file and dataset tasks): in the run's first metrics row
-    stats: dict[str, float] = data_stats(task) if not resuming else {}
-    for key in ("data/duplicates_dropped", "data/long_prompts_dropped"):
+    stats: dict[str, float] = data_stats(task) if state.step == 0 else {}
+    notes = {
+        "data/duplicates_dropped": "duplicate rows dropped before the split",
+        "data/long_prompts_dropped": "prompts over the length limit dropped",
+        "data/eval_rows_unused": "held-out rows beyond task.n_eval (neither trained nor evaluated)",
+    }
+    for key, text in notes.items():
         if stats.get(key):
-            _note(f"{key.split('/')[1].replace('_', ' ')}: {stats[key]} (task.* settings)")
+            _note(f"note: {text}: {stats[key]}")
     eval_problems = task.eval_problems()[: cfg.eval.n_prompts]
+    if not eval_problems and (cfg.eval.before or cfg.eval.after or cfg.eval.every):
+        _note(
+            "note: the task has no held-out problems (task.eval_fraction, eval_split or n_eval): "
+            "held-out evaluation is skipped"
+        )
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
 
     def run_eval() -> dict[str, float]:
@@ -387,10 +426,11 @@ def _run(
     reward_seconds = [0.0]  # time spent scoring in the current step
 
     def score(
-        texts: list[str], owners: list[Problem], rollout: Rollout
+        texts: list[str], owners: list[Problem], rollout: Rollout, record: bool = True
     ) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """Rewards [N] of completions (with DAPO's overlong penalty when the preset has one) and
-        each reward term's unweighted values [N]."""
+        each reward term's unweighted values [N]; ``record``: count them in the step's reward
+        metrics (not for ReMax's greedy baseline completions)."""
         start = time.perf_counter()
         progress.phase("scoring")
         fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
@@ -413,7 +453,7 @@ def _run(
             )
         breakdown = reward(texts, owners, **fields)
         rewards = torch.tensor(breakdown.total, dtype=torch.float)
-        for key, value in breakdown.metrics().items():
+        for key, value in breakdown.metrics().items() if record else ():
             reward_metrics.setdefault(key, []).append(value)
         if algo.overlong_buffer_frac is not None:
             lengths = torch.tensor([len(c) for c in rollout.completion_ids])
@@ -450,7 +490,8 @@ def _run(
             if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
                 greedy_out = engine.generate(prompt_ids, 1, greedy, generator)
                 greedy_texts = [decode(c) for c in greedy_out.completion_ids]
-                greedy_rewards = score(greedy_texts, problems, greedy_out)[0][ids[keep]]
+                greedy_out_rewards = score(greedy_texts, problems, greedy_out, record=False)[0]
+                greedy_rewards = greedy_out_rewards[ids[keep]]
             k = keep.tolist()
             parts.append(
                 StepSamples(
@@ -468,7 +509,10 @@ def _run(
                 )
             )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
-        metrics.update({k: sum(v) / len(v) for k, v in reward_metrics.items()})
+        # per draw: error counts add up, means are averaged over the step's draws
+        metrics.update(
+            {k: sum(v) / (1 if k.endswith("errors") else len(v)) for k, v in reward_metrics.items()}
+        )
         metrics.update(sampler.metrics())
         metrics["time/reward"] = reward_seconds[0]
         reward_metrics.clear()
@@ -490,20 +534,25 @@ def _run(
                 optimizer,
                 scheduler,
                 generator,
-                keep=cfg.checkpoint.keep,
+                keep=max(cfg.checkpoint.keep, 2),  # the one before the newest survives
                 extra=extra_modules,
             )
         except CheckpointError as err:  # weights went non-finite: keep the last good one
-            hint = resume_hint(run_dir, latest_checkpoint(run_dir))
-            raise NonFiniteError(f"{err}. {hint}") from None
+            hint = resume_hint(run_dir, latest_checkpoint(run_dir), [])
+            raise NonFiniteError(f"{err}.{hint}") from None
         last_saved[0] = state.step
 
     if logger.repaired_lines:
         _warn(f"dropped {logger.repaired_lines} half-written line(s) of {run_dir}'s logs")
     guard = NonFiniteGuard(cfg.train.max_nonfinite_steps)
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": algo.name}
+    save_config(cfg, run_dir / "config.yaml")  # only now: every start-up check has passed
+    if resuming:
+        for key, (old, new) in changes.items():
+            _note(f"resume: {key} {old!r} -> {new!r}, applies from step {state.step + 1}")
+        record_resume(run_dir, state.step, checkpoint, changes)
     with _StopRequested() as stop, progress:
-        if cfg.eval.before and state.step == 0:
+        if cfg.eval.before and eval_problems and state.step == 0:
             progress.phase("eval")
             progress.print(
                 f"[dim]evaluating the initial policy on {len(eval_problems)} held-out problems..."
@@ -556,7 +605,7 @@ def _run(
 
             # 5. metrics, samples, eval, checkpoint
             metrics = {
-                **step_metrics(data),
+                **step_metrics(data, task),
                 **sampling_metrics,
                 **train_metrics,
                 "train/skipped_nonfinite": float(state.skipped_nonfinite),
@@ -567,16 +616,21 @@ def _run(
             if initial_params is not None:
                 metrics["policy/params_changed_frac"] = update_sparsity(policy, initial_params)
             due_eval = cfg.eval.every and state.step % cfg.eval.every == 0
-            if due_eval and state.step < cfg.train.steps:
+            if due_eval and eval_problems and state.step < cfg.train.steps:
                 progress.phase("eval")
                 metrics.update(run_eval())
             logger.log(state.step, {**metrics, **stats})
             stats = {}
+            first_step_done()
             rows = sample_rows(data, max(1, cfg.logging.samples_per_step))
             logger.log_samples(state.step, rows[: cfg.logging.samples_per_step])
             progress.update(state.step, metrics)
             progress.stall_check(metrics, rows[0])
-            guard.observe(state.step, bad, resume_hint(run_dir, latest_checkpoint(run_dir)))
+            guard.observe(state.step, bad)
+            if guard.tripped:  # the update before the first bad step may have diverged too
+                aside = set_aside(run_dir, guard.first_step - 1)
+                hint = resume_hint(run_dir, latest_checkpoint(run_dir), aside)
+                raise NonFiniteError(guard.message() + hint)
             due = cfg.checkpoint.every and state.step % cfg.checkpoint.every == 0
             if (due or stop.signal is not None) and guard.streak == 0:
                 progress.phase("checkpoint")
@@ -585,10 +639,10 @@ def _run(
                 summary["stopped"] = stop.signal
                 break
         if not summary.get("stopped"):
-            if cfg.checkpoint.save_final:
+            if cfg.checkpoint.save_final and guard.streak == 0:
                 progress.phase("checkpoint")
                 checkpoint_now()
-            if cfg.eval.after:
+            if cfg.eval.after and eval_problems:
                 progress.phase("eval")
                 summary["after"] = run_eval()
                 logger.log(state.step, summary["after"])
@@ -598,15 +652,19 @@ def _run(
             f"resume with: rlvr train --resume {run_dir}"
         )
     summary["steps"] = state.step
+    summary["skipped_nonfinite"] = state.skipped_nonfinite
     summary["wall_seconds"] = time.perf_counter() - start_time
     return summary
 
 
-def step_metrics(data: StepSamples) -> dict[str, float]:
-    """Reward, length, group and per-category statistics of one step's samples."""
+def step_metrics(data: StepSamples, task: Task) -> dict[str, float]:
+    """Reward, length, group and per-category statistics of one step's samples (answers as the
+    task's verifier reads them)."""
     rewards, group_ids = data.rewards, data.group_ids
     lengths = torch.tensor([len(c) for c in data.completion_ids], dtype=torch.float)
-    answers = [extract_answer(text) for text in data.texts]
+    extract = answer_extractor(task)
+    problems = [data.problems[int(g)] for g in group_ids]
+    answers = [extract(text, p) for text, p in zip(data.texts, problems, strict=True)]
     metrics = {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,

@@ -1,4 +1,4 @@
-"""Curricula: which training problems each step sees (the prompt sampler of DESIGN.md's loop).
+"""Curricula: which training problems each step sees (the prompt sampler of the loop in docs/design.md).
 
 * ``sequential``: the task's own stream in order (default).
 * ``sec``: Self-Evolving Curriculum (Chen et al. 2025), a TD(0) bandit over categories with

@@ -8,7 +8,7 @@ from rlvr.data.base import (
     Problem,
     Task,
 )
-from rlvr.data.checks import data_stats, limit_prompt_length
+from rlvr.data.checks import data_stats, limit_prompt_length, limit_task_prompts
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask, file_mixture
 from rlvr.data.from_config import build_task
@@ -38,6 +38,7 @@ __all__ = [
     "file_mixture",
     "is_task_name",
     "limit_prompt_length",
+    "limit_task_prompts",
     "make_task",
     "numeric_match",
     "numeric_reward",

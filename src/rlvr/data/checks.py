@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Literal
 
+from rlvr.config import Config, ConfigError
 from rlvr.data.base import Problem, Task
 from rlvr.data.files import FileTask
 from rlvr.data.mixture import MixtureTask
@@ -109,11 +110,39 @@ class HeldOutSubset:
         return self.task.score(completion, problem)
 
 
+def limit_task_prompts(task: Task, tokenizer: Any, policy: Any, config: Config) -> tuple[Task, int]:
+    """The task less the problems whose prompt is too long, and their number; training and
+    evaluation both check prompts this way (:func:`rlvr.data.limit_prompt_length` with the
+    smaller of ``task.max_prompt_tokens`` and the model's context less
+    ``rollout.max_new_tokens``; ``task.long_prompts`` says drop or error)."""
+    from rlvr.models import encode_messages  # the chat template renders the prompt
+
+    system_prompt = config.model.system_prompt
+    context = int(getattr(policy.config, "max_position_embeddings", 0) or 0)
+    limits = [config.task.max_prompt_tokens] if config.task.max_prompt_tokens else []
+    if context:
+        room = context - config.rollout.max_new_tokens
+        if room <= 0:
+            raise ConfigError(
+                f"rollout.max_new_tokens ({config.rollout.max_new_tokens}) leaves no room for a "
+                f"prompt in the model's context of {context} tokens"
+            )
+        limits.append(room)
+    if not limits:
+        return task, 0
+
+    def count(problem: Problem) -> int:
+        return len(encode_messages(tokenizer, problem.messages(system_prompt)))
+
+    return limit_prompt_length(task, count, min(limits), config.task.long_prompts)
+
+
 def data_stats(task: Task) -> dict[str, int]:
     """Counts to log once per run: ``data/duplicates_dropped`` (rows whose prompt repeats an
     earlier row's), ``data/duplicate_conflicts`` (those whose answer differed from the kept
     row's), ``data/long_prompts_dropped`` (:func:`limit_prompt_length`), and for file tasks
-    ``data/train_rows`` and ``data/eval_rows``. A mixture sums its categories'."""
+    ``data/train_rows``, ``data/eval_rows`` and ``data/eval_rows_unused`` (held out beyond
+    ``task.n_eval``: neither trained nor evaluated on). A mixture sums its categories'."""
     if isinstance(task, MixtureTask):
         parts = [data_stats(t) for t in task.tasks]
         keys = set.intersection(*(set(p) for p in parts))
@@ -125,5 +154,6 @@ def data_stats(task: Task) -> dict[str, int]:
             "data/duplicate_conflicts": sum(d.conflict for d in task.duplicates),
             "data/train_rows": task.n_train,
             "data/eval_rows": task.n_eval,
+            "data/eval_rows_unused": task.eval_rows_unused,
         }
     return stats

@@ -138,6 +138,7 @@ class FileTask:
                 f"no training rows left in {loaded.source}{where} after the held-out split"
             )
         self._eval_rows = held[:n_eval]
+        self.eval_rows_unused = len(held) - len(self._eval_rows)  # held out past n_eval
         self.source = loaded.source
         self.seed = seed
         self.duplicates = [

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import re
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from rlvr.data.base import FILE_PROMPT_TEMPLATE, Chat
 from rlvr.data.sources import read_source
 from rlvr.data.tables import Table, describe
 from rlvr.errors import DataError
+from rlvr.templates import answer_regex, template_fields
 
 HELD_OUT_SPLITS = frozenset({"test", "eval", "validation"})
 _ROLES = ("system", "user", "assistant")
@@ -125,40 +125,6 @@ def load_rows(
     kept, duplicates = deduplicate(rows)
     marked = fmt.split_column is not None or eval_split is not None
     return LoadedRows(train.source, tuple(kept), tuple(duplicates), marked, fmt.category_column)
-
-
-def template_fields(template: str) -> set[str]:
-    """The field names of a ``str.format`` template; DataError for a malformed template or a
-    field that is not a plain name ("{}", "{0}", "{a.b}")."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as err:
-        raise DataError(
-            f"task.prompt_template {template!r} is not a valid template ({err}); write literal "
-            "braces as {{ and }}"
-        ) from None
-    fields = {field for _, field, _, _ in parsed if field is not None}
-    for field in fields:
-        if not field.isidentifier():
-            raise DataError(
-                f"task.prompt_template {template!r}: {{{field}}} is not a field name; use "
-                "{question} or a column name, e.g. {unit}"
-            )
-    return fields
-
-
-def answer_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled; DataError unless it is a regex with exactly one group."""
-    try:
-        regex = re.compile(pattern)
-    except re.error as err:
-        raise DataError(f"task.answer_pattern {pattern!r} is not a valid regex ({err})") from None
-    if regex.groups != 1:
-        raise DataError(
-            f"task.answer_pattern {pattern!r} must have exactly one group (the answer), e.g. "
-            f"'#### (\\S+)'; it has {regex.groups}"
-        )
-    return regex
 
 
 def prepare_rows(table: Table, fmt: RowFormat, held_out: bool = False) -> list[PreparedRow]:

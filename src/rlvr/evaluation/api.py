@@ -331,34 +331,6 @@ def build_summary(
     }
 
 
-def limit_task_prompts(task: Any, tokenizer: Any, policy: Any, config: Config) -> tuple[Any, int]:
-    """The task less the problems whose prompt is too long, and their number; training and
-    evaluation both check prompts this way (:func:`rlvr.data.limit_prompt_length` with the
-    smaller of ``task.max_prompt_tokens`` and the model's context less
-    ``rollout.max_new_tokens``; ``task.long_prompts`` says drop or error)."""
-    from rlvr.data import limit_prompt_length
-    from rlvr.models import encode_messages
-
-    system_prompt = config.model.system_prompt
-    context = int(getattr(policy.config, "max_position_embeddings", 0) or 0)
-    limits = [config.task.max_prompt_tokens] if config.task.max_prompt_tokens else []
-    if context:
-        room = context - config.rollout.max_new_tokens
-        if room <= 0:
-            raise ConfigError(
-                f"rollout.max_new_tokens ({config.rollout.max_new_tokens}) leaves no room for a "
-                f"prompt in the model's context of {context} tokens"
-            )
-        limits.append(room)
-    if not limits:
-        return task, 0
-
-    def count(problem: Any) -> int:
-        return len(encode_messages(tokenizer, problem.messages(system_prompt)))
-
-    return limit_prompt_length(task, count, min(limits), config.task.long_prompts)
-
-
 def _sample(
     policy: Any,
     tokenizer: Any,
@@ -475,8 +447,11 @@ def evaluate(
     """
     from rich.console import Console
 
-    from rlvr.models import load_model
+    from rlvr.data import limit_task_prompts
+    from rlvr.models import load_model, quiet_transformers
     from rlvr.rollout import auto_dtype
+
+    quiet_transformers()
 
     model = str(model)
     target = resolve_target(model)

@@ -50,6 +50,8 @@ class Source:
     config: dict[str, Any] = field(default_factory=dict)
     per_problem: dict[str, dict[str, float]] = field(default_factory=dict)
     """task key -> {problem id: the metric on that problem}, for eval dirs with samples."""
+    problem_hashes: dict[str, str] = field(default_factory=dict)
+    """task key -> the summary's ``problems.sha256`` (ids, prompts as rendered, answers)."""
 
 
 def task_key(task: dict[str, Any]) -> str:
@@ -149,6 +151,16 @@ def _eval_scores(
     return scores, per_problem
 
 
+def _problem_hashes(evals: list[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
+    """task key -> ``problems.sha256`` of each eval summary that records it."""
+    hashes = {}
+    for _, summary in evals:
+        digest = (summary.get("problems") or {}).get("sha256")
+        if digest:
+            hashes[task_key(summary.get("task", {}))] = digest
+    return hashes
+
+
 def load_source(path: Path, metric: str) -> Source:
     """Read one source's scores for ``metric`` (see the module docstring)."""
     path = Path(path)
@@ -193,7 +205,8 @@ def load_source(path: Path, metric: str) -> Source:
         summary = evals[0][1]
         model = str(summary.get("model") or summary.get("model_path"))
         group_key, label = f"model:{model}", str(summary.get("tag") or model)
-    return Source(path, scores, group_key, label, config, per_problem)
+    hashes = _problem_hashes(evals) if "/" not in metric else {}
+    return Source(path, scores, group_key, label, config, per_problem, hashes)
 
 
 def _disambiguate(groups: dict[str, list[Source]]) -> dict[str, list[Source]]:
@@ -291,8 +304,17 @@ def _method_problems(sources: list[Source], task: str) -> tuple[dict[str, float]
             )
         if maps and set(values) != set(maps[0]):
             return {}, f"{source.path} was evaluated on other problems than {sources[0].path}"
+        if _differ(source, sources[0], task):
+            return {}, f"{source.path} saw other prompts or answers than {sources[0].path}"
         maps.append(values)
     return {pid: float(np.mean([m[pid] for m in maps])) for pid in maps[0]}, ""
+
+
+def _differ(a: Source, b: Source, task: str) -> bool:
+    """Whether two sources recorded different problem sets (prompts as rendered, answers) on
+    ``task``; sources without a recorded hash are taken at their problem ids."""
+    ha, hb = a.problem_hashes.get(task), b.problem_hashes.get(task)
+    return bool(ha and hb and ha != hb)
 
 
 def paired_comparisons(
@@ -321,6 +343,8 @@ def paired_comparisons(
                 if not reason and set(xs) != set(ys):
                     shared = len(set(xs) & set(ys))
                     reason = f"different problems ({len(xs)} and {len(ys)}, {shared} shared)"
+                if not reason and _differ(groups[x][0], groups[y][0], task):
+                    reason = "same problem ids, other prompts or answers (problem hashes differ)"
                 if reason:
                     skipped.append({"x": x, "y": y, "task": task, "reason": reason})
                     continue

@@ -31,6 +31,22 @@ from rlvr.rewards.registry import (
     RewardSpec,
 )
 
+CALLABLE_MARKER = "<python callable>:"
+
+
+def callable_name(fn: Callable[..., Any]) -> str:
+    """How a Python reward is recorded in a run's config: ``"module:function"`` when that
+    imports back to ``fn`` from a module other than ``__main__``, else
+    ``"<python callable>:module.qualname"`` (which :func:`load_function` refuses, saying how
+    to resume)."""
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if module != "__main__" and "." not in qualname and "<" not in qualname:
+        imported = sys.modules.get(module)
+        if imported is not None and getattr(imported, qualname, None) is fn:
+            return f"{module}:{qualname}"
+    return f"{CALLABLE_MARKER}{module}.{qualname}"
+
 
 def load_function(spec: str) -> Callable[..., Any]:
     """Import ``module:function``; the current directory is importable (appended to
@@ -39,6 +55,11 @@ def load_function(spec: str) -> Callable[..., Any]:
     Raises :class:`RewardConfigError` naming the module and what went wrong: not found (and
     where it was looked for), an error while importing it, or no such callable.
     """
+    if spec.startswith(CALLABLE_MARKER):
+        raise RewardConfigError(
+            f"reward {spec!r}: this run's reward was a Python function passed to rlvr.train(); "
+            "resume it from Python: train(cfg, resume=RUN, reward=your_function)"
+        )
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RewardConfigError(f"reward {spec!r}: expected 'module:function'")

@@ -56,6 +56,9 @@ from rlvr.errors import RlvrError
 if TYPE_CHECKING:
     from rlvr.data.base import Problem, Task
 
+# Timed-out calls of a thread executor keep their threads; past this many the reward is broken.
+MAX_ABANDONED_THREADS = 64
+
 RewardKind = Literal["sample", "group"]
 OnError = Literal["raise", "zero"]
 ExecutorKind = Literal["thread", "process"]
@@ -494,6 +497,7 @@ class CombinedReward:
         self._thread_channel: queue.SimpleQueue = queue.SimpleQueue()
         self._channel: Any = self._thread_channel if executor == "thread" else None
         self._call_ids = iter(range(1 << 62))
+        self._abandoned = 0  # thread calls timed out and still running (threads cannot be killed)
 
     def __enter__(self) -> CombinedReward:
         return self
@@ -729,10 +733,28 @@ class CombinedReward:
                     k, call_id, _ = inflight.pop(future)
                     started.pop(call_id, None)
                     outcomes[k] = ("timeout", None)
+                if self.executor == "thread":
+                    self._abandoned += len(expired)
+                    if self._abandoned > MAX_ABANDONED_THREADS:
+                        raise _too_many_abandoned(self.terms[calls[k].term].label, calls[k])
                 if self.executor == "process":
                     killed_pools.append(self._pool)
                 self._discard_pool(kill=True)
         return [o for o in outcomes if o is not None]
+
+
+def _too_many_abandoned(label: str, call: _Call) -> RewardError:
+    """The error that stops a run whose timed-out reward calls pile up in threads."""
+    text = call.args[0] if isinstance(call.args[0], str) else call.args[0][0]
+    return RewardError(
+        label,
+        call.indices[0],
+        text,
+        f"more than {MAX_ABANDONED_THREADS} calls timed out and still run in the background "
+        "(a thread cannot be stopped): fix the reward, or run it in worker processes that are "
+        "killed on timeout (executor='process')",
+        call.args[1].id,
+    )
 
 
 def _run_inline(fn: Callable, call: _Call) -> tuple[str, Any]:
