@@ -142,10 +142,13 @@ def test_base_model_and_run_are_scored_on_the_same_problems(tmp_path, cache) -> 
     data = _word_problems(tmp_path / "problems.jsonl")
     task = {"name": "file", "path": str(data), "prompt_column": "question", "n_eval": 5}
     run_dir = tmp_path / "run"
-    settings = {"n_prompts": 4, "max_new_tokens": 6}
-    train(build_config(tiny_config(run_dir, steps=1, task=task, eval=settings)))
-
+    settings = {"n_prompts": 4, "max_new_tokens": 6, "after": True}
+    summary = train(build_config(tiny_config(run_dir, steps=1, task=task, eval=settings)))
     tuned = evaluate(run_dir, progress=False)  # the run's own task and eval settings
+    # the same numbers as the trainer's own held-out evaluation, sample for sample
+    after = summary["after"]
+    assert tuned["metrics"]["length_mean"] == pytest.approx(after["eval/greedy_length_mean"])
+    assert tuned["metrics"]["accuracy"] == pytest.approx(after["eval/greedy_accuracy"])
     assert tuned["out_dir"] == str(run_dir / "eval-step_000001")
     assert tuned["settings_from"] == f"run {run_dir}" and tuned["checkpoint"] == "step_000001"
     assert tuned["task"]["path"] == str(data) and tuned["task"]["prompt_column"] == "question"

@@ -338,8 +338,10 @@ def _sample(
     settings: EvalSettings,
     max_batch: int,
     console: Any,
+    dtype: Any,
 ) -> tuple[list[list[str]], list[list[int]], list[list[bool]], SamplingParams, float]:
-    """Draw ``settings.n`` completions of every problem with ``policy``.
+    """Draw ``settings.n`` completions of every problem with ``policy`` (the engine computing
+    in ``dtype``).
 
     Returns:
         ``(texts, num_tokens, finished, sampling, seconds)``, the first three indexed
@@ -355,7 +357,7 @@ def _sample(
         return tokenizer.decode(ids, skip_special_tokens=True)
 
     engine = TorchEngine(
-        policy, tokenizer.pad_token_id, dtype=policy.dtype, max_batch=max_batch, decode=decode
+        policy, tokenizer.pad_token_id, dtype=dtype, max_batch=max_batch, decode=decode
     )
     sampling = dataclasses.replace(settings.sampling, stop_token_ids=stop_token_ids(tokenizer))
     system_prompt = settings.config.model.system_prompt
@@ -445,6 +447,7 @@ def evaluate(
     Raises:
         RlvrError: a bad model, run, config key, task or option, with a message naming it.
     """
+    import torch
     from rich.console import Console
 
     from rlvr.data import limit_task_prompts
@@ -464,7 +467,9 @@ def evaluate(
     cfg = settings.config
     task = build_eval_task(cfg.task)
     tokenizer = _load_tokenizer(target, model)
-    policy = load_model(target.spec, auto_dtype(torch_device)).to(torch_device)
+    # fp32 weights and a bf16/fp32 engine as in training, so greedy results match the
+    # trainer's own held-out evaluation sample for sample
+    policy = load_model(target.spec, torch.float32).to(torch_device)
     task, dropped = limit_task_prompts(task, tokenizer, policy, cfg)
     problems = task.eval_problems()[: cfg.eval.n_prompts]
     if not problems:
@@ -476,7 +481,7 @@ def evaluate(
     for note in notes + (replacing if (out_dir / SUMMARY_FILE).is_file() else []):
         console.print(f"note: {note}", markup=False, highlight=False)
     texts, num_tokens, finished, sampling, seconds = _sample(
-        policy, tokenizer, problems, settings, max_batch, console
+        policy, tokenizer, problems, settings, max_batch, console, auto_dtype(torch_device)
     )
     records = score_records(task, problems, texts, num_tokens, finished)
     metrics = compute_summary_metrics(records, settings.ks)
