@@ -325,3 +325,20 @@ def test_a_run_whose_rewards_never_vary_says_nothing_is_learning(tmp_path, capsy
     assert out.count("nothing is learning") == 1, out  # once, after 3 stalled steps
     assert "step 3/4" in out.split("nothing is learning")[0]
     assert "reward: 0.500" in out and "completion:" in out
+
+
+def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
+    data = tmp_path / "data.jsonl"
+    rows = [{"prompt": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(20)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_dir = tmp_path / "run"
+    task = {"name": "file", "path": str(data)}
+    train(build_config(tiny_config(run_dir, steps=1, task=task)))
+    rows[5]["answer"] = "7"  # an edited answer
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="changed since this run started"):
+        train(build_config(tiny_config(run_dir, steps=2, task=task)), resume=run_dir)
+    rows[5]["answer"] = "6"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train(build_config(tiny_config(run_dir, steps=2, task=task)), resume=run_dir)
+    assert sorted(step_rows(run_dir)) == [1, 2]

@@ -50,6 +50,7 @@ class TrainerState:
     step: int  # optimiser steps completed
     sampler: dict[str, Any] = field(default_factory=dict)  # the prompt sampler's state_dict()
     skipped_nonfinite: int = 0  # steps skipped for NaN/inf rewards, loss or gradients so far
+    data_sha256: str | None = None  # rlvr.data.data_fingerprint of a file or dataset task
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

@@ -39,7 +39,14 @@ from rlvr.checkpoint import (
 )
 from rlvr.config import Config, ConfigError, load_config, save_config
 from rlvr.curriculum import make_sampler, per_category
-from rlvr.data import Problem, Task, build_task, data_stats, limit_task_prompts
+from rlvr.data import (
+    Problem,
+    Task,
+    build_task,
+    data_fingerprint,
+    data_stats,
+    limit_task_prompts,
+)
 from rlvr.errors import NonFiniteError
 from rlvr.evaluation import (
     answer_entropy_within_groups,
@@ -288,6 +295,7 @@ def _run(
 
     # --- task and reward first (bad data or a broken reward fail before any model loads) ---
     task = build_task(cfg.task)
+    fingerprint = data_fingerprint(task)
     reward = build_reward(
         task,
         user_reward if user_reward is not None else cfg.reward.function,
@@ -353,7 +361,7 @@ def _run(
         sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
     except ValueError as err:
         raise ConfigError(f"curriculum: {err}") from None
-    state = TrainerState(step=0)
+    state = TrainerState(step=0, data_sha256=fingerprint)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
     initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
     checkpoint = None
@@ -363,6 +371,13 @@ def _run(
         )
         if loaded is not None:
             checkpoint, state = loaded
+            if state.data_sha256 not in (None, fingerprint):
+                raise ConfigError(
+                    f"the data of task.path {cfg.task.path} changed since this run started (rows "
+                    "added, removed or edited): the checkpoint's prompt sampler points at other "
+                    "rows. Restore the data, or start a new run on the new data"
+                )
+            state.data_sha256 = fingerprint  # checkpoints from before fingerprints
             try:
                 sampler.load_state_dict(state.sampler)
             except (KeyError, ValueError) as err:

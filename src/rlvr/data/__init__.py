@@ -8,7 +8,12 @@ from rlvr.data.base import (
     Problem,
     Task,
 )
-from rlvr.data.checks import data_stats, limit_prompt_length, limit_task_prompts
+from rlvr.data.checks import (
+    data_fingerprint,
+    data_stats,
+    limit_prompt_length,
+    limit_task_prompts,
+)
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask, file_mixture
 from rlvr.data.from_config import build_task
@@ -32,6 +37,7 @@ __all__ = [
     "ReasoningGymTask",
     "Task",
     "build_task",
+    "data_fingerprint",
     "countdown_reward",
     "data_stats",
     "extract_answer",

@@ -9,6 +9,8 @@ any: a prompt over the limit is an error naming its row, or is left out and coun
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Collection
 from typing import Any, Literal
 
@@ -157,3 +159,20 @@ def data_stats(task: Task) -> dict[str, int]:
             "data/eval_rows_unused": task.eval_rows_unused,
         }
     return stats
+
+
+def data_fingerprint(task: Task) -> str | None:
+    """SHA-256 over every problem (id, chat, answer) of a finite task (file and dataset tasks and
+    mixtures of them), in order; None for procedural tasks, which their config fixes. A resume
+    compares it with the run's, so edited data is never silently trained on as if unchanged."""
+    if isinstance(task, MixtureTask):
+        parts = [data_fingerprint(t) for t in task.tasks]
+        if any(p is None for p in parts):
+            return None
+        return hashlib.sha256("".join(parts).encode()).hexdigest()
+    if not isinstance(task, FileTask):
+        return None
+    digest = hashlib.sha256()
+    for _, problem in task.rows():
+        digest.update(json.dumps([problem.id, problem.messages(), problem.answer]).encode())
+    return digest.hexdigest()
