@@ -99,3 +99,24 @@ def test_a_hanging_reward_function_times_out(tmp_path):
     train(build_config(tiny_config(tmp_path / "b", steps=1, reward=zero)))
     row = [r for r in read_metrics(tmp_path / "b") if r["step"] == 1][0]
     assert row["reward/errors"] > 0 and row["reward/mean"] == 0.0
+
+
+def test_a_config_file_that_does_not_parse_is_one_clear_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: {name: file\n  path: [\n")
+    result = CliRunner().invoke(app, ["train", str(bad)], prog_name="rlvr")
+    assert result.exit_code == 2 and "does not parse" in result.output, result.output
+    assert "bad.yaml" in result.output and "Traceback" not in result.output
+
+
+def test_an_unknown_reasoning_gym_dataset_is_a_config_error(tmp_path):
+    code, output = _train_cli(tmp_path, task={"name": "reasoning_gym:nope"})
+    assert code == 2 and "unknown reasoning-gym dataset 'nope'" in output, output
+
+
+def test_a_failed_run_leaves_no_parent_directories_behind(tmp_path):
+    run_dir = tmp_path / "runs" / "deep" / "run"
+    cfg = build_config(tiny_config(run_dir, steps=1, model={"name": str(tmp_path / "nope")}))
+    with pytest.raises(ValueError):
+        train(cfg)
+    assert not (tmp_path / "runs").exists()

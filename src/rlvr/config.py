@@ -598,14 +598,20 @@ def read_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {str(path)!r}")
-    if path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(path.read_text()) or {}
-    elif path.suffix == ".toml":
-        data = tomllib.loads(path.read_text())
-    elif path.suffix == ".json":
-        data = json.loads(path.read_text())
-    else:
+    if path.suffix not in (".yaml", ".yml", ".toml", ".json"):
         raise ConfigError(f"config {str(path)!r}: expected a .yaml, .yml, .toml or .json file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text) or {}
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"config {str(path)!r} does not parse: {err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config {str(path)!r} is not UTF-8 text ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config {str(path)!r}: top level must be a mapping of sections")
     return data

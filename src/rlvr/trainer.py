@@ -233,13 +233,14 @@ def train(
         raise ConfigError("--overwrite replaces a run and --resume continues one: give one")
     if reward is not None:
         cfg = with_callable_reward(cfg, reward)
-    existed, replaced = True, None
+    made: list[Path] = []
+    replaced = None
     if resume is not None:
         run_dir = Path(resume)
     else:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.logging.run_dir or f"runs/{stamp}-{cfg.task.name.replace(':', '-')}")
-        existed = run_dir.exists()
+        made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # what we create
         replaced = prepare_new_run(run_dir, overwrite)
     started = [False]
 
@@ -254,8 +255,9 @@ def train(
         if resume is None and not started[0]:  # leave nothing half-made, the old run back
             remove_artifacts(run_dir)
             restore_replaced(run_dir, replaced)
-            if not existed and not any(run_dir.iterdir()):
-                run_dir.rmdir()
+            for path in made:  # the run directory and the parents made for it, if empty
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
         raise
 
 

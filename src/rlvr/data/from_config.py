@@ -3,18 +3,28 @@ both see the same problems, prompts and verifier)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rlvr.config import ConfigError, TaskConfig
 from rlvr.data.base import Task
 from rlvr.data.files import file_mixture
 from rlvr.data.mixture import MixtureTask
 from rlvr.data.registry import make_task
-
-if TYPE_CHECKING:
-    from rlvr.config import TaskConfig
+from rlvr.errors import RlvrError
 
 
 def build_task(t: TaskConfig) -> Task:
+    """The task of a ``task:`` section (:func:`_build`); a task constructor's ``ValueError``
+    (an unknown reasoning-gym dataset, a bad option) becomes a ConfigError naming ``task``."""
+    try:
+        return _build(t)
+    except ValueError as err:
+        if isinstance(err, RlvrError):
+            raise
+        raise ConfigError(f"task: {err}") from None
+
+
+def _build(t: TaskConfig) -> Task:
     """The task of a ``task:`` section; with ``levels``, a :class:`MixtureTask` with one category
     ("L1", "L2", ...) per level; with a file task's ``category_column``, one category per value
     of the column. Prompt lengths are checked separately
