@@ -60,6 +60,21 @@ def test_directory_without_config(tmp_path):
         resolve(str(tmp_path))
 
 
+def test_truncated_weights_and_a_file_that_is_not_gguf(tmp_path):
+    import shutil
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(resolve("tiny-random-llama"), model_dir)
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ModelSpecError, match="cannot load the weights of .*model.safetensors"):
+        load_model(str(model_dir))
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("not a gguf file")
+    with pytest.raises(ModelSpecError, match="cannot read the GGUF file"):
+        load_model(str(fake))
+
+
 def test_unsupported_architecture(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(ModelSpecError, match="unsupported architecture 't5'"):

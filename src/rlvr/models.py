@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -137,10 +138,13 @@ def _convert_gguf(gguf: Path, name: str) -> Path:
     out = cache_dir() / "models" / name
     if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
         return out
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except (OSError, ValueError, KeyError) as err:  # not GGUF, truncated, unknown architecture
+        raise ModelSpecError(f"cannot read the GGUF file {str(gguf)!r}: {err}") from err
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the weights below are plain fp32
@@ -272,7 +276,12 @@ def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel
                 "that transformers' AutoModelForCausalLM can load (llama, qwen2, mistral, "
                 f"gemma, phi3, ...). Original error: {err}"
             ) from err
-        raise
+        raise ModelSpecError(f"cannot load the model {spec!r} from {source}: {err}") from err
+    except (OSError, RuntimeError, SafetensorError) as err:  # missing, truncated, mismatched
+        raise ModelSpecError(
+            f"cannot load the weights of {spec!r} from {source} ({type(err).__name__}: {err}); "
+            "the directory needs complete model.safetensors (or pytorch_model.bin) files"
+        ) from err
     model.eval()
     return model
 
