@@ -17,9 +17,10 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from rlvr.rewards.registry import Score, register_reward
@@ -141,42 +142,106 @@ class UnitTestReport:
     reason: str
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, non-printable ones (control codes, binary junk
+    the program printed) shown as ``?``, so a reason stays one readable line."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
+
+
 def _failure(result: SandboxResult) -> str:
     if result.killed_reason is not None:
         return f"killed ({result.killed_reason})"
     last = result.stderr.strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
-    return last[0][:200]
+    return _clip(last[0], 200)
 
 
-def _run_asserts(code: str, asserts: Sequence[str], limits: SandboxLimits) -> tuple[int, str]:
+BUDGET_SPENT = "sample time budget spent"
+_INDEX = r"0|[1-9][0-9]{0,8}"  # ASCII digits only, no leading zeros, bounded
+
+
+def parse_harness_output(stdout: str, nonce: str, count: int) -> tuple[frozenset[int], str]:
+    """(indices of the assert tests that passed, first failure or "") from the harness's
+    result lines (see ``_unittest_harness.py``).
+
+    Only lines that match exactly are read: ``<nonce> <index> pass`` or ``<nonce> <index|load>
+    fail <JSON string>``, with the index in ASCII digits and below ``count``. Anything else
+    (other digits, huge numbers, indices past the suite, bad JSON, binary junk) is ignored, so
+    it never gives credit and never raises. A test with both a pass and a fail line failed.
+    """
+    line = re.compile(
+        rf"^{re.escape(nonce)} (?P<index>{_INDEX}|load) "
+        r'(?:(?P<pass>pass)|fail (?P<message>"[^\n]{0,2000}"))$',
+        re.MULTILINE | re.ASCII,
+    )
+    passed, failed, first = set(), set(), ""
+    for match in line.finditer(stdout):
+        index = match["index"]
+        if index != "load" and int(index) >= count:
+            continue
+        if match["pass"]:
+            if index != "load":
+                passed.add(int(index))
+            continue
+        try:
+            message = json.loads(match["message"])
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(message, str):
+            continue
+        if index == "load":
+            return frozenset(), f"solution: {_clip(message, 300)}"
+        failed.add(int(index))
+        first = first or f"test {index}: {_clip(message, 300)}"
+    return frozenset(passed - failed), first
+
+
+def _budget(limits: SandboxLimits, deadline: float) -> SandboxLimits | None:
+    """``limits`` with the wall time cut to what is left of the sample's budget, or None when
+    it is spent."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return None
+    return replace(limits, wall_seconds=min(limits.wall_seconds, remaining))
+
+
+def _run_asserts(
+    code: str, asserts: Sequence[str], limits: SandboxLimits, deadline: float
+) -> tuple[int, str]:
     """(tests passed, first failure or "") for the assert snippets, in one sandboxed run."""
+    run_limits = _budget(limits, deadline)
+    if run_limits is None:
+        return 0, f"tests 0-{len(asserts) - 1} not run: {BUDGET_SPENT}"
     nonce = secrets.token_hex(16)
     spec = json.dumps({"nonce": nonce, "tests": list(asserts)})
     result = run_python(
         _source("_unittest_harness.py"),
-        limits=limits,
+        limits=run_limits,
         files={"solution.py": code, "tests.json": spec},
     )
-    lines = re.findall(rf"^{nonce} (\w+) (pass|fail)(?: (.*))?$", result.stdout, re.MULTILINE)
-    passed = {int(i) for i, verdict, _ in lines if verdict == "pass" and i.isdigit()}
-    passed &= set(range(len(asserts)))
-    for index, verdict, message in lines:
-        if verdict == "fail":
-            text = json.loads(message) if message else ""
-            where = "solution" if index == "load" else f"test {index}"
-            return len(passed), f"{where}: {text}"
+    passed, first = parse_harness_output(result.stdout, nonce, len(asserts))
+    if first:
+        return len(passed), first
     if len(passed) < len(asserts):
         return len(passed), f"test {len(passed)} did not finish: {_failure(result)}"
     return len(passed), ""
 
 
 def _run_io(
-    code: str, cases: Sequence[IOCase], limits: SandboxLimits, stop_at_failure: bool
+    code: str,
+    cases: Sequence[IOCase],
+    limits: SandboxLimits,
+    stop_at_failure: bool,
+    deadline: float,
 ) -> tuple[int, str]:
-    """(cases passed, first failure or "") for the stdin/stdout cases, one run each."""
+    """(cases passed, first failure or "") for the stdin/stdout cases, one run each, all
+    within the sample's wall-time budget (cases after it is spent fail unrun)."""
     passed, first = 0, ""
     for k, case in enumerate(cases):
-        result = run_python(code, stdin=case.input, limits=limits)
+        run_limits = _budget(limits, deadline)
+        if run_limits is None:
+            spent = f"cases {k}-{len(cases) - 1} not run: {BUDGET_SPENT}"
+            return passed, f"{first}; {spent}" if first else spent
+        result = run_python(code, stdin=case.input, limits=run_limits)
         got = normalize_output(result.stdout)
         if result.ok and got == normalize_output(case.output):
             passed += 1
@@ -185,7 +250,8 @@ def _run_io(
             detail = (
                 _failure(result)
                 if not result.ok
-                else f"expected {normalize_output(case.output)[:60]!r}, got {got[:60]!r}"
+                else f"expected {_clip(normalize_output(case.output), 60)!r}, "
+                f"got {_clip(got, 60)!r}"
             )
             first = f"case {k}: {detail}"
         if stop_at_failure:
@@ -202,19 +268,25 @@ def run_unit_tests(
     """Run ``code`` against ``tests`` (see :func:`parse_tests`) in the sandbox.
 
     The reward is ``passed / total``, or 1.0 only if every test passes with
-    ``all_or_nothing``. ``code=None`` (no code found) scores 0.
+    ``all_or_nothing``. ``code=None`` (no code found) scores 0. ``limits.wall_seconds`` is one
+    budget for the whole sample: every run (the assert run, then each stdin/stdout case) gets
+    what is left of it, and the tests still unrun when it is spent fail with the reason
+    ``"sample time budget spent"``. Whatever the program does, this returns a report (about
+    ``wall_seconds`` plus clean-up at the latest) and leaves no process or file behind; only
+    a sandbox that cannot start raises (:class:`~rlvr.rewards.sandbox.SandboxError`).
     """
     suite = parse_tests(tests)
     limits = limits or SandboxLimits()
     if code is None:
         return UnitTestReport(0, suite.total, 0.0, "no ```python code block in the completion")
+    deadline = time.monotonic() + limits.wall_seconds
     passed, reasons = 0, []
     if suite.asserts:
-        n, why = _run_asserts(code, suite.asserts, limits)
+        n, why = _run_asserts(code, suite.asserts, limits, deadline)
         passed += n
         reasons += [why] if why else []
     if suite.io and not (all_or_nothing and reasons):
-        n, why = _run_io(code, suite.io, limits, stop_at_failure=all_or_nothing)
+        n, why = _run_io(code, suite.io, limits, all_or_nothing, deadline)
         passed += n
         reasons += [why] if why else []
     if all_or_nothing:
@@ -268,10 +340,11 @@ def python_unit_tests(
     """Fraction of unit tests the completion's last ```python block passes (1/0 with
     ``all_or_nothing``), with the reason. Tests come from ``tests`` (parameter or per-sample
     field) or else ``problem.answer`` (see :func:`parse_tests`); ``limits`` are
-    :class:`SandboxLimits` or a mapping of its fields, per sandboxed run.
+    :class:`SandboxLimits` or a mapping of its fields; ``wall_seconds`` is one budget per
+    sample, across all its test runs.
 
     In a :class:`CombinedReward`, samples run in parallel on its workers; its ``timeout_s``
-    must exceed the worst case of one sample (about (number of io cases + 1) x wall_seconds).
+    must exceed the worst case of one sample: ``wall_seconds`` plus a few seconds of clean-up.
     """
     source = problem.answer if tests is None else tests
     report = run_unit_tests(extract_code(completion), source, _limits(limits), all_or_nothing)

@@ -438,8 +438,13 @@ class _DaemonThreadPool:
                     future.set_exception(err)
 
     def shutdown(self) -> None:
+        """Stop the workers: idle ones end now (joined, briefly); one still in an abandoned
+        call ends when that call returns."""
         for _ in self._threads:
             self._tasks.put(None)
+        deadline = time.monotonic() + 1.0
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class CombinedReward:

@@ -49,6 +49,16 @@ Best effort (Python audit hook, PEP 578; bypassable by native code)
 Not confined: CPU caches and other side channels; reading world-readable files; when not
 root and without user namespaces, the program runs as the trainer's user (rlimits, scrubbed
 environment and the audit hook only).
+
+What a program does never makes :func:`run_python` raise: every ending is a
+:class:`SandboxResult` with a ``killed_reason``. A death by a signal without a name
+(real-time signals ``SIGRTMIN+n``, any other number) is ``"signal:<number>"``; output is
+bytes decoded with replacement, whatever it holds. Clean-up cannot fail either: the run's
+processes are killed before the workdir is removed, and :func:`remove_tree` walks it
+iteratively with one directory fd at a time (any depth or width, permissions the program
+removed restored first), falls back to ``rm -rf``, and logs a warning instead of raising if
+something is still left. Only a sandbox that cannot start (or set up the program's process)
+raises :class:`SandboxError`.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import math
 import os
 import pwd
@@ -78,6 +89,9 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _INFO_CAP = 1 << 16
 _EXIT_GRACE_S = 0.5
 _CLEANUP_S = 2.0
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_RM_FALLBACK_S = 30.0
+_log = logging.getLogger(__name__)
 _KILLED_BY = {
     signal.SIGXCPU: "cpu_time",
     signal.SIGXFSZ: "file_size",
@@ -94,7 +108,8 @@ class SandboxLimits:
     """Resource limits of one :func:`run_python` call.
 
     Attributes:
-        wall_seconds: wall-clock limit; the process group is killed at the deadline.
+        wall_seconds: wall-clock limit; the process group is killed at the deadline. The
+            code rewards spend it once per sample, across all of the sample's runs.
         cpu_seconds: CPU-time limit (``RLIMIT_CPU``, rounded up to whole seconds).
         memory_bytes: address-space limit (``RLIMIT_AS``).
         max_processes: processes and threads of the run's uid (``RLIMIT_NPROC``).
@@ -141,7 +156,8 @@ class SandboxResult:
         timed_out: it ran out of wall or CPU time.
         killed_reason: None for a normal exit, else ``"wall_time"``, ``"cpu_time"``,
             ``"output_limit"``, ``"file_size"``, ``"sigkill"`` (CPU hard limit or the kernel's
-            OOM killer), ``"signal:NAME"``, or ``"supervisor_died"``.
+            OOM killer), ``"signal:NAME"`` (``"signal:37"`` for a signal without a name, see
+            :func:`signal_name`), or ``"supervisor_died"``.
         seconds: wall-clock duration of the whole run.
         isolation: the layers in force (see the module docstring).
     """
@@ -304,16 +320,87 @@ def _populate(
             os.chown(path, *ids)
 
 
-def _remove_tree(path: Path) -> None:
-    def fix_and_retry(func, name, *_):  # the program may have removed its own permissions
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(name), 0o700)
-            func(name)
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    """An fd of directory ``name`` (relative to ``dir_fd``), made traversable first: the
+    program may have removed its own permissions (only the owner or root can restore them)."""
+    with contextlib.suppress(OSError):
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=fix_and_retry)
-    else:
-        shutil.rmtree(path, onerror=fix_and_retry)
+
+def _clear_files(dir_fd: int) -> list[str]:
+    """Unlink every non-directory entry of ``dir_fd``; returns the names of its directories."""
+    subdirs = []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.name)
+                else:
+                    os.unlink(entry.name, dir_fd=dir_fd)
+            except OSError:
+                continue  # left for the fallback
+    return subdirs
+
+
+def _remove_iteratively(path: Path) -> None:
+    """Remove the tree at ``path`` without recursion and with names relative to one open
+    directory fd at a time, so neither depth (Python's recursion limit, ``PATH_MAX``,
+    ``RLIMIT_NOFILE``) nor width can make it fail. Going up uses ``..``: safe because every
+    process of the run is dead, so nothing can move directories meanwhile."""
+    fd = _open_dir(str(path))
+    try:
+        stack: list[tuple[str | None, list[str]]] = [(None, _clear_files(fd))]
+        while stack:
+            name, pending = stack[-1]
+            if pending:
+                child_name = pending.pop()
+                child = _open_dir(child_name, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                stack.append((child_name, _clear_files(fd)))
+                continue
+            stack.pop()
+            if name is None:
+                break
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a run's workdir, whatever the program left in it; never raises. Falls back to
+    ``rm -rf`` (bounded by a timeout) when the iterative walk fails, and logs a warning when
+    something still cannot be removed (e.g. an unkillable process holds it)."""
+    try:
+        _remove_iteratively(path)
+    except (OSError, RecursionError) as err:
+        _log.debug("iterative removal of %s failed (%s); trying rm -rf", path, err)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(
+                ["rm", "-rf", "--one-file-system", "--", str(path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=_RM_FALLBACK_S,
+                check=False,
+            )
+    if os.path.lexists(path):
+        _log.warning("sandbox: could not remove the workdir %s; it is left behind", path)
+
+
+def signal_name(signum: int) -> str:
+    """``"SIGTERM"`` for a named signal, the number as text (``"37"``) for one without a name
+    (real-time signals between ``SIGRTMIN`` and ``SIGRTMAX``, or any other number)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
 
 
 def _kill_group(pgid: int) -> None:
@@ -363,7 +450,9 @@ def _parse_info(info: bytes) -> dict:
     for line in info.decode(errors="replace").splitlines():
         try:
             message = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(message, dict):
             continue
         merged["layers"] += message.pop("layers", [])
         merged.update(message)
@@ -400,7 +489,9 @@ def run_python(
             _populate(workdir, code, files or {}, ids)
             return _run(workdir, stdin, limits, ids, namespaces, start)
         finally:
-            _remove_tree(workdir)
+            if ids is not None:
+                _kill_uid(ids[0])  # nothing of the run may still write while it is removed
+            remove_tree(workdir)
 
 
 def _run(
@@ -460,8 +551,6 @@ def _run(
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
-    if ids is not None:
-        _kill_uid(ids[0])
     return _result(limits, ids, stdout, stderr, info, reason, start)
 
 
@@ -490,8 +579,7 @@ def _result(
         if "status" in info:
             returncode = os.waitstatus_to_exitcode(info["status"])
             if returncode < 0:
-                sig = signal.Signals(-returncode)
-                reason = _KILLED_BY.get(sig, f"signal:{sig.name}")
+                reason = _KILLED_BY.get(-returncode, f"signal:{signal_name(-returncode)}")
         else:
             reason = "supervisor_died"
     return SandboxResult(
