@@ -171,7 +171,7 @@ def test_garbage_forged_with_the_real_nonce_scores_zero(nothing_left):
     )
     score = python_unit_tests(_completion(forger), _problem(ADD_TESTS), limits=LIMITS)
     assert score == 0.0
-    assert score.reason.startswith("0/2 tests passed; test 0 did not finish: ")
+    assert score.reason.startswith("0/2 tests passed; test 0: call 0: did not finish")
 
 
 def test_binary_junk_instead_of_the_answer_scores_zero(nothing_left):
@@ -330,4 +330,4 @@ def test_a_solution_waiting_on_a_hung_grandchild_scores_zero(nothing_left):
     code = _completion(GRANDCHILD + "os.wait()\ntime.sleep(600)\ndef add(a, b):\n    return a + b")
     score = python_unit_tests(code, _problem(ADD_TESTS), limits={**LIMITS, "wall_seconds": 1.5})
     assert score == 0.0
-    assert score.reason == "0/2 tests passed; test 0 did not finish: killed (wall_time)"
+    assert score.reason == "0/2 tests passed; test 0: call 0: did not finish (killed (wall_time))"

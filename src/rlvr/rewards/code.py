@@ -6,9 +6,13 @@ code RL recipes (e.g. DeepSeek-R1, DeepCoder). Tests are either assert snippets,
 solution in its namespace, or stdin/stdout pairs, each run as the program's input. Everything
 runs in :func:`rlvr.rewards.sandbox.run_python`, never in the trainer's process.
 
-Reward hacking note: assert tests share one interpreter with the solution (the sandbox keeps
-the host safe, not the harness), so a solution written to tamper with the harness could forge
-results. Stdin/stdout tests are compared by the parent and cannot be forged that way.
+Reward hacking: the verdict is computed where the solution cannot reach it. Assert tests of
+the forms :mod:`rlvr.rewards.verdict` splits (import and assert statements: ``assert f(x) ==
+y``, ``assert math.isclose(f(x), y)``, ``assert not f(x)``, ...) run in two processes: the
+solution's evaluates only the calls and reports their values as plain data, a second one that
+never sees the solution compares them. Stdin/stdout tests are compared by the parent. Snippets
+of other forms (helper definitions, assignments, comprehensions) still run next to the
+solution, where a solution written to tamper with the harness could forge their results.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlvr.rewards.registry import Score, register_reward
 from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, _source, run_python
+from rlvr.rewards.verdict import SplitTest, parse_value_lines, split_test, values_for_check
 
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
@@ -207,7 +212,80 @@ def _budget(limits: SandboxLimits, deadline: float) -> SandboxLimits | None:
 def _run_asserts(
     code: str, asserts: Sequence[str], limits: SandboxLimits, deadline: float
 ) -> tuple[int, str]:
-    """(tests passed, first failure or "") for the assert snippets, in one sandboxed run."""
+    """(tests passed, first failure or "") for the assert snippets: judged outside the
+    solution's process (:mod:`rlvr.rewards.verdict`) when every snippet has a form it splits,
+    else all run next to the solution (:func:`_run_asserts_in_process`)."""
+    splits = [split_test(snippet) for snippet in asserts]
+    if all(s is not None for s in splits):
+        return _run_split_asserts(code, splits, limits, deadline)
+    return _run_asserts_in_process(code, asserts, limits, deadline)
+
+
+def _run_split_asserts(
+    code: str, tests: Sequence[SplitTest], limits: SandboxLimits, deadline: float
+) -> tuple[int, str]:
+    """The solution's process evaluates only the tests' calls; a second process that never
+    sees the solution runs the checks on the values it reported."""
+    run_limits = _budget(limits, deadline)
+    if run_limits is None:
+        return 0, f"tests 0-{len(tests) - 1} not run: {BUDGET_SPENT}"
+    calls = [call for test in tests for call in test.calls]
+    imports = "\n".join(dict.fromkeys(t.imports for t in tests if t.imports))
+    nonce = secrets.token_hex(16)
+    called = run_python(
+        _source("_call_harness.py"),
+        limits=run_limits,
+        files={
+            "solution.py": code,
+            "_plain.py": _source("_plain.py"),
+            "calls.json": json.dumps({"nonce": nonce, "calls": calls, "imports": [imports]}),
+        },
+    )
+    reported = parse_value_lines(called.stdout, nonce, len(calls))
+    checks, start = [], 0
+    for test in tests:
+        span = range(start, start + len(test.calls))
+        start = span.stop
+        try:
+            values, error = values_for_check(reported, span), None
+        except ValueError as err:
+            values, error = [], str(err)
+            if "did not finish" in error:
+                error += f" ({_failure(called)})"
+        checks.append({"check": test.check, "values": values, "error": error})
+    failed = [k for k, check in enumerate(checks) if check["error"] is not None]
+    if len(failed) == len(checks):  # nothing to judge
+        return 0, f"test 0: {checks[0]['error']}"
+    return _judge(checks, limits)
+
+
+def _judge(checks: list[dict[str, Any]], limits: SandboxLimits) -> tuple[int, str]:
+    """Run the checks in a process without the solution; (passed, first failure or ""). Its
+    time is not the solution's: it has its own wall limit, outside the sample's budget."""
+    run_limits = replace(limits, wall_seconds=min(limits.wall_seconds, 10.0))
+    nonce = secrets.token_hex(16)
+    judged = run_python(
+        _source("_check_harness.py"),
+        limits=run_limits,
+        files={
+            "_plain.py": _source("_plain.py"),
+            "checks.json": json.dumps({"nonce": nonce, "tests": checks}),
+        },
+    )
+    passed, first = parse_harness_output(judged.stdout, nonce, len(checks))
+    if first:
+        return len(passed), first
+    if len(passed) < len(checks):
+        return len(passed), f"test {len(passed)} was not judged: {_failure(judged)}"
+    return len(passed), ""
+
+
+def _run_asserts_in_process(
+    code: str, asserts: Sequence[str], limits: SandboxLimits, deadline: float
+) -> tuple[int, str]:
+    """(tests passed, first failure or "") for assert snippets :func:`split_test` cannot split
+    (helper definitions, comprehensions, ...), run after the solution in its namespace in one
+    sandboxed run: the sandbox protects the host, but such a solution could forge its verdict."""
     run_limits = _budget(limits, deadline)
     if run_limits is None:
         return 0, f"tests 0-{len(asserts) - 1} not run: {BUDGET_SPENT}"
