@@ -35,6 +35,7 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/training.py
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/grpo_step.py
+	$(BIN)/python bench/sandbox.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
