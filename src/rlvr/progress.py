@@ -145,9 +145,10 @@ class ProgressDisplay:
     """The training run's progress (see the module docstring)::
 
         with ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress) as p:
-            while ...:
+            while step < cfg.train.steps:
                 p.phase("sampling")  # first, at the start of every step
-                ...
+                metrics, sample = run_one_step()  # sample, score, train
+                step += 1
                 p.update(step, metrics)
                 p.stall_check(metrics, sample)
 

@@ -42,6 +42,7 @@ from rlvr.curriculum import make_sampler, per_category
 from rlvr.data import (
     Problem,
     Task,
+    answer_extractor,
     build_task,
     data_fingerprint,
     data_stats,
@@ -54,7 +55,6 @@ from rlvr.evaluation import (
     snapshot_params,
     update_sparsity,
 )
-from rlvr.evaluation.harness import answer_extractor
 from rlvr.guards import NonFiniteGuard, first_nonfinite, resume_hint
 from rlvr.logging import MetricsLogger
 from rlvr.models import (

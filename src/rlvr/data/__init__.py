@@ -17,7 +17,7 @@ from rlvr.data.checks import (
 from rlvr.data.countdown import COUNTDOWN_PROMPT_TEMPLATE, CountdownTask, countdown_reward
 from rlvr.data.files import FileTask, file_mixture
 from rlvr.data.from_config import build_task
-from rlvr.data.mixture import MixtureTask
+from rlvr.data.mixture import MixtureTask, answer_extractor
 from rlvr.data.reasoning_gym import RG_PROMPT_TEMPLATE, ReasoningGymTask
 from rlvr.data.registry import TASKS, is_task_name, make_task
 from rlvr.rewards.verifiers import extract_answer, numeric_match, numeric_reward, parse_number
@@ -36,6 +36,7 @@ __all__ = [
     "Problem",
     "ReasoningGymTask",
     "Task",
+    "answer_extractor",
     "build_task",
     "data_fingerprint",
     "countdown_reward",

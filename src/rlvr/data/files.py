@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 
@@ -81,15 +82,18 @@ class FileTask:
     ) -> None:
         if (category_column is None) != (category is None):
             raise ValueError("category_column and category go together")
-        fmt = RowFormat(
+        loaded = load_source(
+            path,
+            category_column,
             prompt_column=prompt_column,
             answer_column=answer_column,
+            split_column=split_column,
             prompt_template=prompt_template,
             answer_pattern=answer_pattern,
-            split_column=split_column,
-            category_column=category_column,
+            split=split,
+            eval_split=eval_split,
+            subset=subset,
         )
-        loaded = load_rows(path, fmt, split, eval_split, subset)
         self._setup(loaded, category, eval_fraction, n_eval, seed)
 
     @classmethod
@@ -213,25 +217,20 @@ class FileTask:
         )
 
 
-def file_mixture(
+def load_source(
     path: str,
-    category_column: str,
+    category_column: str | None = None,
+    *,
     prompt_column: str = "prompt",
     answer_column: str = "answer",
     split_column: str | None = None,
-    eval_fraction: float = 0.1,
-    n_eval: int | None = None,
-    seed: int = 0,
     prompt_template: str = FILE_PROMPT_TEMPLATE,
+    answer_pattern: str | None = None,
     split: str = "train",
     eval_split: str | None = None,
     subset: str | None = None,
-    answer_pattern: str | None = None,
-) -> MixtureTask:
-    """One :class:`FileTask` per distinct value of ``category_column`` (in order of first
-    appearance), mixed as categories named by the values. The source is read and de-duplicated
-    once; each category gets its own held-out split (``eval_fraction`` of its rows, or its
-    rows marked by ``split_column`` / ``eval_split``); the other arguments are FileTask's."""
+) -> LoadedRows:
+    """The checked, de-duplicated rows of a file or dataset (the arguments are FileTask's)."""
     fmt = RowFormat(
         prompt_column=prompt_column,
         answer_column=answer_column,
@@ -240,7 +239,23 @@ def file_mixture(
         split_column=split_column,
         category_column=category_column,
     )
-    loaded = load_rows(path, fmt, split, eval_split, subset)
+    return load_rows(path, fmt, split, eval_split, subset)
+
+
+def file_mixture(
+    path: str,
+    category_column: str,
+    eval_fraction: float = 0.1,
+    n_eval: int | None = None,
+    seed: int = 0,
+    **source: Any,
+) -> MixtureTask:
+    """One :class:`FileTask` per distinct value of ``category_column`` (in order of first
+    appearance), mixed as categories named by the values. The source is read and de-duplicated
+    once (``source``: the keyword arguments of :func:`load_source`); each category gets its own
+    held-out split (``eval_fraction`` of its rows, or its rows marked by ``split_column`` /
+    ``eval_split``)."""
+    loaded = load_source(path, category_column, **source)
     categories = list(dict.fromkeys(row.category for row in loaded.rows))
     tasks = [FileTask.from_rows(loaded, c, eval_fraction, n_eval, seed) for c in categories]
     return MixtureTask(tasks, categories, name="file")

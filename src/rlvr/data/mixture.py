@@ -17,7 +17,7 @@ several tasks behind the task protocol:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rlvr.data.base import Problem, Task
 from rlvr.rewards.verifiers import extract_answer
@@ -86,8 +86,16 @@ class MixtureTask:
         return self._task_of(problem).score(completion, problem)
 
     def extract_answer(self, completion: str, problem: Problem) -> str | None:
-        """The string the category's task scores (its own ``extract_answer``, else the numeric
-        :func:`rlvr.rewards.verifiers.extract_answer`)."""
-        task = self._task_of(problem)
-        own = getattr(task, "extract_answer", None)
-        return own(completion, problem) if own is not None else extract_answer(completion)
+        """The string the category's task scores (:func:`answer_extractor` of that task)."""
+        return answer_extractor(self._task_of(problem))(completion, problem)
+
+
+def answer_extractor(task: Task) -> Callable[[str, Problem], str | None]:
+    """The extraction ``task.score`` reads: ``task.extract_answer(completion, problem)`` for a
+    task that defines it (reasoning-gym, countdown, ...), else the numeric verifier's
+    :func:`rlvr.rewards.verifiers.extract_answer` (what the arithmetic and file tasks score).
+    The string it returns is shown as ``extracted_answer`` and votes in maj@k."""
+    own = getattr(task, "extract_answer", None)
+    if own is not None:
+        return own
+    return lambda completion, problem: extract_answer(completion)

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any
 
 import numpy as np
 
 from rlvr.data.base import Problem
 from rlvr.data.countdown import tagged_or_marked_answer
+from rlvr.rewards.verifiers import boxed_spans
 
 PREFIX = "reasoning_gym:"
 RG_PROMPT_TEMPLATE = (
@@ -56,21 +56,12 @@ def available_datasets() -> list[str]:
     return sorted(_import_reasoning_gym().factory.DATASETS)
 
 
-_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _WRAPPERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ("**", "**"), ("`", "`"))
 
 
 def _last_boxed(text: str) -> tuple[int, int, str] | None:
-    """``(start, end, content)`` of the last balanced ``\\boxed{...}`` in ``text`` (nested
-    braces allowed), or None."""
-    for m in reversed(list(_BOXED.finditer(text))):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return m.start(), i, text[m.end() : i - 1]
-    return None
+    """``(start, end, content)`` of the last balanced ``\\boxed{...}`` in ``text``, or None."""
+    return next(boxed_spans(text), None)
 
 
 def _unwrap(text: str) -> str:

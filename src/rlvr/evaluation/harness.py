@@ -32,11 +32,10 @@ import pyarrow.parquet as pq
 import torch
 import yaml
 
-from rlvr.data import Problem, Task
+from rlvr.data import Problem, Task, answer_extractor
 from rlvr.errors import DataError, RlvrError
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
-from rlvr.rewards.verifiers import extract_answer
 from rlvr.rollout import RolloutEngine, SamplingParams
 
 SAMPLES_FILE = "samples.parquet"
@@ -203,17 +202,6 @@ def generate_samples(
         if on_chunk is not None:
             on_chunk((hi - lo) * m, sum(len(f) == n for f in finished))
     return ids, finished
-
-
-def answer_extractor(task: Task) -> Callable[[str, Problem], str | None]:
-    """The extraction ``task.score`` reads: ``task.extract_answer(completion, problem)`` for a
-    task that defines it (reasoning-gym, countdown, ...), else the numeric verifier's
-    :func:`rlvr.rewards.verifiers.extract_answer` (what the arithmetic and file tasks score).
-    The string it returns is shown as ``extracted_answer`` and votes in maj@k."""
-    own = getattr(task, "extract_answer", None)
-    if own is not None:
-        return own
-    return lambda completion, problem: extract_answer(completion)
 
 
 def score_records(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 
 _PUNCT = ".,;:!?"
 # A number as models write it: "\frac{3}{4}", "-1,234.5", "3/4", "42". A sign is only taken when
@@ -24,17 +25,24 @@ _FRACTION = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
 _LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last balanced, non-empty ``\\boxed{...}`` (nested braces allowed), or None."""
+def boxed_spans(text: str) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, content)`` of each balanced ``\\boxed{...}`` (or ``\\fbox``) of ``text``
+    (nested braces allowed), the last one first."""
     for m in reversed(list(_BOXED.finditer(text))):
         depth, i = 1, m.end()
         while i < len(text) and depth:
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
         if depth == 0:
-            content = text[m.end() : i - 1].strip().rstrip(_PUNCT).strip()
-            if content:
-                return content
+            yield m.start(), i, text[m.end() : i - 1]
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last balanced, non-empty ``\\boxed{...}``, or None."""
+    for _, _, content in boxed_spans(text):
+        content = content.strip().rstrip(_PUNCT).strip()
+        if content:
+            return content
     return None
 
 
