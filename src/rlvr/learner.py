@@ -93,18 +93,20 @@ class _Step:
 
 
 class _Averages:
-    """Running means of the metrics of an update's micro-batches and optimizer steps."""
+    """Running (weighted) means of the metrics of an update's micro-batches and optimizer
+    steps: a micro-batch's token mean added with its token count as ``weight`` gives the exact
+    token mean over all of them."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
+        self.counts: dict[str, float] = {}
 
-    def add(self, key: str, value: float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value
-        self.counts[key] = self.counts.get(key, 0) + 1
+    def add(self, key: str, value: float, weight: float = 1.0) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.counts[key] = self.counts.get(key, 0.0) + weight
 
     def means(self) -> dict[str, float]:
-        return {k: self.sums[k] / self.counts[k] for k in self.sums}
+        return {k: self.sums[k] / self.counts[k] if self.counts[k] else 0.0 for k in self.sums}
 
 
 def _no_grad_pass(
@@ -138,15 +140,56 @@ def _no_grad_pass(
     return tuple(outs)
 
 
+_WEIGHT_METRICS = {
+    "truncated_frac": "rollout/tis_clipped_frac",
+    "masked_frac": "rollout/mis_masked_frac",
+}
+"""The metric of each statistic of :func:`rlvr.algorithms.importance_weights`."""
+
+
+def _sampler_weights(
+    cfg: Config,
+    old: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    mask: torch.Tensor,
+    averages: _Averages,
+    describe: bool,
+) -> torch.Tensor | None:
+    """The importance weights [n, T] of a micro-batch's policy loss correcting the sampler /
+    trainer mismatch (``algorithm.tis_cap``, ``mis_band``; None: no correction), from pi_old
+    ``old`` and the sampler's log-probs of whole rows (sequence ratios need them).
+
+    ``describe``: log the mismatch (``mismatch/*``) and the weights' statistics, token means
+    weighted by the micro-batch's tokens; true in the first epoch only, which sees every trained
+    row once (pi_old, hence the weights, are the same in every epoch)."""
+    algo = cfg.algorithm
+    weights: torch.Tensor | None = None
+    info: dict[str, float] = {}
+    if algo.tis_cap is not None or algo.mis_band is not None:
+        weights, info = algorithms.importance_weights(
+            old, sampler_logp, mask, algo.tis_cap, algo.tis_level, algo.mis_band, algo.mis_level
+        )
+    if describe:
+        means, tokens = algorithms.mismatch_metrics(old, sampler_logp, mask)
+        if weights is not None:
+            means["rollout/is_weight_mean"] = algorithms.masked_mean(weights, mask).item()
+        means.update({_WEIGHT_METRICS[k]: v for k, v in info.items()})
+        for key, value in means.items():
+            averages.add(key, value, tokens)
+    return weights
+
+
 def _micro_batch_loss(
     learner: Learner,
     step: _Step,
     sub_rows: torch.Tensor,
     totals: tuple[float, float],
     averages: _Averages,
+    describe: bool,
 ) -> torch.Tensor:
-    """The loss of one micro-batch (rows ``sub_rows``), normalised by the minibatch's global
-    token and sequence counts ``totals``; its metrics go to ``averages``."""
+    """The loss of one micro-batch (rows ``sub_rows``, whole rows), normalised by the
+    minibatch's global token and sequence counts ``totals``; its metrics go to ``averages``
+    (``describe``: with those describing the batch, see :func:`_sampler_weights`)."""
     algo, cfg = learner.algo, learner.cfg
     sub = step.batch.select(sub_rows)
     width = sub.completion_ids.shape[1]
@@ -176,15 +219,9 @@ def _micro_batch_loss(
         algo.dual_clip,
     )
     sampler_logp = step.sampler_logp[sub_rows, :width]
-    tis_cap = cfg.algorithm.tis_cap
-    if tis_cap is not None:  # truncated importance sampling (Yao et al. 2025)
-        weights = algorithms.truncated_importance_weights(
-            old, sampler_logp, sub.completion_mask, tis_cap
-        )
+    weights = _sampler_weights(cfg, old, sampler_logp, sub.completion_mask, averages, describe)
+    if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights
-        averages.add("rollout/tis_weight_mean", algorithms.masked_mean(weights, sub_mask).item())
-        clipped = (weights >= tis_cap).float()
-        averages.add("rollout/tis_clipped_frac", algorithms.masked_mean(clipped, sub_mask).item())
     if step.ref_logp is not None and algo.kl_in == "loss":
         kl = algorithms.kl_penalty(algo.kl_estimator, logp, step.ref_logp[sub_rows, :width])
         loss_tok = loss_tok + algo.beta * kl
@@ -223,11 +260,6 @@ def _micro_batch_loss(
     averages.add("policy/entropy", algorithms.masked_mean(ent, sub.completion_mask).item())
     for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
         averages.add(f"policy/{k}", v)
-    if learner.on_policy:  # sampler (bf16 engine) vs trainer log-probs of the same tokens
-        diff = (logp.detach() - sampler_logp).abs()
-        averages.add(
-            "rollout/logprob_abs_diff", algorithms.masked_mean(diff, sub.completion_mask).item()
-        )
     return loss
 
 
@@ -277,7 +309,7 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     averages = _Averages()
     policy.train()
     try:
-        for _epoch in range(cfg.algorithm.ppo_epochs):
+        for epoch in range(cfg.algorithm.ppo_epochs):
             order = torch.randperm(n, generator=learner.generator)
             for shuffled in order.chunk(cfg.algorithm.minibatches):
                 rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
@@ -285,7 +317,8 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
                 active = rows[nonzero[rows]] if skippable else rows
                 learner.optimizer.zero_grad(set_to_none=True)
                 for lo in range(0, len(active), mb):
-                    loss = _micro_batch_loss(learner, step, active[lo : lo + mb], totals, averages)
+                    sub_rows = active[lo : lo + mb]
+                    loss = _micro_batch_loss(learner, step, sub_rows, totals, averages, epoch == 0)
                     loss.backward()
                 _optimizer_step(learner, averages)
     except _SkipStep as skip:  # nothing of this step reaches the optimizer any more

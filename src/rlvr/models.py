@@ -53,6 +53,7 @@ class Alias:
     package: str = ""
     filename: str = ""
     architecture: str = ""
+    heads: int = 4  # attention heads of a tiny model (head size: 64 // heads)
 
 
 ALIASES: dict[str, Alias] = {
@@ -67,6 +68,13 @@ ALIASES: dict[str, Alias] = {
         kind="tiny-random",
         architecture="llama",
         description="2-layer Llama, hidden 64, random weights, byte-level tokenizer (tests)",
+    ),
+    "tiny-random-llama-hd32": Alias(
+        kind="tiny-random",
+        architecture="llama",
+        heads=2,
+        description="2-layer Llama, hidden 64 in 2 heads of 32 (vLLM's CPU attention needs "
+        "heads of 32 or more), random weights, byte-level tokenizer (tests)",
     ),
     "tiny-random-qwen2": Alias(
         kind="tiny-random",
@@ -100,7 +108,7 @@ def resolve(spec: str) -> Path | str:
     if spec in ALIASES:
         alias = ALIASES[spec]
         if alias.kind == "tiny-random":
-            return _build_tiny_random(spec, alias.architecture)
+            return _build_tiny_random(spec, alias.architecture, alias.heads)
         return _convert_gguf(_package_file(alias), name=spec)
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
@@ -188,7 +196,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
-def _build_tiny_random(name: str, architecture: str) -> Path:
+def _build_tiny_random(name: str, architecture: str, heads: int) -> Path:
     out = cache_dir() / "models" / name
     if (out / "config.json").is_file():
         return out
@@ -199,8 +207,8 @@ def _build_tiny_random(name: str, architecture: str) -> Path:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,

@@ -22,13 +22,14 @@ from rlvr.config import Config, ConfigError
 from rlvr.curriculum import make_sampler
 from rlvr.data import Task, build_task, data_fingerprint, limit_task_prompts
 from rlvr.devices import resolve_device
+from rlvr.engines import build_engine, close_engine
 from rlvr.evaluation import Judge, build_judge
 from rlvr.learner import Learner, apply_optimizer_config, lr_lambda
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import ValueHead
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
-from rlvr.rollout import SamplingParams, TorchEngine, auto_dtype
+from rlvr.rollout import SamplingParams, auto_dtype
 from rlvr.rundir import changes_optimizer
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -85,6 +86,16 @@ def _sampling(cfg: Config, tokenizer: Any, token_stats: bool) -> tuple[SamplingP
         sampling, temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or sampling.max_new_tokens
     )
     return sampling, greedy
+
+
+def _no_token_stats(cfg: Config, reward: CombinedReward) -> str:
+    """Why rollout.engine: vllm cannot serve the run's confidence rewards."""
+    names = [t.name for t in cfg.reward.terms] or [str(cfg.reward.function or "the task's")]
+    return (
+        f"reward {', '.join(names)} scores the model's confidence (per-token entropy / "
+        "self-certainty over the whole vocabulary), which vLLM does not report (only the top "
+        "log-probs of each step): use rollout.engine: torch for this reward"
+    )
 
 
 def _build_learner(
@@ -227,7 +238,10 @@ def build_parts(
     policy.config.use_cache = False
     task, _ = limit_task_prompts(task, tokenizer, policy, cfg)
     # rewards that score the model's confidence get per-token statistics from the engine
-    sampling, greedy = _sampling(cfg, tokenizer, bool(CONFIDENCE_FIELDS & reward.field_names()))
+    token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
+    if token_stats and cfg.rollout.engine == "vllm":
+        raise ConfigError(_no_token_stats(cfg, reward))
+    sampling, greedy = _sampling(cfg, tokenizer, token_stats)
     generator = torch.Generator().manual_seed(cfg.train.seed)
     learner = _build_learner(cfg, algo, policy, tokenizer.pad_token_id, generator)
     try:
@@ -239,9 +253,9 @@ def build_parts(
         return tokenizer.decode(ids, skip_special_tokens=True)
 
     fast = auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
-    engine = TorchEngine(
-        policy, tokenizer.pad_token_id, dtype=fast, max_batch=cfg.rollout.max_batch, decode=decode
-    )
+    engine = build_engine(cfg, policy, tokenizer, fast, decode)
+    if cleanup is not None:
+        cleanup.callback(close_engine, engine)
     # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
     scorer = None
     if REFERENCE_FIELDS & reward.field_names():

@@ -33,7 +33,7 @@ from rlvr.algorithms.filters import (
     register_group_filter,
     top_entropy_mask,
 )
-from rlvr.algorithms.importance import truncated_importance_weights
+from rlvr.algorithms.importance import MISMATCH_BAND, importance_weights, mismatch_metrics
 from rlvr.algorithms.kl import (
     KL_ESTIMATORS,
     entropy_bonus,
@@ -82,6 +82,7 @@ __all__ = [
     "GROUP_FILTERS",
     "KL_ESTIMATORS",
     "KL_PLACEMENTS",
+    "MISMATCH_BAND",
     "NORMALIZATIONS",
     "POLICY_LOSSES",
     "POLICY_METRICS",
@@ -108,6 +109,7 @@ __all__ = [
     "group_stats",
     "grpo",
     "gspo_policy_loss",
+    "importance_weights",
     "informative_groups",
     "kl_k1",
     "kl_k2",
@@ -115,6 +117,7 @@ __all__ = [
     "kl_k3_st",
     "kl_penalty",
     "masked_mean",
+    "mismatch_metrics",
     "normalize_batch",
     "overlong_penalty",
     "policy_loss",
@@ -135,7 +138,6 @@ __all__ = [
     "should_reset_reference",
     "token_rewards",
     "top_entropy_mask",
-    "truncated_importance_weights",
     "validate",
     "value_loss",
     "weight_by_sign",

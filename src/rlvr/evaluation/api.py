@@ -368,15 +368,15 @@ def _sample(
     """
     import torch
 
+    from rlvr.engines import build_engine, close_engine
     from rlvr.models import encode_messages, stop_token_ids
-    from rlvr.rollout import TorchEngine
 
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
-    engine = TorchEngine(
-        policy, tokenizer.pad_token_id, dtype=dtype, max_batch=max_batch, decode=decode
-    )
+    cfg = settings.config.model_copy(deep=True)
+    cfg.rollout.max_batch = max_batch
+    engine = build_engine(cfg, policy, tokenizer, dtype, decode)
     sampling = dataclasses.replace(settings.sampling, stop_token_ids=stop_token_ids(tokenizer))
     system_prompt = settings.config.model.system_prompt
     prompts = [encode_messages(tokenizer, p.messages(system_prompt)) for p in problems]
@@ -389,6 +389,7 @@ def _sample(
         )
     finally:
         close()
+        close_engine(engine)
     seconds = time.perf_counter() - start
     texts = [[decode(c) for c in row] for row in ids]
     return texts, [[len(c) for c in row] for row in ids], finished, sampling, seconds

