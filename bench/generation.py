@@ -1,10 +1,14 @@
-"""Generation throughput: rlvr's TorchEngine vs transformers' ``model.generate``, one run.
+"""Generation throughput: rlvr's TorchEngine and vLLM (rollout.engine: vllm) vs transformers'
+``model.generate``, one run.
 
 Same model (SmolLM2-135M-Instruct), same prompts, same batch (P prompts x n samples), same
 sampling settings and dtype. Reports useful tokens/s (sampled tokens up to and including the
-stop token; padding after a finished sample does not count) and the ratio. The two sides run
-alternately, ``--repeats`` times each, and each side's fastest run counts (the machine may be
-shared: interleaving exposes both sides to the same load). Writes
+stop token; padding after a finished sample does not count) and the ratios to the baseline.
+Each side runs once untimed (kernels and caches warm up; vLLM's engine start is not counted),
+then the sides run alternately, ``--repeats`` times each, and each side's fastest run counts
+(the machine may be shared: interleaving exposes all sides to the same load). vLLM runs
+through rlvr's :class:`~rlvr.rollout.vllm_engine.VLLMEngine` (eager mode, as in training)
+where it imports (``--no-vllm`` leaves it out). Writes
 bench/results/generation-cpu-<dtype>.json.
 
 Usage: python bench/generation.py [--prompts 8] [--n 8] [--max-new-tokens 64] [--dtype bf16]
@@ -49,6 +53,24 @@ def fastest(runs: list[tuple[int, float]]) -> tuple[int, float]:
     return max(runs, key=lambda r: r[0] / r[1])
 
 
+def start_vllm(model: torch.nn.Module, tokenizer, dtype: torch.dtype):
+    """rlvr's vLLM engine over a copy of ``model``, or None (with the reason) where vLLM does not
+    import."""
+    from rlvr.rollout.vllm_engine import VLLMEngine, VLLMUnavailable
+
+    try:
+        return VLLMEngine(copy.deepcopy(model), tokenizer, dtype, kv_cache_gb=1.0)
+    except VLLMUnavailable as err:
+        print(f"vLLM left out: {err}")
+        return None
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -66,7 +88,8 @@ def main() -> None:
     ap.add_argument(
         "--repeats", type=int, default=2, help="runs per side, alternating; best counts"
     )
-    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both sides)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (every side)")
+    ap.add_argument("--no-vllm", action="store_true", help="leave vLLM out")
     args = ap.parse_args()
 
     device = resolve_device(args.device)
@@ -107,14 +130,27 @@ def main() -> None:
         rollout = engine.generate(prompts, args.n, params, torch.Generator().manual_seed(0))
         return sum(len(c) for c in rollout.completion_ids)
 
-    torch.manual_seed(0)
-    hf_runs, ours_runs = [], []
-    for _ in range(args.repeats):
-        hf_runs.append(timed(baseline))
-        ours_runs.append(timed(ours))
-    (hf_tokens, hf_seconds), (ours_tokens, ours_seconds) = fastest(hf_runs), fastest(ours_runs)
+    sides = {"baseline": baseline, "ours": ours}
+    names = {"baseline": "transformers generate", "ours": "rlvr TorchEngine"}
+    vllm_engine = None if args.no_vllm else start_vllm(model, tok, dtype)
+    if vllm_engine is not None:
 
-    hf_tps, ours_tps = hf_tokens / hf_seconds, ours_tokens / ours_seconds
+        def with_vllm() -> int:
+            rollout = vllm_engine.generate(
+                prompts, args.n, params, torch.Generator().manual_seed(0)
+            )
+            return sum(len(c) for c in rollout.completion_ids)
+
+        sides["vllm"] = with_vllm
+        names["vllm"] = f"vLLM {vllm_version()} (rlvr VLLMEngine, eager)"
+
+    torch.manual_seed(0)
+    for run in sides.values():  # warm-up, untimed
+        run()
+    runs: dict[str, list[tuple[int, float]]] = {side: [] for side in sides}
+    for _ in range(args.repeats):
+        for side, run in sides.items():
+            runs[side].append(timed(run))
     result = {
         "benchmark": "generation",
         "device": describe_device(device),
@@ -124,29 +160,25 @@ def main() -> None:
         "n": args.n,
         "max_new_tokens": args.max_new_tokens,
         "temperature": args.temperature,
-        "baseline": {
-            "name": "transformers generate",
-            "tokens": hf_tokens,
-            "seconds": hf_seconds,
-            "tokens_per_s": hf_tps,
-            "runs_tokens_per_s": [t / s for t, s in hf_runs],
-        },
-        "ours": {
-            "name": "rlvr TorchEngine",
-            "tokens": ours_tokens,
-            "seconds": ours_seconds,
-            "tokens_per_s": ours_tps,
-            "runs_tokens_per_s": [t / s for t, s in ours_runs],
-        },
-        "ratio": ours_tps / hf_tps,
     }
-    print(
-        f"transformers generate: {hf_tps:8.1f} useful tokens/s ({hf_tokens} in {hf_seconds:.1f} s)"
-    )
-    print(
-        f"rlvr TorchEngine:      {ours_tps:8.1f} useful tokens/s ({ours_tokens} in {ours_seconds:.1f} s)"
-    )
-    print(f"ratio: {result['ratio']:.2f}x")
+    for side in sides:
+        tokens, seconds = fastest(runs[side])
+        result[side] = {
+            "name": names[side],
+            "tokens": tokens,
+            "seconds": seconds,
+            "tokens_per_s": tokens / seconds,
+            "runs_tokens_per_s": [t / s for t, s in runs[side]],
+        }
+        print(
+            f"{names[side]:45s} {tokens / seconds:8.1f} useful tokens/s ({tokens} in {seconds:.1f} s)"
+        )
+    base = result["baseline"]["tokens_per_s"]
+    result["ratio"] = result["ours"]["tokens_per_s"] / base
+    print(f"ratio rlvr / generate: {result['ratio']:.2f}x")
+    if "vllm" in result:
+        result["vllm_ratio"] = result["vllm"]["tokens_per_s"] / base
+        print(f"ratio vLLM / generate: {result['vllm_ratio']:.2f}x")
     suffix = f"-{args.tag}" if args.tag else ""
     name = f"generation-{device.type}-{args.dtype}{suffix}.json"
     path = Path(__file__).parent / "results" / name
