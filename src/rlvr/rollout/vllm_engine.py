@@ -62,9 +62,8 @@ def import_vllm() -> Any:
     """The ``vllm`` module, with its engine core set to run in this process (the weights are
     handed over by reference). Raises :class:`VLLMUnavailable` with the install command."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ.setdefault(
-        "VLLM_LOGGING_LEVEL", "ERROR"
-    )  # its CPU set-up hints are not for rlvr users
+    # vLLM's set-up hints (LD_PRELOAD, thread binding) are not for rlvr users
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         import vllm
