@@ -1,7 +1,7 @@
-"""Soak test of the code sandbox: 1,000 samples in a row through the code reward, two at a
-time, cycling through cheap hostile programs (and correct solutions), then the test process is
-checked to be as it was: no process, work directory or control group of a run left, the same
-mounts, the same file descriptors (give or take a few).
+"""Soak test of the code sandbox: 400 samples (``RLVR_SOAK_SAMPLES`` for more) in a row
+through the code reward, two at a time, cycling through cheap hostile programs (and correct
+solutions), then the test process is checked to be as it was: no process, work directory or
+control group of a run left, the same mounts, the same file descriptors (give or take a few).
 
 The programs end in about 0.1 s each; the infinite loops (2% of the samples) spend their
 one-second CPU budget.
@@ -21,7 +21,7 @@ from rlvr.rewards.code import python_unit_tests
 from rlvr.rewards.registry import Score
 from rlvr.rewards.sandbox import run_python
 
-SAMPLES = 1000
+SAMPLES = int(os.environ.get("RLVR_SOAK_SAMPLES", "400"))  # 400 take ~25 s; make test's budget
 LOOP_EVERY = 50  # one sample in 50 is an infinite loop
 LIMITS = {
     "wall_seconds": 5.0,  # the cheap programs end long before; the loop has its own
@@ -130,7 +130,7 @@ def _mount_count() -> int:
         return len(f.readlines())
 
 
-def test_a_thousand_mixed_samples_leave_the_process_as_it_was():
+def test_hundreds_of_mixed_samples_leave_the_process_as_it_was():
     require(run_python("pass").isolation, "mountns", "tmpfs", "pidns", "cgroup", "seccomp")
     schedule = _schedule(SAMPLES)
     fds, mounts = _fd_count(), _mount_count()
@@ -142,6 +142,6 @@ def test_a_thousand_mixed_samples_leave_the_process_as_it_was():
         if not _as_expected(name, score)
     ]
     assert unexpected[:10] == [], f"{len(unexpected)} of {SAMPLES} samples scored unexpectedly"
-    assert sum(s == 1.0 for s in scores) == schedule.count("correct") > 100
+    assert sum(s == 1.0 for s in scores) == schedule.count("correct") >= SAMPLES // 10
     assert _mount_count() == mounts
     assert abs(_fd_count() - fds) <= 3
