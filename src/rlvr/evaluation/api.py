@@ -73,9 +73,10 @@ EVAL_KEYS = (
     "rollout.top_k",
     "rollout.min_p",
     "rollout.stop",
+    "rollout.engine",
 )
-"""The config keys besides ``task.*`` and ``reward.*`` (the reward judge's) that an evaluation
-reads (and ``--set`` may change)."""
+"""The config keys besides ``task.*``, ``reward.*`` (the reward judge's) and ``rollout.vllm.*``
+(``rollout.engine: vllm``) that an evaluation reads (and ``--set`` may change)."""
 
 
 @dataclass(frozen=True)
@@ -160,9 +161,9 @@ def _with_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Config:
     ``task.name`` changes, and validate."""
     parsed = [parse_override(text) for text in overrides]
     for key, _ in parsed:
-        if not (key.startswith(("task.", "reward.")) or key in EVAL_KEYS):
+        if not (key.startswith(("task.", "reward.", "rollout.vllm.")) or key in EVAL_KEYS):
             raise ConfigError(
-                f"--set {key}: rlvr eval reads only task.*, reward.* and "
+                f"--set {key}: rlvr eval reads only task.*, reward.*, rollout.vllm.* and "
                 f"{', '.join(EVAL_KEYS)}; the model is the MODEL argument"
             )
     names = [value for key, value in parsed if key == "task.name"]
@@ -342,6 +343,7 @@ def build_summary(
             "max_new_tokens": sampling.max_new_tokens,
             "stop": list(sampling.stop),
             "seed": settings.sampling_seed,
+            "engine": cfg.rollout.engine,
         },
         "seconds": seconds,
         "notes": notes,
