@@ -30,6 +30,7 @@ from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rollout import SamplingParams, auto_dtype
+from rlvr.rollout.vllm_engine import import_vllm
 from rlvr.rundir import changes_optimizer
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -88,7 +89,7 @@ def _sampling(cfg: Config, tokenizer: Any, token_stats: bool) -> tuple[SamplingP
     return sampling, greedy
 
 
-def _no_token_stats(cfg: Config, reward: CombinedReward) -> str:
+def _no_token_stats(cfg: Config) -> str:
     """Why rollout.engine: vllm cannot serve the run's confidence rewards."""
     names = [t.name for t in cfg.reward.terms] or [str(cfg.reward.function or "the task's")]
     return (
@@ -228,15 +229,17 @@ def build_parts(
     if cleanup is not None:
         cleanup.callback(reward.close)
     judge = build_judge(cfg, task, reward)  # eval.judge: the task's check or this reward
+    # rewards that score the model's confidence get per-token statistics from the engine
+    token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
+    if cfg.rollout.engine == "vllm":  # before any model loads: vLLM installed, rewards it serves
+        if token_stats:
+            raise ConfigError(_no_token_stats(cfg))
+        import_vllm()
     device = resolve_device(cfg.train.device)
     tokenizer = load_tokenizer(cfg.model.name)
     policy = load_model(cfg.model.name, torch.float32).to(device)
     policy.config.use_cache = False
     task, _ = limit_task_prompts(task, tokenizer, policy, cfg)
-    # rewards that score the model's confidence get per-token statistics from the engine
-    token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
-    if token_stats and cfg.rollout.engine == "vllm":
-        raise ConfigError(_no_token_stats(cfg, reward))
     sampling, greedy = _sampling(cfg, tokenizer, token_stats)
     generator = torch.Generator().manual_seed(cfg.train.seed)
     learner = _build_learner(cfg, algo, policy, tokenizer.pad_token_id, generator)
