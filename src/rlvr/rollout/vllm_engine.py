@@ -163,7 +163,7 @@ class VLLMEngine:
             torch.set_num_threads = set_threads
             torch.set_num_threads(threads)
         self.version = 0
-        self._asleep = False
+        self._asleep: set[str] = set()  # vLLM memory tags asleep: "weights", "kv_cache"
         self.update_weights(policy)
 
     def _tensors(self, policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -174,8 +174,9 @@ class VLLMEngine:
     @torch.no_grad()
     def update_weights(self, policy: torch.nn.Module) -> None:
         """Load the policy's current weights into vLLM's model in memory (one more version)."""
-        if self._asleep:  # weights back on the card first, the KV cache with the next rollout
+        if "weights" in self._asleep:  # weights back on the card; the KV cache wakes to sample
             self.llm.wake_up(tags=["weights"])
+            self._asleep.discard("weights")
         quiet = logging.getLogger("vllm")
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # the rotary cache, not a checkpoint tensor, is "not loaded"
@@ -189,14 +190,17 @@ class VLLMEngine:
         self.version += 1
 
     def _wake(self) -> None:
+        """Wake what sleeps (each tag once: waking an awake tag would map its memory twice)."""
         if self._asleep:
-            self.llm.wake_up()
-            self._asleep = False
+            self.llm.wake_up(tags=sorted(self._asleep))
+            self._asleep.clear()
 
     def _sleep(self) -> None:
+        """Level 1: the weights are offloaded to host memory, not discarded, so an evaluation
+        right after a rollout (no update between) still has them; the KV cache is freed."""
         if self.sleep_mode:
             self.llm.sleep(level=1)
-            self._asleep = True
+            self._asleep = {"weights", "kv_cache"}
 
     def generate(
         self,
