@@ -241,10 +241,10 @@ class VLLMConfig(Section):
         "awake (the trainer needs the rest)",
     )
     kv_cache_gb: float | None = Field(
-        1.0,
+        None,
         gt=0,
-        description="KV cache size in GiB; None: vLLM sizes it from gpu_memory_utilization "
-        "(CUDA only: on a CPU give a size)",
+        description="KV cache size in GiB; None: sized from gpu_memory_utilization on a GPU, "
+        "1 GiB on a CPU (a size given here overrides gpu_memory_utilization)",
     )
     max_model_len: int | None = Field(
         None, ge=16, description="longest prompt + completion vLLM plans for; None: the model's"

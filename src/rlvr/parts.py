@@ -30,7 +30,7 @@ from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.registry import CombinedReward, RewardSpec
 from rlvr.rollout import SamplingParams, auto_dtype
-from rlvr.rollout.vllm_engine import import_vllm
+from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -234,6 +234,7 @@ def build_parts(
     if cfg.rollout.engine == "vllm":  # before any model loads: vLLM installed, rewards it serves
         if token_stats:
             raise ConfigError(_no_token_stats(cfg))
+        check_vllm_temperature(cfg.rollout.temperature)
         import_vllm()
     device = resolve_device(cfg.train.device)
     tokenizer = load_tokenizer(cfg.model.name)

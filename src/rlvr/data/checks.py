@@ -115,12 +115,17 @@ class HeldOutSubset:
 def limit_task_prompts(task: Task, tokenizer: Any, policy: Any, config: Config) -> tuple[Task, int]:
     """The task less the problems whose prompt is too long, and their number; training and
     evaluation both check prompts this way (:func:`rlvr.data.limit_prompt_length` with the
-    smaller of ``task.max_prompt_tokens`` and the model's context less
-    ``rollout.max_new_tokens``; ``task.long_prompts`` says drop or error)."""
+    smaller of ``task.max_prompt_tokens`` and the model's context (or vLLM's
+    ``rollout.vllm.max_model_len``) less ``rollout.max_new_tokens``; ``task.long_prompts`` says
+    drop or error)."""
     from rlvr.models import encode_messages  # the chat template renders the prompt
 
     system_prompt = config.model.system_prompt
     context = int(getattr(policy.config, "max_position_embeddings", 0) or 0)
+    if config.rollout.engine == "vllm" and config.rollout.vllm.max_model_len:
+        context = min(
+            context or config.rollout.vllm.max_model_len, config.rollout.vllm.max_model_len
+        )
     limits = [config.task.max_prompt_tokens] if config.task.max_prompt_tokens else []
     if context:
         room = context - config.rollout.max_new_tokens

@@ -378,19 +378,22 @@ def _sample(
 
     cfg = settings.config.model_copy(deep=True)
     cfg.rollout.max_batch = max_batch
-    engine = build_engine(cfg, policy, tokenizer, dtype, decode)
+    cfg.rollout.vllm.sleep_mode = False  # nothing else needs the GPU while evaluating
     sampling = dataclasses.replace(settings.sampling, stop_token_ids=stop_token_ids(tokenizer))
     system_prompt = settings.config.model.system_prompt
     prompts = [encode_messages(tokenizer, p.messages(system_prompt)) for p in problems]
     generator = torch.Generator(device=policy.device).manual_seed(settings.sampling_seed)
-    advance, close = _progress_callback(len(problems) * settings.n, len(problems), console)
-    start = time.perf_counter()
+    engine = build_engine(cfg, policy, tokenizer, dtype, decode)
     try:
-        ids, finished = generate_samples(
-            engine, prompts, settings.n, sampling, generator, max_batch, advance
-        )
+        advance, close = _progress_callback(len(problems) * settings.n, len(problems), console)
+        start = time.perf_counter()
+        try:
+            ids, finished = generate_samples(
+                engine, prompts, settings.n, sampling, generator, max_batch, advance
+            )
+        finally:
+            close()
     finally:
-        close()
         close_engine(engine)
     seconds = time.perf_counter() - start
     texts = [[decode(c) for c in row] for row in ids]

