@@ -5,6 +5,7 @@ prompts limited by ``rollout.vllm.max_model_len``."""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ from rlvr.config import build_config
 from rlvr.data import build_task
 from rlvr.data.checks import limit_task_prompts
 from rlvr.rollout import SamplingParams
-from rlvr.rollout.vllm_engine import VLLMEngine, VLLMSettingsError
+from rlvr.rollout.vllm_engine import VLLMEngine, VLLMSettingsError, VLLMUnavailable
 from rlvr.trainer import train
 
 
@@ -85,16 +86,28 @@ def test_sleep_mode_wakes_each_memory_tag_once_in_the_right_order():
     assert engine.version == 1
 
 
-@pytest.mark.parametrize("temperature", [0.005, 2.5])
-def test_temperatures_vllm_would_refuse_or_change_stop_the_run_before_any_model_loads(
-    tmp_path, monkeypatch, temperature
-):
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model load in rlvr.parts fails the test: the check must come first."""
     import rlvr.parts
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(rlvr.parts, "load_model", no_model)
+
+
+def test_a_missing_vllm_stops_the_run_before_any_model_loads(tmp_path, monkeypatch, no_model_loads):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees where it is absent
+    cfg = tiny_config(tmp_path, steps=1, rollout={"engine": "vllm"})
+    with pytest.raises(VLLMUnavailable, match=r"rlvr\[vllm-cpu\]"):
+        train(build_config(cfg))
+
+
+@pytest.mark.parametrize("temperature", [0.005, 2.5])
+def test_temperatures_vllm_would_refuse_or_change_stop_the_run_before_any_model_loads(
+    tmp_path, no_model_loads, temperature
+):
     cfg = tiny_config(tmp_path, steps=1, rollout={"engine": "vllm", "temperature": temperature})
     with pytest.raises(VLLMSettingsError, match=r"\[0.01, 2.0\]"):
         train(build_config(cfg))

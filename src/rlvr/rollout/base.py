@@ -93,6 +93,12 @@ class Rollout:
         return torch.arange(len(self.prompt_ids)).repeat_interleave(self.n)
 
 
+def throughput(completions: list[list[int]], seconds: float) -> dict[str, float]:
+    """A rollout's ``stats``: its seconds and sampled tokens per second."""
+    tokens = sum(len(c) for c in completions)
+    return {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+
+
 class RolloutEngine(Protocol):
     """What the trainer needs from a generation backend."""
 

@@ -24,7 +24,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rlvr.rollout import attention as decode_attention
-from rlvr.rollout.base import Rollout, SamplingParams
+from rlvr.rollout.base import Rollout, SamplingParams, throughput
 from rlvr.rollout.decoder import make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
 
@@ -171,9 +171,7 @@ class TorchEngine:
             finished += f
             entropies += ent
             certainties += sc
-        seconds = time.perf_counter() - start
-        tokens = sum(len(c) for c in completions)
-        stats = {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+        stats = throughput(completions, time.perf_counter() - start)
         return Rollout(prompts, completions, logprobs, finished, n, stats, entropies, certainties)
 
     def _hits_stop_string(self, ids: list[int], stops: tuple[str, ...], window: int) -> bool:

@@ -34,7 +34,6 @@ How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 import time
@@ -44,7 +43,7 @@ from typing import Any
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.rollout.base import Rollout, SamplingParams
+from rlvr.rollout.base import Rollout, SamplingParams, throughput
 
 LOGPROBS_MODE = "processed_logprobs"
 """vLLM's log-probs after temperature scaling (see the module docstring)."""
@@ -95,14 +94,15 @@ def check_vllm_temperature(temperature: float) -> None:
 
 
 def vllm_sampling_params(vllm: Any, sampling: SamplingParams, seed: int | None) -> Any:
-    """vLLM's ``SamplingParams`` for one sample (``n=1``) of rlvr's ``sampling``."""
+    """vLLM's ``SamplingParams`` for one sample (``n=1``) of rlvr's ``sampling``, drawn with
+    ``seed`` (None for greedy decoding)."""
     return vllm.SamplingParams(
         n=1,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         top_k=sampling.top_k,
         min_p=sampling.min_p,
-        seed=seed if sampling.temperature > 0 else None,
+        seed=seed,
         max_tokens=sampling.max_new_tokens,
         stop_token_ids=list(sampling.stop_token_ids),
         ignore_eos=True,  # EOS ends a sample only when it is among stop_token_ids
@@ -149,7 +149,7 @@ class VLLMEngine:
         self.dtype = dtype
         device = next(policy.parameters()).device
         self.sleep_mode = sleep_mode and device.type == "cuda"
-        if kv_cache_gb is None and device.type != "cuda":
+        if kv_cache_gb is None and device.type != "cuda":  # no memory profile to size it from
             kv_cache_gb = 1.0
         self._dir = tempfile.TemporaryDirectory(prefix="rlvr-vllm-")
         policy.config.save_pretrained(self._dir.name)  # the architecture; weights come later
@@ -166,7 +166,6 @@ class VLLMEngine:
             "enable_chunked_prefill": device.type == "cuda",
             "gpu_memory_utilization": gpu_memory_utilization,
             "kv_cache_memory_bytes": None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
-            # a CPU has no memory profile to size the KV cache from: 1 GiB unless given
             "enable_sleep_mode": self.sleep_mode,
         }
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
@@ -202,15 +201,9 @@ class VLLMEngine:
         if "weights" in self._asleep:  # weights back on the card; the KV cache wakes to sample
             self.llm.wake_up(tags=["weights"])
             self._asleep.discard("weights")
-        quiet = logging.getLogger("vllm")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # the rotary cache, not a checkpoint tensor, is "not loaded"
-        try:
-            self.llm.collective_rpc(
-                "reload_weights", kwargs={"weights_iterator": self._tensors(policy)}
-            )
-        finally:
-            quiet.setLevel(level)
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": self._tensors(policy)}
+        )
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
         self.version += 1
 
@@ -250,7 +243,6 @@ class VLLMEngine:
             outputs = self.llm.generate(requests, params, use_tqdm=False)
         finally:
             self._sleep()
-        stop_ids = set(sampling.stop_token_ids)
         completions, logprobs, finished = [], [], []
         for out in outputs:
             sample = out.outputs[0]
@@ -259,16 +251,9 @@ class VLLMEngine:
             logprobs.append(
                 [entry[t].logprob for t, entry in zip(ids, sample.logprobs, strict=True)]
             )
-            # vLLM reports "stop" for stop ids and strings; the two checks after it keep the
-            # flag right should a version report a stop on the last allowed token as "length"
-            finished.append(
-                sample.finish_reason == "stop"
-                or (bool(ids) and ids[-1] in stop_ids)
-                or (bool(sampling.stop) and any(s in sample.text for s in sampling.stop))
-            )
-        seconds = time.perf_counter() - start
-        tokens = sum(len(c) for c in completions)
-        stats = {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
+            # a stop id or string, also on the last allowed token ("length": max_new_tokens)
+            finished.append(sample.finish_reason == "stop")
+        stats = throughput(completions, time.perf_counter() - start)
         return Rollout(prompts, completions, logprobs, finished, n, stats)
 
     def close(self) -> None:
