@@ -225,6 +225,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
         "sampler": {"position": 4},
         "skipped_nonfinite": 0,
         "data_sha256": None,  # a procedural task: its config fixes its data
+        "policy_version": 2,
     }
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")

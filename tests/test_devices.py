@@ -78,7 +78,7 @@ def test_running_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
 
 
 def test_cpu_allocation_failure_while_sampling_is_reported_too(tmp_path, monkeypatch):
-    def exhausted(self):
+    def exhausted(self, step):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")
 
     monkeypatch.setattr(rlvr.collector.Collector, "collect", exhausted)
@@ -99,7 +99,7 @@ def test_gradient_checkpointing_and_compile_are_wired(tmp_path, monkeypatch):
     policy = parts.learner.policy
     assert getattr(policy, "is_activation_checkpointing", None) or policy.is_gradient_checkpointing
     assert compiled == [parts.learner.policy] and parts.learner.compiled is compiled[0]
-    data, _ = parts.collector.collect()
+    data, _ = parts.collector.collect(1)
     metrics, bad = parts.learner.update(data)
     assert bad is None and "policy/loss" in metrics
 

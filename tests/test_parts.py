@@ -51,7 +51,7 @@ def test_a_batch_crosses_a_process_boundary_and_trains_the_same(tmp_path):
     """The collector's batch, pickled and unpickled, gives a second learner (loaded with the
     first's state) the same update to the bit."""
     parts = _parts(tmp_path)
-    data, metrics = parts.collector.collect()
+    data, metrics = parts.collector.collect(1)
     assert len(data) == 2 * 4 and data.policy_version == 0 and "time/reward" in metrics
     assert data.rewards.shape == (8,) and data.group_ids.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     wire = pickle.dumps(data)
@@ -72,23 +72,23 @@ def test_a_batch_crosses_a_process_boundary_and_trains_the_same(tmp_path):
 def test_publishing_gives_the_collector_the_new_weights_and_version(tmp_path):
     parts = _parts(tmp_path, rollout={"dtype": "bf16"})  # the engine holds its own copy
     collector, learner = parts.collector, parts.learner
-    engine_model = collector.engine.model
+    engine_model = collector.rollouts.engine.model
     assert engine_model is not learner.policy
-    data, _ = collector.collect()
+    data, _ = collector.collect(1)
     learner.update(data)
     changed = dict(learner.policy.named_parameters())
     served = dict(engine_model.named_parameters())
     assert any(not torch.equal(served[k], p.to(served[k].dtype)) for k, p in changed.items())
     collector.publish(learner.policy, learner.version)
     assert all(torch.equal(served[k], p.to(served[k].dtype)) for k, p in changed.items())
-    assert collector.collect()[0].policy_version == 1
+    assert collector.collect(2)[0].policy_version == 1
 
 
 def test_learner_state_round_trips(tmp_path):
     parts = _parts(tmp_path, algorithm={"preset": "ppo"})  # a value head as well
     learner = parts.learner
     assert set(learner.modules()) == {"value_head"}
-    data, _ = parts.collector.collect()
+    data, _ = parts.collector.collect(1)
     learner.update(data)
     state = copy.deepcopy(learner.state_dict())
     other = _parts(tmp_path, algorithm={"preset": "ppo"}).learner
@@ -110,7 +110,7 @@ def test_a_collector_and_learner_step_by_hand_equals_the_trainers_step(tmp_path)
     train(build_config(tiny_config(run_dir, steps=1)))
     torch.manual_seed(0)  # as train() seeds torch before building the parts
     parts = _parts(tmp_path)
-    data, sampling_metrics = parts.collector.collect()
+    data, sampling_metrics = parts.collector.collect(1)
     metrics, bad = parts.learner.update(data)
     assert bad is None
     logged = step_rows(run_dir)[1]

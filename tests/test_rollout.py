@@ -24,6 +24,7 @@ from rlvr.rollout import (
 )
 from rlvr.rollout.decoder import HFDecoder, LlamaDecoder, make_decoder
 from rlvr.rollout.linear import PackedLinear
+from rlvr.rollout.streams import group_keys, random_keys, stream_key, uniforms
 from rlvr.rollout.torch_engine import fill_holes
 
 PROMPTS = ["What is 2 + 3?", "Hi", "Compute 17 * 3 and explain."]
@@ -61,8 +62,7 @@ def test_filter_min_p_keeps_tokens_above_a_fraction_of_the_top_probability():
 def test_min_p_sampling_draws_only_kept_tokens_with_untruncated_logprobs():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
     logits = probs.log().repeat(4000, 1)
-    g = torch.Generator().manual_seed(0)
-    tok, logp = sample_next(logits, SamplingParams(temperature=1.0, min_p=0.25), g)
+    tok, logp = sample_next(logits, SamplingParams(temperature=1.0, min_p=0.25), _u(logits, 0))
     freq = torch.bincount(tok, minlength=4).float() / len(tok)
     assert freq[3] == 0
     assert torch.allclose(freq[:3], probs[:3] / probs[:3].sum(), atol=0.03)
@@ -80,9 +80,9 @@ def test_sampling_params_reject_bad_values():
 def test_chunked_sampling_equals_one_row_at_a_time(monkeypatch):
     logits = torch.randn(7, 50)
     params = SamplingParams(temperature=0.9, top_p=0.9)
-    whole = sample_next(logits, params, torch.Generator().manual_seed(2))
+    whole = sample_next(logits, params, _u(logits, 2))
     monkeypatch.setattr(sampling, "CHUNK_ELEMENTS", 50)  # one row per chunk
-    rows = sample_next(logits, params, torch.Generator().manual_seed(2))
+    rows = sample_next(logits, params, _u(logits, 2))
     assert torch.equal(whole[0], rows[0]) and torch.equal(whole[1], rows[1])
 
 
@@ -91,8 +91,7 @@ def test_sample_next_greedy_and_temperature_logprob():
     tok, logp = sample_next(logits, SamplingParams(temperature=0.0))
     assert tok.item() == 1
     assert math.isclose(logp.item(), torch.log_softmax(logits, -1)[0, 1].item(), rel_tol=1e-6)
-    g = torch.Generator().manual_seed(0)
-    tok, logp = sample_next(logits, SamplingParams(temperature=0.5), g)
+    tok, logp = sample_next(logits, SamplingParams(temperature=0.5), _u(logits, 0))
     expected = torch.log_softmax(logits / 0.5, -1)[0, tok.item()].item()
     assert math.isclose(logp.item(), expected, rel_tol=1e-6)
 
@@ -100,10 +99,18 @@ def test_sample_next_greedy_and_temperature_logprob():
 def test_sampling_frequencies_follow_the_distribution():
     probs = torch.tensor([0.6, 0.3, 0.1])
     logits = probs.log().repeat(20000, 1)
-    g = torch.Generator().manual_seed(1)
-    tok, _ = sample_next(logits, SamplingParams(temperature=1.0), g)
+    tok, _ = sample_next(logits, SamplingParams(temperature=1.0), _u(logits, 1))
     freq = torch.bincount(tok, minlength=3).float() / len(tok)
     assert torch.allclose(freq, probs, atol=0.015)
+
+
+def _u(logits: torch.Tensor, seed: int) -> torch.Tensor:
+    """One uniform per row of ``logits``, from the stream ``seed``."""
+    return uniforms(random_keys(logits.shape[0], torch.Generator().manual_seed(seed)), 0)
+
+
+def _keys(seed: int, prompts: int, n: int) -> torch.Tensor:
+    return group_keys(stream_key(seed), prompts, n)
 
 
 def test_left_pad():
@@ -199,9 +206,8 @@ def test_group_shares_prompt_and_logprobs_match_training_forward(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
-    g = torch.Generator().manual_seed(0)
     params = SamplingParams(temperature=0.8, max_new_tokens=10)
-    rollout = engine.generate(prompts, 4, params, g)
+    rollout = engine.generate(prompts, 4, params, _keys(0, len(prompts), 4))
     assert len(rollout.completion_ids) == 12
     assert rollout.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     batch = make_batch(
@@ -257,12 +263,8 @@ def test_same_seed_same_samples_and_chunking_is_invisible(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)
     params = SamplingParams(temperature=1.0, max_new_tokens=6)
-    a = TorchEngine(model, tok.pad_token_id).generate(
-        prompts, 2, params, torch.Generator().manual_seed(3)
-    )
-    b = TorchEngine(model, tok.pad_token_id).generate(
-        prompts, 2, params, torch.Generator().manual_seed(3)
-    )
+    a = TorchEngine(model, tok.pad_token_id).generate(prompts, 2, params, _keys(3, len(prompts), 2))
+    b = TorchEngine(model, tok.pad_token_id).generate(prompts, 2, params, _keys(3, len(prompts), 2))
     assert a.completion_ids == b.completion_ids
     greedy = SamplingParams(temperature=0.0, max_new_tokens=6)
     whole = TorchEngine(model, tok.pad_token_id).generate(prompts, 2, greedy)
@@ -272,6 +274,25 @@ def test_same_seed_same_samples_and_chunking_is_invisible(tiny, decoder):
     big = TorchEngine(model, tok.pad_token_id).generate(prompts, 4, greedy)
     split = TorchEngine(model, tok.pad_token_id, max_batch=3).generate(prompts, 4, greedy)
     assert big.completion_ids == split.completion_ids and len(split.completion_ids) == 12
+
+
+def test_a_sample_depends_on_its_stream_not_on_its_batch(tiny, decoder):
+    """Worker-count invariance at the engine: a group sampled alone, or with other groups, or in
+    chunks of max_batch, draws the same tokens from the same stream keys."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    keys = _keys(5, len(prompts), 3)
+    together = TorchEngine(model, tok.pad_token_id).generate(prompts, 3, params, keys)
+    for i, prompt in enumerate(prompts):
+        alone = TorchEngine(model, tok.pad_token_id, max_batch=2).generate(
+            [prompt], 3, params, keys[3 * i : 3 * i + 3]
+        )
+        assert alone.completion_ids == together.completion_ids[3 * i : 3 * i + 3]
+        for a, b in zip(alone.logprobs, together.logprobs[3 * i : 3 * i + 3], strict=True):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+    other = TorchEngine(model, tok.pad_token_id).generate(prompts, 3, params, _keys(6, 3, 3))
+    assert other.completion_ids != together.completion_ids
 
 
 def test_bf16_engine_copies_weights_in_memory(tiny):
@@ -323,13 +344,13 @@ def test_stop_strings_truncate_after_the_token_that_completes_them(tiny):
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, decode=_letters)
     params = SamplingParams(temperature=1.0, max_new_tokens=16)
-    free = engine.generate(prompts, 3, params, torch.Generator().manual_seed(0)).completion_ids
+    free = engine.generate(prompts, 3, params, _keys(0, len(prompts), 3)).completion_ids
     stop = _letters(free[0][3:5])  # spans two tokens
     stopped = engine.generate(
         prompts,
         3,
         dataclasses.replace(params, stop=(stop,)),
-        torch.Generator().manual_seed(0),
+        _keys(0, len(prompts), 3),
     )
     first = [_first_hit(c, stop, _letters) for c in free]
     earliest = min(k for k in first if k is not None)

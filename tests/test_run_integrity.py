@@ -178,9 +178,9 @@ def test_a_run_failing_before_its_first_step_leaves_no_directory(tmp_path):
 
 def test_the_final_checkpoint_is_written_once(tmp_path, monkeypatch):
     calls = []
-    original = rlvr.trainer.save_checkpoint
+    original = rlvr.learner.save_checkpoint
     monkeypatch.setattr(
-        rlvr.trainer, "save_checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
+        rlvr.learner, "save_checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
     train(build_config(tiny_config(tmp_path / "run", steps=2)))  # every=1: step 2 is due
     assert len(calls) == 2

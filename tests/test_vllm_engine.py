@@ -14,6 +14,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vl
 
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids  # noqa: E402
 from rlvr.rollout import SamplingParams, TorchEngine, filter_logits  # noqa: E402
+from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.rollout.vllm_engine import (  # noqa: E402
     VLLMEngine,
     import_vllm,
@@ -88,7 +89,7 @@ def test_sampled_logprobs_are_the_trainers_temperature_scaled_logprobs(smollm, e
     sampling = SamplingParams(
         temperature=0.7, max_new_tokens=32, stop_token_ids=stop_token_ids(tokenizer)
     )
-    out = engine.generate(prompts[:3], 2, sampling, torch.Generator().manual_seed(1))
+    out = engine.generate(prompts[:3], 2, sampling, group_keys(stream_key(1), 3, 2))
     worst = 0.0
     for i, (ids, logprobs) in enumerate(zip(out.completion_ids, out.logprobs, strict=True)):
         logits = teacher_forced(model, prompts[i // 2], ids, 0.7)
@@ -108,7 +109,7 @@ def test_filters_are_applied_and_logprobs_are_of_the_truncated_distribution(smol
             stop_token_ids=stop_token_ids(tokenizer),
             **filters,
         )
-        out = engine.generate(prompts[:2], 3, sampling, torch.Generator().manual_seed(2))
+        out = engine.generate(prompts[:2], 3, sampling, group_keys(stream_key(2), 2, 3))
         for i, (ids, logprobs) in enumerate(zip(out.completion_ids, out.logprobs, strict=True)):
             logits = teacher_forced(model, prompts[i // 3], ids, 1.0)
             kept = filter_logits(logits, sampling.top_k, sampling.top_p, sampling.min_p)
@@ -118,16 +119,19 @@ def test_filters_are_applied_and_logprobs_are_of_the_truncated_distribution(smol
             assert truncated.tolist() == pytest.approx(logprobs, abs=LOGPROB_TOL), filters
 
 
-def test_samples_of_a_prompt_are_independent_streams_reproduced_from_the_generator(smollm, engine):
+def test_samples_of_a_prompt_are_independent_streams_named_by_their_keys(smollm, engine):
     _, tokenizer, prompts = smollm
     sampling = SamplingParams(temperature=1.0, max_new_tokens=16, stop_token_ids=())
-    first = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(3))
+    first = engine.generate(prompts[:2], 8, sampling, group_keys(stream_key(3), 2, 8))
     for group in (first.completion_ids[:8], first.completion_ids[8:]):
         assert len({tuple(c) for c in group}) == 8  # no two samples share a stream
-    again = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(3))
+    again = engine.generate(prompts[:2], 8, sampling, group_keys(stream_key(3), 2, 8))
     assert again.completion_ids == first.completion_ids
-    other = engine.generate(prompts[:2], 8, sampling, torch.Generator().manual_seed(4))
+    other = engine.generate(prompts[:2], 8, sampling, group_keys(stream_key(4), 2, 8))
     assert other.completion_ids != first.completion_ids
+    # a group sampled alone (another rollout worker) draws what it draws in the batch
+    alone = engine.generate(prompts[1:2], 8, sampling, group_keys(stream_key(3), 2, 8)[8:])
+    assert alone.completion_ids == first.completion_ids[8:]
     assert not any(first.finished)  # no stop ids: every sample runs to max_new_tokens
     assert all(len(c) == 16 for c in first.completion_ids)
 

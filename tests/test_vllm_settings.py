@@ -17,6 +17,7 @@ from rlvr.config import build_config
 from rlvr.data import build_task
 from rlvr.data.checks import limit_task_prompts
 from rlvr.rollout import SamplingParams
+from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.rollout.vllm_engine import VLLMEngine, VLLMSettingsError, VLLMUnavailable
 from rlvr.trainer import train
 
@@ -64,7 +65,7 @@ def test_sleep_mode_wakes_each_memory_tag_once_in_the_right_order():
     engine = sleeping_engine()
     policy = torch.nn.Linear(2, 2)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=4, stop_token_ids=(7,))
-    out = engine.generate([[1, 2]], 2, sampling, torch.Generator().manual_seed(0))
+    out = engine.generate([[1, 2]], 2, sampling, group_keys(stream_key(0), 1, 2))
     assert out.completion_ids == [[7], [7]] and out.finished == [True, True]
     assert out.logprobs == [[-0.5], [-0.5]]
     engine.update_weights(policy)  # the trainer's step happened while vLLM slept

@@ -5,7 +5,10 @@ A checkpoint is a directory ``RUN/checkpoints/step_000042`` holding
 * ``model.safetensors`` (+ ``config.json`` and tokenizer files: it loads as a model spec),
 * ``optimizer.pt`` and ``scheduler.pt``,
 * ``rng.pt``: torch (CPU and CUDA), Python and NumPy global RNG states and the rollout generator,
-* ``state.json``: the step and the prompt sampler's state (:mod:`rlvr.curriculum`),
+* ``state.json``: the step, the policy version and the prompt sampler's state
+  (:mod:`rlvr.curriculum`),
+* ``pending.pt`` (asynchronous runs, ``rollout.max_staleness`` >= 1): the batches already
+  sampled for the next steps, with the policy versions that sampled them,
 * ``checksums.json``: the SHA-256 of every other file, checked before a resume loads them.
 
 It is written under ``step_000042.tmp-<pid>`` and renamed when complete, so a process killed
@@ -51,6 +54,7 @@ class TrainerState:
     sampler: dict[str, Any] = field(default_factory=dict)  # the prompt sampler's state_dict()
     skipped_nonfinite: int = 0  # steps skipped for NaN/inf rewards, loss or gradients so far
     data_sha256: str | None = None  # rlvr.data.data_fingerprint of a file or dataset task
+    policy_version: int | None = None  # optimizer updates so far (None: = step, older runs)
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -88,11 +92,13 @@ def save_checkpoint(
     generator: torch.Generator,
     keep: int = 2,
     extra: dict[str, torch.nn.Module] | None = None,
+    pending: list[Any] | None = None,
 ) -> Path:
     """Write a complete checkpoint atomically and prune all but the ``keep`` newest.
 
     ``extra`` modules are saved as ``NAME.safetensors``: a value head, or a reference policy
-    that is reset during training (ProRL) and so is not the initial model any more. Raises
+    that is reset during training (ProRL) and so is not the initial model any more;
+    ``pending``: batches sampled ahead (asynchronous rollouts), pickled to ``pending.pt``. Raises
     :class:`CheckpointError` (and writes nothing) if a weight or optimiser state is NaN/inf.
     """
     bad = first_nonfinite_state(model, optimizer, extra)
@@ -111,6 +117,8 @@ def save_checkpoint(
     torch.save(rng_state(generator), tmp / "rng.pt")
     for name, module in (extra or {}).items():
         save_model(module, str(tmp / f"{name}.safetensors"))
+    if pending:
+        torch.save(pending, tmp / "pending.pt")
     (tmp / "state.json").write_text(json.dumps(asdict(state)))
     (tmp / CHECKSUMS).write_text(json.dumps(_checksums(tmp), indent=1))
     if final.exists():
@@ -244,6 +252,12 @@ def load_checkpoint(
     if "sampler_position" in saved:  # checkpoints written before curricula: a sequential sampler
         saved["sampler"] = {"position": saved.pop("sampler_position")}
     return TrainerState(**saved)
+
+
+def load_pending(path: Path) -> list[Any]:
+    """The batches a checkpoint holds sampled ahead (empty when it has none)."""
+    file = Path(path) / "pending.pt"
+    return torch.load(file, weights_only=False) if file.is_file() else []
 
 
 def load_latest_good(

@@ -242,7 +242,7 @@ def eval_(
             "rollout.max_new_tokens (128)",
         ),
     ] = None,
-    sampling_seed: Annotated[int, typer.Option(help="seed of the sampler's generator")] = 1234,
+    sampling_seed: Annotated[int, typer.Option(help="seed of the samples' random streams")] = 1234,
     system_prompt: Annotated[
         str | None, typer.Option(help="system message; default: model.system_prompt")
     ] = None,

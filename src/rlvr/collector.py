@@ -1,9 +1,12 @@
 """The rollout side of a run: prompts from the sampler -> G completions each -> rewards -> one
 :class:`~rlvr.trajectories.Trajectories` batch (docs/design.md, "The parts of a run").
 
-A :class:`Collector` owns the rollout engine, the prompt sampler and the reward. It never
-touches the optimizer: the learner trains on what it returns and publishes new weights back
-(:meth:`Collector.publish`).
+A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
+prompt, sample: :mod:`rlvr.rollout.streams`), hands the groups to its :class:`Rollouts` (the
+engine and the reward: in this process, :class:`LocalRollouts`, or spread over Ray rollout
+workers, :mod:`rlvr.distributed`), and turns the scored groups into the step's batch (filters,
+dynamic sampling, the sampler's statistics). It never touches the optimizer: the learner trains
+on what it returns and publishes new weights back (:meth:`Collector.publish`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -22,8 +25,9 @@ from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, Task
 from rlvr.evaluation import Judge, evaluate_accuracy
 from rlvr.rewards.reference_probability import reference_answer_logprobs
-from rlvr.rewards.registry import CombinedReward
+from rlvr.rewards.registry import CombinedReward, RewardBreakdown
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
+from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trajectories import Trajectories, merge
 
 
@@ -55,111 +59,243 @@ class ReferenceScorer:
 
 
 @dataclass
+class Scored:
+    """Groups sampled and scored (plain data: it comes back from rollout workers).
+
+    N = P * n samples of P prompts, sample i of prompt i // n. ``breakdown`` holds the reward's
+    unweighted terms and error counts per sample; ``tokens_per_s``: the engine's throughput.
+    """
+
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finished: list[bool]
+    texts: list[str]
+    breakdown: RewardBreakdown
+    seconds: float
+    tokens_per_s: float
+    reward_seconds: float
+
+
+def concat_scored(parts: list[Scored]) -> Scored:
+    """Shards of one draw, in prompt order, as one :class:`Scored` (throughput: tokens over the
+    slowest shard's time, the shards ran side by side)."""
+    seconds = max(p.seconds for p in parts)
+    tokens = sum(len(c) for p in parts for c in p.completion_ids)
+    return Scored(
+        [c for p in parts for c in p.completion_ids],
+        [x for p in parts for x in p.logprobs],
+        [x for p in parts for x in p.finished],
+        [x for p in parts for x in p.texts],
+        RewardBreakdown.concat([p.breakdown for p in parts]),
+        seconds,
+        tokens / max(seconds, 1e-9),
+        max(p.reward_seconds for p in parts),
+    )
+
+
+def sample_and_score(
+    engine: RolloutEngine,
+    reward: CombinedReward,
+    reference_scorer: ReferenceScorer | None,
+    decode: Callable[[list[int]], str],
+    problems: list[Problem],
+    prompt_ids: list[list[int]],
+    n: int,
+    sampling: SamplingParams,
+    keys: torch.Tensor | None,
+) -> Scored:
+    """Sample ``n`` completions of each prompt (sample i from stream ``keys[i]``) and score them
+    with ``reward`` (each prompt's samples are one group); the work of a rollout worker."""
+    rollout = engine.generate(prompt_ids, n, sampling, keys)
+    texts = [decode(c) for c in rollout.completion_ids]
+    start = time.perf_counter()
+    ids = rollout.group_ids.tolist()
+    owners = [problems[i] for i in ids]
+    fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
+    if rollout.token_entropy:  # mean over each completion's tokens
+        fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
+        fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
+    if reference_scorer is not None:
+        fields.update(reference_scorer(rollout, texts, owners))
+    breakdown = reward(texts, owners, group_ids=ids, **fields)
+    return Scored(
+        rollout.completion_ids,
+        rollout.logprobs,
+        rollout.finished,
+        texts,
+        breakdown,
+        rollout.stats["rollout/seconds"],
+        rollout.stats["rollout/tokens_per_s"],
+        time.perf_counter() - start,
+    )
+
+
+class Rollouts(Protocol):
+    """Where groups are sampled and scored: in this process (:class:`LocalRollouts`) or on Ray
+    rollout workers (:class:`rlvr.distributed.RayRollouts`); the same results either way."""
+
+    def run(
+        self,
+        problems: list[Problem],
+        prompt_ids: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        """Sample and score ``n`` completions of each prompt (:func:`sample_and_score`)."""
+
+    def publish(self, policy: Any, version: int) -> None:
+        """Serve ``policy``'s weights (a module, or a learner's handle) as ``version``."""
+
+    def evaluate(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int
+    ) -> dict[str, float]:
+        """Held-out accuracy of the served policy (:func:`rlvr.evaluation.evaluate_accuracy`)."""
+
+    def worker_stats(self) -> dict[str, float]:
+        """Per-worker metrics of the last draws (empty in one process)."""
+
+
+@dataclass
+class LocalRollouts:
+    """Sampling and scoring in this process, with the run's engine and reward."""
+
+    engine: RolloutEngine
+    reward: CombinedReward
+    reference_scorer: ReferenceScorer | None
+    task: Task
+    judge: Judge
+    encode: Callable[[Problem], list[int]]
+    decode: Callable[[list[int]], str]
+
+    def run(
+        self,
+        problems: list[Problem],
+        prompt_ids: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        return sample_and_score(
+            self.engine,
+            self.reward,
+            self.reference_scorer,
+            self.decode,
+            problems,
+            prompt_ids,
+            n,
+            sampling,
+            keys,
+        )
+
+    def publish(self, policy: Any, version: int) -> None:
+        self.engine.update_weights(policy)
+
+    def evaluate(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int
+    ) -> dict[str, float]:
+        return evaluate_accuracy(
+            self.engine, self.task, problems, self.encode, self.decode, sampling, seed, self.judge
+        )
+
+    def worker_stats(self) -> dict[str, float]:
+        return {}
+
+
+@dataclass
 class Collector:
     """Samples and scores one step's batch (see the module docstring).
 
     Attributes:
-        engine: the rollout engine (``generate``, ``update_weights``).
+        rollouts: where groups are sampled and scored (:class:`Rollouts`).
         sampler: the prompt sampler (the task's stream, or a curriculum).
-        reward: the run's reward.
         algo: the resolved preset (group size filters, dynamic sampling, ReMax, DAPO).
-        cfg: the run's config (``rollout`` section).
-        encode: a problem -> its prompt's token ids; ``decode``: token ids -> text.
+        cfg: the run's config (``rollout`` section, ``train.seed``).
+        encode: a problem -> its prompt's token ids.
         sampling: sampling parameters; ``greedy``: the same at temperature 0 (ReMax, eval).
-        generator: the random stream of sampling.
-        reference_scorer: fields for rewards on the reference answer's probability, or None.
-        phase: told "sampling" / "scoring" as the step moves (the progress display).
-        version: the policy version the engine serves (see :meth:`publish`).
+        phase: told "sampling" as the step moves (the progress display).
+        version: the policy version the rollouts serve (see :meth:`publish`).
     """
 
-    engine: RolloutEngine
+    rollouts: Rollouts
     sampler: PromptSampler
-    reward: CombinedReward
     algo: algorithms.Preset
     cfg: Config
     encode: Callable[[Problem], list[int]]
-    decode: Callable[[list[int]], str]
     sampling: SamplingParams
     greedy: SamplingParams
-    generator: torch.Generator
-    reference_scorer: ReferenceScorer | None = None
     phase: Callable[[str], None] = lambda name: None
     version: int = 0
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
 
-    def publish(self, policy: torch.nn.Module, version: int) -> None:
+    def publish(self, policy: Any, version: int) -> None:
         """Serve ``policy``'s weights from now on, as policy ``version``."""
-        self.engine.update_weights(policy)
+        self.rollouts.publish(policy, version)
         self.version = version
 
-    def score(
-        self, texts: list[str], owners: list[Problem], rollout: Rollout, record: bool = True
-    ) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        """Rewards [N] of completions (with DAPO's overlong penalty when the preset has one) and
-        each reward term's unweighted values [N]; ``record``: count them in the step's reward
-        metrics (not for ReMax's greedy baseline completions)."""
-        start = time.perf_counter()
-        self.phase("scoring")
-        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
-        if rollout.token_entropy:  # mean over each completion's tokens
-            fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
-            fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
-        if self.reference_scorer is not None:
-            fields.update(self.reference_scorer(rollout, texts, owners))
-        breakdown = self.reward(texts, owners, **fields)
+    def rewards(self, scored: Scored, record: bool = True) -> torch.Tensor:
+        """Rewards [N] of scored completions, with DAPO's overlong penalty when the preset has
+        one; ``record``: count them in the step's reward metrics (not ReMax's greedy
+        baseline completions)."""
+        breakdown = scored.breakdown
         rewards = torch.tensor(breakdown.total, dtype=torch.float)
         for key, value in breakdown.metrics().items() if record else ():
             self._reward_metrics.setdefault(key, []).append(value)
         if self.algo.overlong_buffer_frac is not None:
-            lengths = torch.tensor([len(c) for c in rollout.completion_ids])
+            lengths = torch.tensor([len(c) for c in scored.completion_ids])
             budget = self.cfg.rollout.max_new_tokens
             cache_len = max(1, round(self.algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
-        self._reward_seconds += time.perf_counter() - start
-        return rewards, breakdown.components
+        self._reward_seconds += scored.reward_seconds
+        return rewards
 
-    def _draw(self, n: int, draws: algorithms.GroupAccumulator) -> Trajectories:
-        """One draw: P prompts, n samples each, scored; the samples the filters keep."""
+    def _draw(
+        self, step: int, draw: int, n: int, draws: algorithms.GroupAccumulator
+    ) -> Trajectories:
+        """Draw ``draw`` of step ``step``: P prompts, n samples each (sample j of prompt i from
+        the stream (seed, step, draw, i, j)), scored; the samples the filters keep."""
         algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
         self.phase("sampling")
         problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
         prompt_ids = [self.encode(p) for p in problems]
-        rollout = self.engine.generate(prompt_ids, n, self.sampling, self.generator)
-        texts = [self.decode(c) for c in rollout.completion_ids]
-        ids = rollout.group_ids
-        rewards, terms = self.score(texts, [problems[i] for i in ids.tolist()], rollout)
+        keys = group_keys(stream_key(self.cfg.train.seed, step, draw), len(problems), n)
+        scored = self.rollouts.run(problems, prompt_ids, n, self.sampling, keys)
+        ids = torch.arange(len(problems)).repeat_interleave(n)
+        rewards = self.rewards(scored)
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
-        keep = torch.arange(len(texts))
+        keep = torch.arange(len(scored.texts))
         if algo.group_filter:  # GFPO: keep G of the n samples of each group
-            lengths = torch.tensor([len(c) for c in rollout.completion_ids])
+            lengths = torch.tensor([len(c) for c in scored.completion_ids])
             keep = algorithms.group_filter(rewards, ids, lengths, G, algo.group_filter)
         keep = keep[draws.add(rewards[keep], ids[keep])]
         greedy_rewards = None
         if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
-            greedy_out = self.engine.generate(prompt_ids, 1, self.greedy, self.generator)
-            greedy_texts = [self.decode(c) for c in greedy_out.completion_ids]
-            greedy_out_rewards = self.score(greedy_texts, problems, greedy_out, record=False)[0]
-            greedy_rewards = greedy_out_rewards[ids[keep]]
+            greedy = self.rollouts.run(problems, prompt_ids, 1, self.greedy, None)
+            greedy_rewards = self.rewards(greedy, record=False)[ids[keep]]
         k = keep.tolist()
         return Trajectories(
             problems,
             prompt_ids,
-            [rollout.completion_ids[i] for i in k],
-            [rollout.logprobs[i] for i in k],
-            [rollout.finished[i] for i in k],
-            [texts[i] for i in k],
+            [scored.completion_ids[i] for i in k],
+            [scored.logprobs[i] for i in k],
+            [scored.finished[i] for i in k],
+            [scored.texts[i] for i in k],
             rewards[keep],
             ids[keep],
             greedy_rewards,
-            rollout.stats["rollout/tokens_per_s"],
-            {label: [values[i] for i in k] for label, values in terms.items()},
+            scored.tokens_per_s,
+            {
+                label: [values[i] for i in k]
+                for label, values in scored.breakdown.components.items()
+            },
             self.version,
         )
 
-    def collect(self) -> tuple[Trajectories, dict[str, float]]:
-        """Draw prompts, sample, score, tell the sampler; refill until the batch is full
-        (dynamic sampling). Returns the batch and the step's sampling and reward metrics."""
+    def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
+        """The batch of step ``step`` (1-based): draw prompts, sample, score, tell the sampler;
+        refill until the batch is full (dynamic sampling). Returns the batch and the step's
+        sampling and reward metrics."""
         algo, G, P = self.algo, self.cfg.rollout.group_size, self.cfg.rollout.prompts_per_step
         n = G * (algo.group_filter_oversample or 1) if algo.group_filter else G
         draws = algorithms.GroupAccumulator(
@@ -167,7 +303,7 @@ class Collector:
         )
         parts = []
         while not draws.done:
-            parts.append(self._draw(n, draws))
+            parts.append(self._draw(step, len(parts), n, draws))
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
         # per draw: error counts add up, means are averaged over the step's draws
         metrics.update(
@@ -177,18 +313,17 @@ class Collector:
             }
         )
         metrics.update(self.sampler.metrics())
+        metrics.update(self.rollouts.worker_stats())
         metrics["time/reward"] = self._reward_seconds
         self._reward_metrics.clear()
         self._reward_seconds = 0.0
         return merge(parts), metrics
 
-    def evaluate(self, task: Task, problems: list[Problem], judge: Judge) -> dict[str, float]:
+    def evaluate(self, problems: list[Problem]) -> dict[str, float]:
         """Held-out accuracy of the served policy: greedy, and sampled with the run's sampling
         settings when ``eval.sampled`` (``eval/greedy_*``, ``eval/sampled_*``)."""
-        run = evaluate_accuracy
-        greedy = run(
-            self.engine, task, problems, self.encode, self.decode, self.greedy, judge=judge
-        )
+        seed = 1234  # the evaluation's own streams: every evaluation samples alike
+        greedy = self.rollouts.evaluate(problems, self.greedy, seed)
         out = {f"eval/greedy_{k}": v for k, v in greedy.items()}
         if self.cfg.eval.sampled:
             sampled = dataclasses.replace(
@@ -198,7 +333,7 @@ class Collector:
                 top_k=self.sampling.top_k,
                 min_p=self.sampling.min_p,
             )
-            acc = run(self.engine, task, problems, self.encode, self.decode, sampled, judge=judge)
+            acc = self.rollouts.evaluate(problems, sampled, seed)
             kept = ("accuracy", "reward_mean")
             out.update({f"eval/sampled_{k}": v for k, v in acc.items() if k.startswith(kept)})
         return out

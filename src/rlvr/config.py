@@ -287,6 +287,40 @@ class RolloutConfig(Section):
         "auto", description="rollout precision; auto: bf16 where the device computes it natively"
     )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="asynchronous rollouts: the batches of the next k steps are sampled while "
+        "the learner trains, none more than k policy versions old (AReaL's decoupled objective "
+        "corrects for it); 0: synchronous",
+    )
+
+
+class DistributedConfig(Section):
+    """Where the run's parts run (README, "Ray"): all in this process (``local``), or rollout
+    workers and learners as Ray actors (``ray``; ``pip install 'rlvr[ray]'``)."""
+
+    backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: Ray")
+    address: str | None = Field(
+        None,
+        description="Ray cluster: null starts one on this machine, auto joins the one `ray "
+        "start` runs here, host:port joins that head node",
+    )
+    rollout_workers: int = Field(1, ge=1, description="Ray actors that sample and score")
+    learners: int = Field(1, ge=1, description="Ray actors training as one torch.distributed group")
+    cpus_per_worker: float = Field(1.0, ge=0, description="CPUs each actor reserves")
+    gpus_per_worker: float = Field(0.0, ge=0, description="GPUs each actor reserves")
+    weight_sync: Literal["broadcast", "object_store"] = Field(
+        "broadcast",
+        description="how new weights reach the rollout workers: a torch.distributed broadcast "
+        "from learner rank 0 (gloo on CPU, NCCL on GPU) or the Ray object store",
+    )
+    timeout_s: float = Field(
+        600.0, gt=0, description="longest wait on any worker call before it counts as dead"
+    )
+    max_restarts: int = Field(
+        3, ge=0, description="rollout workers recreated per run before it gives up"
+    )
 
 
 class RewardTerm(Section):
@@ -628,6 +662,16 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    distributed: DistributedConfig = DistributedConfig()
+
+    @model_validator(mode="after")
+    def _behaviour_correction(self) -> Config:
+        """Asynchronous rollouts weight the loss by pi_proximal / pi_behaviour (AReaL's decoupled
+        objective); with neither correction configured it is truncated at 2 (token TIS)."""
+        algo = self.algorithm
+        if self.rollout.max_staleness and algo.tis_cap is None and algo.mis_band is None:
+            algo.tis_cap = 2.0
+        return self
 
     @model_validator(mode="after")
     def _check_curriculum(self) -> Config:

@@ -20,3 +20,8 @@ class NonFiniteError(RlvrError, FloatingPointError):
 
 class OutOfMemory(RlvrError, MemoryError):
     """A run that ran out of device (or host) memory; the message names the settings to lower."""
+
+
+class WorkerFailed(RlvrError, RuntimeError):
+    """A distributed run that cannot go on: a learner failed, or rollout workers failed more
+    often than ``distributed.max_restarts``; the message says how to resume."""

@@ -21,12 +21,15 @@ optimizer step) and is reported to the loop, which counts the skipped step.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr import algorithms
+from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
 from rlvr.config import Config
 from rlvr.guards import first_nonfinite
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
@@ -116,14 +119,17 @@ def _no_grad_pass(
     cfg: Config,
     autocast: Any,
     head: ValueHead | None = None,
+    only: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """log-probs, entropies (and values) [N, T] of every sample under ``model``."""
-    n, mb = batch.completion_ids.shape[0], cfg.train.micro_batch_size
+    """log-probs, entropies (and values) [N, T] of every sample under ``model`` (``only``: of
+    those rows, zeros elsewhere)."""
+    mb = cfg.train.micro_batch_size
     shape, device = batch.completion_mask.shape, batch.completion_mask.device
     outs = [torch.zeros(shape, device=device) for _ in range(3 if head else 2)]
+    todo = torch.arange(shape[0]) if only is None else only
     with torch.no_grad(), autocast:
-        for lo in range(0, n, mb):
-            rows = torch.arange(lo, min(n, lo + mb))
+        for lo in range(0, len(todo), mb):
+            rows = todo[lo : lo + mb]
             sub = batch.select(rows)
             width = sub.completion_ids.shape[1]
             parts = completion_logprobs(
@@ -315,17 +321,30 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
                 rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
                 totals = (float(step.train_mask[rows].sum()), float(len(rows)))
                 active = rows[nonzero[rows]] if skippable else rows
+                active = learner.share(active)  # this learner's rows (all of them in one process)
                 learner.optimizer.zero_grad(set_to_none=True)
+                skip = None
                 for lo in range(0, len(active), mb):
                     sub_rows = active[lo : lo + mb]
-                    loss = _micro_batch_loss(learner, step, sub_rows, totals, averages, epoch == 0)
+                    try:
+                        loss = _micro_batch_loss(
+                            learner, step, sub_rows, totals, averages, epoch == 0
+                        )
+                    except _SkipStep as err:
+                        skip = err
+                        break
                     loss.backward()
+                skip = learner.sync_gradients(skip)  # learners sum their gradients
+                if skip is not None:
+                    raise skip
                 _optimizer_step(learner, averages)
     except _SkipStep as skip:  # nothing of this step reaches the optimizer any more
         learner.optimizer.zero_grad(set_to_none=True)
         policy.eval()
         return {skip.key: skip.value}, skip.quantity
     policy.eval()
+    if learner.group is not None:
+        learner.group.merge_averages(averages.sums, averages.counts)
     metrics = averages.means()
     metrics.setdefault("policy/loss", 0.0)  # every advantage was zero: nothing to train on
     if token_kl is not None:
@@ -366,6 +385,24 @@ class Learner:
     pad_token_id: int
     version: int = 0
     compiled: torch.nn.Module | None = None
+    group: Any = None
+
+    def share(self, rows: torch.Tensor) -> torch.Tensor:
+        """The part of ``rows`` this learner trains on: all of them in one process, a contiguous
+        slice per rank in a data-parallel group (``group``: rlvr.distributed.DataParallel)."""
+        return rows if self.group is None else self.group.share(rows)
+
+    def sync_gradients(self, skip: _SkipStep | None) -> _SkipStep | None:
+        """Sum the gradients of the group's learners (their losses are normalised by the
+        minibatch's global counts, so the sum is one process's gradient); a non-finite loss on
+        any rank skips the step on every rank."""
+        if self.group is None:
+            return skip
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        found = self.group.all_reduce_gradients(
+            params, None if skip is None else (skip.quantity, skip.key, skip.value)
+        )
+        return None if found is None else _SkipStep(*found)
 
     @property
     def on_policy(self) -> bool:
@@ -398,15 +435,19 @@ class Learner:
         )
         self.policy.eval()
         old_logp, old_entropy, old_values = None, None, None
+        mine = self.share(torch.arange(len(data)))  # a group splits the no-grad passes
         autocast = self.autocast()
         if need_old:
-            old_logp, old_entropy, *rest = _no_grad_pass(
-                self.policy, batch, self.temperature, cfg, autocast, self.value_head
+            old_logp, old_entropy, *rest = self._sum_over_group(
+                _no_grad_pass(
+                    self.policy, batch, self.temperature, cfg, autocast, self.value_head, mine
+                )
             )
             old_values = rest[0] if rest else None
         ref_logp = None
         if self.reference is not None:
-            ref_logp = _no_grad_pass(self.reference, batch, self.temperature, cfg, autocast)[0]
+            ref = _no_grad_pass(self.reference, batch, self.temperature, cfg, autocast, only=mine)
+            ref_logp = self._sum_over_group(ref[:1])[0]
         mask = batch.completion_mask
         token_kl = None
         if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
@@ -441,6 +482,12 @@ class Learner:
         )
         return step, token_kl
 
+    def _sum_over_group(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """Each rank's rows of a no-grad pass (zeros elsewhere) summed: every row, everywhere."""
+        if self.group is not None:
+            self.group.all_reduce_sum(list(tensors))
+        return tensors
+
     def update(self, data: Trajectories) -> tuple[dict[str, float], str | None]:
         """One step's update (:func:`update_policy`): metrics and None, or the non-finite
         quantity that stopped it. The version advances when an update completed."""
@@ -465,6 +512,58 @@ class Learner:
         if self.reference is not None and self.algo.reference_reset_every:
             out["reference"] = self.reference
         return out
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimizer step."""
+        return self.scheduler.get_last_lr()[0]
+
+    def apply_optimizer_config(self, cfg: Config) -> None:
+        """Follow ``cfg``'s optimizer settings from now on (:func:`apply_optimizer_config`)."""
+        apply_optimizer_config(self.optimizer, self.scheduler, cfg)
+
+    def weights(self) -> torch.nn.Module:
+        """What the rollouts are given to serve the current policy (:meth:`Collector.publish`)."""
+        return self.policy
+
+    def save_checkpoint(
+        self, run_dir: Path, state: TrainerState, tokenizer: Any, keep: int, pending: list[Any]
+    ) -> None:
+        """Write the checkpoint of ``state.step``: weights, optimizer, schedule, the shuffling
+        stream, the modules of :meth:`modules` and the batches sampled ahead (``pending``)."""
+        state.policy_version = self.version
+        save_checkpoint(
+            run_dir,
+            state,
+            self.policy,
+            tokenizer,
+            self.optimizer,
+            self.scheduler,
+            self.generator,
+            keep=keep,
+            extra=self.modules(),
+            pending=pending,
+        )
+
+    def load_checkpoint(
+        self, run_dir: Path, warn: Callable[[str], None]
+    ) -> tuple[Path, TrainerState, list[Any]] | None:
+        """Load the latest good checkpoint of ``run_dir`` (:func:`load_latest_good`); returns it,
+        its trainer state and its batches sampled ahead, or None when the run has none."""
+        loaded = load_latest_good(
+            run_dir,
+            self.policy,
+            self.optimizer,
+            self.scheduler,
+            self.generator,
+            self.modules(),
+            warn=warn,
+        )
+        if loaded is None:
+            return None
+        path, state = loaded
+        self.version = state.step if state.policy_version is None else state.policy_version
+        return path, state, load_pending(path)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything an update depends on, in memory: weights, optimizer, schedule, version

@@ -10,21 +10,22 @@ import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlvr import algorithms
-from rlvr.checkpoint import TrainerState, load_latest_good
-from rlvr.collector import Collector, ReferenceScorer
+from rlvr.checkpoint import TrainerState
+from rlvr.collector import Collector, LocalRollouts, ReferenceScorer
 from rlvr.config import Config, ConfigError
 from rlvr.curriculum import make_sampler
 from rlvr.data import Task, build_task, data_fingerprint, limit_task_prompts
 from rlvr.devices import resolve_device
 from rlvr.engines import build_engine, close_engine
 from rlvr.evaluation import Judge, build_judge
-from rlvr.learner import Learner, apply_optimizer_config, lr_lambda
+from rlvr.learner import Learner, lr_lambda
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
@@ -89,6 +90,12 @@ def _sampling(cfg: Config, tokenizer: Any, token_stats: bool) -> tuple[SamplingP
     return sampling, greedy
 
 
+def encode_problem(tokenizer: Any, system_prompt: str | None, problem: Any) -> list[int]:
+    """A problem's prompt token ids: its messages (with the config's system prompt) through the
+    chat template."""
+    return encode_messages(tokenizer, problem.messages(system_prompt))
+
+
 def _no_token_stats(reward: CombinedReward) -> str:
     """Why rollout.engine: vllm cannot serve the run's confidence rewards (named)."""
     names = [t.label for t in reward.terms if CONFIDENCE_FIELDS & set(t.signature.names)]
@@ -99,7 +106,7 @@ def _no_token_stats(reward: CombinedReward) -> str:
     )
 
 
-def _build_learner(
+def build_learner(
     cfg: Config,
     algo: algorithms.Preset,
     policy: torch.nn.Module,
@@ -110,8 +117,7 @@ def _build_learner(
     AdamW, schedule; gradient checkpointing and ``torch.compile`` when the config asks."""
     device = next(policy.parameters()).device
     fast = auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
-    auto = auto_dtype(device)
-    train_dtype = auto if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
+    train_dtype = _train_dtype(cfg, device)
     reference = load_model(cfg.model.name, fast).to(device) if algo.beta > 0 else None
     value_head = None
     if algo.advantage == "gae":
@@ -144,28 +150,20 @@ def _build_learner(
 def resume_parts(
     cfg: Config,
     run_dir: Path,
-    learner: Learner,
+    learner: Any,
     sampler: Any,
-    generator: torch.Generator,
     state: TrainerState,
     changes: dict[str, Any],
     warn: Callable[[str], None],
-) -> tuple[Path | None, TrainerState]:
-    """Load the latest good checkpoint into the learner, the sampler and the random stream;
-    apply the optimizer settings a resume changed; ``warn`` hears about damaged checkpoints
-    passed over. Returns (the checkpoint loaded or None, the trainer state)."""
-    loaded = load_latest_good(
-        run_dir,
-        learner.policy,
-        learner.optimizer,
-        learner.scheduler,
-        generator,
-        learner.modules(),
-        warn=warn,
-    )
-    checkpoint = None
+) -> tuple[Path | None, TrainerState, list[Any]]:
+    """Load the latest good checkpoint into the learner (weights, optimizer, schedule, shuffling
+    stream, policy version) and the prompt sampler; apply the optimizer settings a resume
+    changed; ``warn`` hears about damaged checkpoints passed over. Returns the checkpoint loaded
+    (or None), the trainer state and the batches it holds sampled ahead."""
+    loaded = learner.load_checkpoint(run_dir, warn)
+    checkpoint, pending = None, []
     if loaded is not None:
-        checkpoint, loaded_state = loaded
+        checkpoint, loaded_state, pending = loaded
         if loaded_state.data_sha256 not in (None, state.data_sha256):
             raise ConfigError(
                 f"the data of task.path {cfg.task.path} changed since this run started (rows "
@@ -182,10 +180,9 @@ def resume_parts(
                 f"curriculum {cfg.curriculum.name!r} ({err}): resume with the run's own "
                 "curriculum and task settings"
             ) from None
-        learner.version = state.step
     if changes_optimizer(changes):
-        apply_optimizer_config(learner.optimizer, learner.scheduler, cfg)
-    return checkpoint, state
+        learner.apply_optimizer_config(cfg)
+    return checkpoint, state, pending
 
 
 @dataclass
@@ -213,15 +210,26 @@ class RunParts:
     generator: torch.Generator
 
 
-def build_parts(
+@dataclass
+class Front:
+    """What every process of a run builds first, before any model loads (bad data or a broken
+    reward fail here): the preset, the task, its fingerprint, the reward (probed), the judge,
+    and whether the engine must record per-token statistics."""
+
+    algo: algorithms.Preset
+    task: Task
+    fingerprint: str | None
+    reward: CombinedReward
+    judge: Judge
+    token_stats: bool
+
+
+def build_front(
     cfg: Config,
-    user_reward: Callable[..., float] | None = None,
-    cleanup: contextlib.ExitStack | None = None,
-    phase: Callable[[str], None] = lambda name: None,
-) -> RunParts:
-    """Build a run's parts from ``cfg``: the task and reward first (bad data or a broken reward
-    fail before any model loads), then the learner and the collector. What must be closed (the
-    reward's workers) is registered on ``cleanup``; ``phase`` is told the collector's phases."""
+    user_reward: Callable[..., float] | None,
+    cleanup: contextlib.ExitStack | None,
+) -> Front:
+    """The :class:`Front` of a run; the reward's workers are closed by ``cleanup``."""
     algo = resolve_algorithm(cfg)
     task = build_task(cfg.task)
     fingerprint = data_fingerprint(task)
@@ -236,18 +244,26 @@ def build_parts(
             raise ConfigError(_no_token_stats(reward))
         check_vllm_temperature(cfg.rollout.temperature)
         import_vllm()
-    device = resolve_device(cfg.train.device)
-    tokenizer = load_tokenizer(cfg.model.name)
-    policy = load_model(cfg.model.name, torch.float32).to(device)
-    policy.config.use_cache = False
-    task, _ = limit_task_prompts(task, tokenizer, policy, cfg)
-    sampling, greedy = _sampling(cfg, tokenizer, token_stats)
-    generator = torch.Generator().manual_seed(cfg.train.seed)
-    learner = _build_learner(cfg, algo, policy, tokenizer.pad_token_id, generator)
-    try:
-        sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
-    except ValueError as err:
-        raise ConfigError(f"curriculum: {err}") from None
+    return Front(algo, task, fingerprint, reward, judge, token_stats)
+
+
+def _train_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+    """The autocast dtype of training forwards (``train.autocast``)."""
+    auto = auto_dtype(device)
+    return auto if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
+
+
+def build_rollouts(
+    cfg: Config,
+    front: Front,
+    tokenizer: Any,
+    policy: torch.nn.Module,
+    cleanup: contextlib.ExitStack | None,
+) -> LocalRollouts:
+    """Sampling and scoring over ``policy`` in this process: the engine (closed by
+    ``cleanup``), the reward and, for rewards on the reference answer's probability, a
+    scorer over the policy."""
+    device = next(policy.parameters()).device
 
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
@@ -258,22 +274,59 @@ def build_parts(
         cleanup.callback(close_engine, engine)
     # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
     scorer = None
-    if REFERENCE_FIELDS & reward.field_names():
+    if REFERENCE_FIELDS & front.reward.field_names():
         scorer = ReferenceScorer(
-            policy, tokenizer, cfg.reward.answer_format, cfg.train.micro_batch_size, learner.dtype
+            policy,
+            tokenizer,
+            cfg.reward.answer_format,
+            cfg.train.micro_batch_size,
+            _train_dtype(cfg, device),
         )
-    collector = Collector(
-        engine,
-        sampler,
-        reward,
-        algo,
-        cfg,
-        lambda problem: encode_messages(tokenizer, problem.messages(cfg.model.system_prompt)),
-        decode,
-        sampling,
-        greedy,
-        generator,
-        scorer,
-        phase,
+    encode = partial(encode_problem, tokenizer, cfg.model.system_prompt)
+    return LocalRollouts(engine, front.reward, scorer, front.task, front.judge, encode, decode)
+
+
+def load_policy(cfg: Config) -> torch.nn.Module:
+    """The policy's fp32 weights on the run's device (``train.device``)."""
+    policy = load_model(cfg.model.name, torch.float32).to(resolve_device(cfg.train.device))
+    policy.config.use_cache = False
+    return policy
+
+
+def build_sampler(cfg: Config, task: Task) -> Any:
+    """The prompt sampler (``curriculum``)."""
+    try:
+        return make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
+    except ValueError as err:
+        raise ConfigError(f"curriculum: {err}") from None
+
+
+def build_parts(
+    cfg: Config,
+    user_reward: Callable[..., float] | None = None,
+    cleanup: contextlib.ExitStack | None = None,
+    phase: Callable[[str], None] = lambda name: None,
+) -> RunParts:
+    """Build a run's parts from ``cfg``: the task and reward first (bad data or a broken reward
+    fail before any model loads), then the learner and the collector. What must be closed (the
+    reward's workers) is registered on ``cleanup``; ``phase`` is told the collector's phases.
+    ``distributed.backend: ray`` builds them on Ray (:mod:`rlvr.distributed.ray_backend`)."""
+    if cfg.distributed.backend == "ray":
+        from rlvr.distributed.ray_backend import build_ray_parts
+
+        return build_ray_parts(cfg, user_reward, cleanup, phase)
+    front = build_front(cfg, user_reward, cleanup)
+    tokenizer = load_tokenizer(cfg.model.name)
+    policy = load_policy(cfg)
+    task, _ = limit_task_prompts(front.task, tokenizer, policy, cfg)
+    front.task = task
+    sampling, greedy = _sampling(cfg, tokenizer, front.token_stats)
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator)
+    sampler = build_sampler(cfg, task)
+    rollouts = build_rollouts(cfg, front, tokenizer, policy, cleanup)
+    collector = Collector(rollouts, sampler, front.algo, cfg, rollouts.encode, sampling, greedy)
+    collector.phase = phase
+    return RunParts(
+        task, front.reward, front.judge, front.fingerprint, tokenizer, learner, collector, generator
     )
-    return RunParts(task, reward, judge, fingerprint, tokenizer, learner, collector, generator)

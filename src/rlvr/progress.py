@@ -51,6 +51,18 @@ PROMPT_CHARS = 300  # characters of a sample's prompt shown in the stall warning
 COMPLETION_CHARS = 600  # ... and of its completion
 
 
+def worker_throughput(metrics: Mapping[str, float]) -> list[float]:
+    """Each rollout worker's sampled tokens per second (``rollout/worker{i}/tokens_per_s``), in
+    worker order (empty in one process)."""
+    found = {}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "rollout" and parts[1].startswith("worker"):
+            if parts[2] == "tokens_per_s" and parts[1][6:].isdigit():
+                found[int(parts[1][6:])] = value
+    return [found[i] for i in sorted(found)]
+
+
 def clock_text(seconds: float | None) -> str:
     """``H:MM:SS`` of a duration ("-" when unknown), e.g. ``clock_text(327.4) == "0:05:27"``."""
     return "-" if seconds is None else str(_dt.timedelta(seconds=round(seconds)))
@@ -260,6 +272,11 @@ class ProgressDisplay:
             for label, key, fmt in FIELDS
             if key in self.metrics
         ]
+        workers = worker_throughput(self.metrics)
+        if workers:  # Ray rollout workers: sampled tokens per second, each
+            out.append(("tok/s", "/".join(f"{v:.0f}" for v in workers)))
+        if self.metrics.get("staleness/max"):
+            out.append(("stale", f"{self.metrics['staleness/max']:.0f}"))
         per_step = mean_step_seconds(self.step_ends, self.step1_start or self.entered)
         eta = per_step * (self.total - self.step) if len(self.step_ends) >= 2 else None
         if per_step is not None:

@@ -41,6 +41,7 @@ FIXED_ON_RESUME = (
     "algorithm.advantage",
     "train.seed",
     "logging.run_dir",
+    "rollout.max_staleness",
 )
 
 # Keys of the optimiser and its schedule: a change is applied to the resumed optimiser.

@@ -31,13 +31,12 @@ from rlvr.checkpoint import (
     CheckpointError,
     TrainerState,
     latest_checkpoint,
-    save_checkpoint,
     set_aside,
 )
 from rlvr.config import Config, ConfigError, load_config, save_config
 from rlvr.curriculum import per_category
 from rlvr.data import Problem, Task, answer_extractor, data_stats
-from rlvr.errors import NonFiniteError, OutOfMemory
+from rlvr.errors import NonFiniteError, OutOfMemory, WorkerFailed
 from rlvr.evaluation import answer_entropy_within_groups, snapshot_params, update_sparsity
 from rlvr.guards import NonFiniteGuard, first_nonfinite, resume_hint
 from rlvr.learner import lr_lambda
@@ -140,7 +139,10 @@ def train(
 
     try:
         with contextlib.ExitStack() as cleanup:
-            return _run(cfg, run_dir, resume is not None, reward, cleanup, first_step_done)
+            try:
+                return _run(cfg, run_dir, resume is not None, reward, cleanup, first_step_done)
+            except WorkerFailed as err:  # a distributed run that cannot go on
+                raise WorkerFailed(f"{err}. {_resume_sentence(run_dir)}") from None
     except BaseException:
         if resume is None and not started[0]:  # leave nothing half-made, the old run back
             remove_artifacts(run_dir)
@@ -149,6 +151,13 @@ def train(
                 if path.is_dir() and not any(path.iterdir()):
                     path.rmdir()
         raise
+
+
+def _resume_sentence(run_dir: Path) -> str:
+    """How a run stopped by a failure goes on."""
+    if latest_checkpoint(run_dir) is None:
+        return "No checkpoint was written yet: start the run again"
+    return f"Resume from its last checkpoint with: rlvr train --resume {run_dir}"
 
 
 def with_callable_reward(cfg: Config, reward: Callable[..., float]) -> Config:
@@ -238,26 +247,58 @@ def _held_out(cfg: Config, task: Task) -> list[Problem]:
     return problems
 
 
-def _checkpoint(cfg: Config, run_dir: Path, state: TrainerState, parts: RunParts) -> None:
+def _checkpoint(
+    cfg: Config, run_dir: Path, state: TrainerState, parts: RunParts, pending: list[Any]
+) -> None:
     """Write the checkpoint of ``state.step`` (weights, optimizer, schedule, random streams,
-    the prompt sampler); non-finite weights stop the run instead (the last good one stays)."""
-    learner = parts.learner
+    the prompt sampler, the batches sampled ahead); non-finite weights stop the run instead
+    (the last good one stays)."""
     state.sampler = parts.collector.sampler.state_dict()
     try:
-        save_checkpoint(
-            run_dir,
-            state,
-            learner.policy,
-            parts.tokenizer,
-            learner.optimizer,
-            learner.scheduler,
-            parts.generator,
-            keep=max(cfg.checkpoint.keep, 2),  # the one before the newest survives
-            extra=learner.modules(),
-        )
+        keep = max(cfg.checkpoint.keep, 2)  # the one before the newest survives
+        parts.learner.save_checkpoint(run_dir, state, parts.tokenizer, keep, pending)
     except CheckpointError as err:  # weights went non-finite: keep the last good one
         hint = resume_hint(run_dir, latest_checkpoint(run_dir), [])
         raise NonFiniteError(f"{err}.{hint}") from None
+
+
+class _Ahead:
+    """Batches sampled ahead of the learner (``rollout.max_staleness`` = k >= 1): while step t
+    trains, the batches of steps up to t + k are sampled with the weights before its update, so
+    no batch is more than k policy versions old when it is trained on (AReaL, Fu et al. 2025;
+    verl's one-step off-policy with k = 1). k = 0 samples every batch when its step starts."""
+
+    def __init__(self, collector: Any, limit: int, last_step: int, batches: list[Any]) -> None:
+        self.collector, self.limit, self.last_step = collector, limit, last_step
+        self.batches = batches  # [(step, Trajectories, metrics)], oldest first
+
+    def take(self, step: int) -> tuple[Trajectories, dict[str, float]]:
+        """Step ``step``'s batch: sampled ahead, or now."""
+        if self.batches:
+            sampled_for, data, metrics = self.batches.pop(0)
+            assert sampled_for == step, (sampled_for, step)
+            return data, metrics
+        return self.collector.collect(step)
+
+    def fill(self, step: int) -> None:
+        """Sample the batches of steps step + 1 .. step + k not sampled yet."""
+        while len(self.batches) < self.limit:
+            nxt = step + 1 + len(self.batches)
+            if nxt > self.last_step:
+                return
+            self.batches.append((nxt, *self.collector.collect(nxt)))
+
+
+def _update(learner: Any, data: Trajectories, ahead: _Ahead, step: int) -> tuple[dict, str | None]:
+    """The learner's update on ``data`` while the batches ahead are sampled: at once on Ray
+    (``learner.runs_apart``: the learners train while the rollout workers sample), before the
+    update in one process (the weights the engine serves must still be the old ones)."""
+    if getattr(learner, "runs_apart", False):
+        pending = learner.start_update(data)
+        ahead.fill(step)
+        return pending.result()
+    ahead.fill(step)
+    return learner.update(data)
 
 
 def _run(
@@ -281,16 +322,18 @@ def _run(
     torch.manual_seed(cfg.train.seed)
     parts = build_parts(cfg, user_reward, cleanup, lambda name: progress.phase(name))
     task, learner, collector = parts.task, parts.learner, parts.collector
-    policy, sampler, judge = learner.policy, collector.sampler, parts.judge
     state = TrainerState(step=0, data_sha256=parts.fingerprint)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
-    initial_params = snapshot_params(policy) if cfg.logging.update_sparsity else None
-    checkpoint = None
+    apart = getattr(learner, "runs_apart", False)  # Ray learners measure it themselves
+    sparsity = cfg.logging.update_sparsity and not apart
+    initial_params = snapshot_params(learner.policy) if sparsity else None
+    checkpoint, pending = None, []
     if resuming:
-        checkpoint, state = resume_parts(
-            cfg, run_dir, learner, sampler, parts.generator, state, changes, _warn
+        checkpoint, state, pending = resume_parts(
+            cfg, run_dir, learner, collector.sampler, state, changes, _warn
         )
-        collector.publish(policy, learner.version)  # the engine serves the loaded weights
+        collector.publish(learner.weights(), learner.version)  # serve the loaded weights
+    ahead = _Ahead(collector, cfg.rollout.max_staleness, cfg.train.steps, pending)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     logger = _logger(cfg, run_dir, state.step if resuming else None)
     cleanup.callback(logger.close)
@@ -298,14 +341,13 @@ def _run(
     eval_problems = _held_out(cfg, task)
 
     def run_eval() -> dict[str, float]:
-        policy.eval()
-        return collector.evaluate(task, eval_problems, judge)
+        return collector.evaluate(eval_problems)
 
     last_saved = [state.step if checkpoint is not None else -1]
 
     def checkpoint_now() -> None:
         if last_saved[0] != state.step:  # not already written (a due one at the last step)
-            _checkpoint(cfg, run_dir, state, parts)
+            _checkpoint(cfg, run_dir, state, parts, ahead.batches)
             last_saved[0] = state.step
 
     if logger.repaired_lines:
@@ -330,20 +372,25 @@ def _run(
         while state.step < cfg.train.steps:
             t0 = time.perf_counter()
             learner.reset_reference_if_due(state.step)  # ProRL
-            # 1-3. prompts, G completions each, rewards (refilled by dynamic sampling)
+            # 1-3. prompts, G completions each, rewards (refilled by dynamic sampling), or the
+            # batch sampled ahead for this step (asynchronous rollouts)
             with _memory_hint(cfg, "sampling", run_dir, learner.device):
-                data, sampling_metrics = collector.collect()
+                data, sampling_metrics = ahead.take(state.step + 1)
             t_rollout = time.perf_counter() - t0
+            staleness = _staleness(learner.version, data, cfg.rollout.max_staleness)
 
-            # 4. advantages and policy update: mu epochs x minibatches x micro-batches;
-            # a non-finite reward, advantage, loss or gradient norm skips the update
+            # 4. advantages and policy update: mu epochs x minibatches x micro-batches (while
+            # later batches are sampled, max_staleness >= 1); a non-finite reward, advantage,
+            # loss or gradient norm skips the update
             progress.phase("training")
             bad = first_nonfinite({"rewards": data.rewards})
             train_metrics: dict[str, float] = {}
-            if bad is None:
-                with _memory_hint(cfg, "training", run_dir, learner.device):
-                    train_metrics, bad = learner.update(data)
-            collector.publish(policy, learner.version)
+            with _memory_hint(cfg, "training", run_dir, learner.device):
+                if bad is None:
+                    train_metrics, bad = _update(learner, data, ahead, state.step + 1)
+                else:
+                    ahead.fill(state.step + 1)
+            collector.publish(learner.weights(), learner.version)
             state.step += 1
             if bad is not None:
                 state.skipped_nonfinite += 1
@@ -357,13 +404,15 @@ def _run(
                 **step_metrics(data, task),
                 **sampling_metrics,
                 **train_metrics,
+                **staleness,
                 "train/skipped_nonfinite": float(state.skipped_nonfinite),
-                "lr": learner.scheduler.get_last_lr()[0],
+                "lr": learner.lr,
                 "time/rollout": t_rollout,
                 "time/step": time.perf_counter() - t0,
             }
             if initial_params is not None:
-                metrics["policy/params_changed_frac"] = update_sparsity(policy, initial_params)
+                params = learner.policy
+                metrics["policy/params_changed_frac"] = update_sparsity(params, initial_params)
             due_eval = cfg.eval.every and state.step % cfg.eval.every == 0
             if due_eval and eval_problems and state.step < cfg.train.steps:
                 progress.phase("eval")
@@ -404,6 +453,19 @@ def _run(
     summary["skipped_nonfinite"] = state.skipped_nonfinite
     summary["wall_seconds"] = time.perf_counter() - start_time
     return summary
+
+
+def _staleness(version: int, data: Trajectories, bound: int) -> dict[str, float]:
+    """``staleness/mean`` and ``/max``: policy versions between the learner (before this step's
+    update) and the policy that sampled the batch, over its samples; more than ``bound``
+    (``rollout.max_staleness``) is a bug, never trained on."""
+    lag = version - data.policy_version
+    if not 0 <= lag <= bound:
+        raise RuntimeError(
+            f"a batch sampled by policy version {data.policy_version} reached the learner at "
+            f"version {version}: staleness {lag} outside [0, {bound}] (rollout.max_staleness)"
+        )
+    return {"staleness/mean": float(lag), "staleness/max": float(lag)}
 
 
 def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
 from rlvr.data import Problem, Task
 from rlvr.evaluation.judge import Judge, judge_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.streams import group_keys, stream_key
 
 
 def evaluate_accuracy(
@@ -27,7 +26,8 @@ def evaluate_accuracy(
         encode: problem -> prompt token ids (chat template applied).
         decode: completion token ids -> text.
         sampling: temperature 0 for greedy accuracy, > 0 for sampled accuracy.
-        seed: seeds a private generator, so evaluation never moves the training RNG.
+        seed: names the samples' random streams (:mod:`rlvr.rollout.streams`), so evaluation
+            never moves the training RNG and samples the same wherever it runs.
         judge: who decides correctness (:mod:`rlvr.evaluation.judge`); default the task's
             own answer check. Each problem's completion is its own group.
     Returns:
@@ -37,8 +37,8 @@ def evaluate_accuracy(
         reward judge ``"reward_mean"``, the mean reward of the completions.
     """
     judge = judge or Judge()
-    generator = torch.Generator().manual_seed(seed)
-    rollout = engine.generate([encode(p) for p in problems], 1, sampling, generator)
+    keys = group_keys(stream_key(seed), len(problems), 1)
+    rollout = engine.generate([encode(p) for p in problems], 1, sampling, keys)
     scores, correct = judge_samples(
         judge,
         task,

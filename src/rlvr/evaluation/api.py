@@ -90,7 +90,7 @@ class EvalSettings:
         ks: the k of pass@k / maj@k.
         sampling: temperature, filters, token limit and stop strings (no stop token ids yet:
             they come with the tokenizer).
-        sampling_seed: seed of the sampler's generator.
+        sampling_seed: names the samples' random streams (:mod:`rlvr.rollout.streams`).
     """
 
     config: Config
@@ -368,7 +368,6 @@ def _sample(
         ``[problem][sample]``; ``sampling`` with the tokenizer's stop tokens; the seconds spent
         sampling.
     """
-    import torch
 
     from rlvr.engines import build_engine, close_engine
     from rlvr.models import encode_messages, stop_token_ids
@@ -382,14 +381,13 @@ def _sample(
     sampling = dataclasses.replace(settings.sampling, stop_token_ids=stop_token_ids(tokenizer))
     system_prompt = settings.config.model.system_prompt
     prompts = [encode_messages(tokenizer, p.messages(system_prompt)) for p in problems]
-    generator = torch.Generator(device=policy.device).manual_seed(settings.sampling_seed)
     engine = build_engine(cfg, policy, tokenizer, dtype, decode)
     try:
         advance, close = _progress_callback(len(problems) * settings.n, len(problems), console)
         start = time.perf_counter()
         try:
             ids, finished = generate_samples(
-                engine, prompts, settings.n, sampling, generator, max_batch, advance
+                engine, prompts, settings.n, sampling, settings.sampling_seed, max_batch, advance
             )
         finally:
             close()

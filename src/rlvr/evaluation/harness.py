@@ -40,6 +40,7 @@ from rlvr.evaluation.judge import Judge, build_judge, judge_samples
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.rollout.streams import sample_keys, stream_key
 
 SAMPLES_FILE = "samples.parquet"
 SUMMARY_FILE = "summary.json"
@@ -183,13 +184,15 @@ def generate_samples(
     prompts: Sequence[list[int]],
     n: int,
     sampling: SamplingParams,
-    generator: torch.Generator | None,
+    seed: int,
     max_batch: int = 256,
     on_chunk: Callable[[int, int], None] | None = None,
 ) -> tuple[list[list[list[int]]], list[list[bool]]]:
     """``n`` completions per prompt, in bounded chunks (:func:`chunk_plan`).
 
     Args:
+        seed: sample j of prompt i draws from the stream ``stream_key(seed, i, j)``
+            (:mod:`rlvr.rollout.streams`), however the samples are chunked.
         on_chunk: called after every chunk with ``(samples done in it, prompts completed so
             far)``, e.g. to advance a progress bar.
     Returns:
@@ -198,7 +201,10 @@ def generate_samples(
     ids: list[list[list[int]]] = [[] for _ in prompts]
     finished: list[list[bool]] = [[] for _ in prompts]
     for lo, hi, m in chunk_plan(len(prompts), n, max_batch):
-        rollout = engine.generate(list(prompts[lo:hi]), m, sampling, generator)
+        owners = torch.arange(lo, hi).repeat_interleave(m)
+        done = torch.tensor([len(ids[p]) for p in range(lo, hi)]).repeat_interleave(m)
+        keys = sample_keys(stream_key(seed), owners, done + torch.arange(m).repeat(hi - lo))
+        rollout = engine.generate(list(prompts[lo:hi]), m, sampling, keys)
         for j in range(hi - lo):
             ids[lo + j] += rollout.completion_ids[j * m : (j + 1) * m]
             finished[lo + j] += rollout.finished[j * m : (j + 1) * m]

@@ -366,6 +366,24 @@ class RewardBreakdown:
     reasons: dict[str, list[str | None]]
     events: dict[str, int] = field(default_factory=dict)
 
+    @staticmethod
+    def concat(parts: Sequence[RewardBreakdown]) -> RewardBreakdown:
+        """The breakdown of batches scored apart (shards of one draw), as if scored together:
+        per-sample lists concatenated, error and event counts added."""
+        first = parts[0]
+        events: dict[str, int] = {}
+        for p in parts:
+            for name, count in p.events.items():
+                events[name] = events.get(name, 0) + count
+        return RewardBreakdown(
+            total=[x for p in parts for x in p.total],
+            components={k: [x for p in parts for x in p.components[k]] for k in first.components},
+            weights=dict(first.weights),
+            errors={k: sum(p.errors[k] for p in parts) for k in first.errors},
+            reasons={k: [x for p in parts for x in p.reasons[k]] for k in first.reasons},
+            events=events,
+        )
+
     @property
     def num_errors(self) -> int:
         """Failed reward calls in this batch (all rewards)."""

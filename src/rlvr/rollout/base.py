@@ -11,6 +11,8 @@ from typing import Protocol
 
 import torch
 
+from rlvr.rollout.streams import random_keys
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -99,6 +101,21 @@ def throughput(completions: list[list[int]], seconds: float) -> dict[str, float]
     return {"rollout/seconds": seconds, "rollout/tokens_per_s": tokens / max(seconds, 1e-9)}
 
 
+def checked_keys(keys: torch.Tensor | None, total: int, sampling: SamplingParams) -> torch.Tensor:
+    """The [total] int64 stream keys of a ``generate`` call: ``keys`` checked, or drawn from
+    torch's global generator when None (zeros when greedy: no randomness is used)."""
+    if keys is None:
+        if sampling.temperature <= 0:
+            return torch.zeros(total, dtype=torch.long)
+        return random_keys(total)
+    keys = torch.as_tensor(keys, dtype=torch.long).cpu()
+    if keys.shape != (total,):
+        raise ValueError(
+            f"generate: keys must have shape ({total},) (P * n), got {tuple(keys.shape)}"
+        )
+    return keys
+
+
 class RolloutEngine(Protocol):
     """What the trainer needs from a generation backend."""
 
@@ -107,9 +124,11 @@ class RolloutEngine(Protocol):
         prompts: list[list[int]],
         n: int,
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        keys: torch.Tensor | None = None,
     ) -> Rollout:
-        """Sample ``n`` completions for each prompt (token ids, unpadded)."""
+        """Sample ``n`` completions for each prompt (token ids, unpadded); sample i draws from
+        the random stream ``keys[i]`` ([P * n] int64, :mod:`rlvr.rollout.streams`; None: keys
+        drawn from torch's global generator; unused when greedy)."""
 
     def update_weights(self, policy: torch.nn.Module) -> None:
         """Copy the policy's current weights into the engine, in memory."""

@@ -68,26 +68,27 @@ def _inverse_cdf_sample(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def sample_next(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw one token per row.
 
     Args:
         logits: [B, V] raw next-token logits (any float dtype; computed in fp32).
+        u: [B, 1] float64 uniforms in [0, 1), one per row (each row's stream:
+            :func:`rlvr.rollout.streams.uniforms`); unused (may be None) when greedy.
     Returns:
         tokens [B] long, and logprobs [B]: log-prob of each token under the temperature-scaled
         distribution before top-k/top-p/min-p truncation (the policy the trainer optimises);
-        greedy decoding (temperature 0) reports log-probs at temperature 1. One uniform per row
-        is drawn from ``generator``; rows are processed in cache-sized chunks.
+        greedy decoding (temperature 0) reports log-probs at temperature 1. Rows are processed
+        in cache-sized chunks.
     """
     b = logits.shape[0]
     tokens = torch.empty(b, dtype=torch.long, device=logits.device)
     logprobs = torch.empty(b, dtype=torch.float32, device=logits.device)
     greedy = params.temperature <= 0
     if not greedy:
-        # drawn where the generator lives (the run's CPU stream, checkpointed), used anywhere
-        where = generator.device if generator is not None else logits.device
-        u = torch.rand((b, 1), generator=generator, dtype=torch.float64, device=where)
+        if u is None or u.shape != (b, 1):
+            raise ValueError(f"sample_next needs uniforms of shape ({b}, 1) when sampling")
         u = u.to(logits.device)
     for rows in _row_chunks(logits):
         chunk = logits[rows].float()

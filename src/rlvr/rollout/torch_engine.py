@@ -24,9 +24,10 @@ import torch
 from transformers import PreTrainedModel
 
 from rlvr.rollout import attention as decode_attention
-from rlvr.rollout.base import Rollout, SamplingParams, throughput
+from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
 from rlvr.rollout.decoder import make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
+from rlvr.rollout.streams import uniforms
 
 
 def _cpuinfo() -> str:
@@ -145,9 +146,10 @@ class TorchEngine:
         prompts: list[list[int]],
         n: int,
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        keys: torch.Tensor | None = None,
     ) -> Rollout:
-        """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
+        """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout` and
+        :meth:`rlvr.rollout.base.RolloutEngine.generate` (``keys``: each sample's stream)."""
         if sampling.stop and self.decode is None:
             raise ValueError(
                 "SamplingParams.stop needs the engine's decode function: "
@@ -155,6 +157,7 @@ class TorchEngine:
             )
         start = time.perf_counter()
         total = len(prompts) * n
+        keys = checked_keys(keys, total, sampling)
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
@@ -165,7 +168,9 @@ class TorchEngine:
         # split across chunks has its prompt prefilled once per chunk.
         for lo in range(0, total, self.max_batch):
             owner = torch.arange(lo, min(total, lo + self.max_batch)) // n
-            c, lp, f, ent, sc = self._generate_chunk(prompts, owner, sampling, generator)
+            c, lp, f, ent, sc = self._generate_chunk(
+                prompts, owner, sampling, keys[lo : lo + len(owner)]
+            )
             completions += c
             logprobs += lp
             finished += f
@@ -191,11 +196,13 @@ class TorchEngine:
         prompts: list[list[int]],
         owner: torch.Tensor,
         sampling: SamplingParams,
-        generator: torch.Generator | None,
+        keys: torch.Tensor,
     ) -> tuple[
         list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
     ]:
-        """Decode one sample per entry of ``owner`` (its prompt index); returns token ids,
+        """Decode one sample per entry of ``owner`` (its prompt index) from its stream ``keys``
+        [len(owner)] (the uniform of position t is ``uniforms(key, t)``, whichever rows share the
+        batch); returns token ids,
         log-probs, finished flags, and per-token entropy / self-certainty (empty lists unless
         ``sampling.token_stats``)."""
         device = next(self.model.parameters()).device
@@ -213,7 +220,8 @@ class TorchEngine:
         entropy_out: list[list[float]] = [[] for _ in range(n_stats)]
         certainty_out: list[list[float]] = [[] for _ in range(n_stats)]
         for step in range(sampling.max_new_tokens):
-            tok, logp = sample_next(logits, sampling, generator)
+            u = None if sampling.temperature <= 0 else uniforms(keys[live], step)
+            tok, logp = sample_next(logits, sampling, u)
             for sample, t, lp in zip(live, tok.tolist(), logp.tolist(), strict=True):
                 tokens_out[sample].append(t)
                 logps_out[sample].append(lp)

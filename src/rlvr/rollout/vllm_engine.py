@@ -19,10 +19,11 @@ How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
   real sampling distribution): ``log p - log(kept mass)``, above rlvr's convention by the log of
   the kept mass; no vLLM mode reports the untruncated value then (``raw_logprobs`` drops the
   temperature). Greedy decoding reports log-probs at temperature 1, as the torch engine does.
-- **Sampling streams.** Every sample is its own vLLM request with its own seed, drawn from the
-  run's generator (checkpointed): samples of a prompt are independent streams, and a resumed run
-  draws the same seeds. vLLM's per-request samplers make a sample depend only on its seed and
-  its logits, not on which other requests share the batch.
+- **Sampling streams.** Every sample is its own vLLM request seeded by its sample's stream key
+  (:mod:`rlvr.rollout.streams`: seed, step, draw, prompt, sample): samples of a prompt are
+  independent streams, and a resumed run, or one split across rollout workers, draws the same
+  seeds. vLLM's per-request samplers make a sample depend only on its seed and its logits, not
+  on which other requests share the batch.
 - **Stops.** Only ``SamplingParams.stop_token_ids`` and ``stop`` end a sample (``ignore_eos``:
   the trainer already lists EOS among the stop ids); the token that ends it is kept, as in the
   torch engine.
@@ -43,7 +44,7 @@ from typing import Any
 import torch
 
 from rlvr.errors import RlvrError
-from rlvr.rollout.base import Rollout, SamplingParams, throughput
+from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
 
 LOGPROBS_MODE = "processed_logprobs"
 """vLLM's log-probs after temperature scaling (see the module docstring)."""
@@ -225,17 +226,16 @@ class VLLMEngine:
         prompts: list[list[int]],
         n: int,
         sampling: SamplingParams,
-        generator: torch.Generator | None = None,
+        keys: torch.Tensor | None = None,
     ) -> Rollout:
-        """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout`."""
+        """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout` (each
+        request is seeded by its sample's key, below 2**63)."""
         check_vllm_temperature(sampling.temperature)
         start = time.perf_counter()
         total = len(prompts) * n
         seeds: list[int | None] = [None] * total  # greedy: no random stream is used
         if sampling.temperature > 0:
-            where = generator.device if generator is not None else "cpu"
-            draws = torch.randint(0, 2**31 - 1, (total,), generator=generator, device=where)
-            seeds = draws.tolist()
+            seeds = (checked_keys(keys, total, sampling) & (2**63 - 1)).tolist()
         requests = [{"prompt_token_ids": list(prompts[i // n])} for i in range(total)]
         params = [vllm_sampling_params(self._vllm, sampling, s) for s in seeds]
         self._wake()
