@@ -42,6 +42,7 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/memory.py
 	$(BIN)/python bench/grpo_step.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/scaling.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -65,9 +65,13 @@ def run_once(name: str, cfg: dict, tmp_path_factory) -> dict[int, dict]:
 
 def test_local_and_ray_with_one_or_two_workers_log_the_same_steps(cluster, tmp_path_factory):
     """Worker-count invariance: every sample's stream is named by (seed, step, draw, prompt,
-    sample), so 1 or 2 rollout workers sample the tokens one process samples."""
+    sample), so 1 or 2 rollout workers sample the tokens one process samples (and weights sent
+    through the object store or the broadcast group are the same weights)."""
     local = run_once("local", tiny_config(Path("unused"), steps=3), tmp_path_factory)
-    one = run_once("ray1", ray_config(Path("unused"), 1), tmp_path_factory)
+    object_store = {"weight_sync": "object_store"}  # the fallback to the broadcast group
+    one = run_once(
+        "ray1", ray_config(Path("unused"), 1, distributed=object_store), tmp_path_factory
+    )
     two = run_once("ray2", ray_config(Path("unused"), 2), tmp_path_factory)
     assert local == one == two
     assert local[3]["staleness/max"] == 0.0
@@ -118,34 +122,33 @@ def test_asynchronous_rollouts_respect_the_staleness_bound_and_match_local(
     assert "rollout/is_weight_mean" in local[2]  # AReaL's behaviour weight, truncated at 2
 
 
-def test_a_ray_run_stopped_and_resumed_continues_with_the_same_steps(
+def test_a_learner_failure_ends_the_run_with_the_resume_command_and_resume_is_exact(
     cluster, tmp_path_factory, monkeypatch
 ):
-    """A Ray run (asynchronous, so the batch sampled ahead is in the checkpoint) failing in
-    step 2 and resumed gives the undisturbed run's steps."""
-    from rlvr import collector as collector_module
+    """The learner is killed during step 2 of an asynchronous Ray run (so the checkpoint of
+    step 1 holds the batch sampled ahead): the run ends naming the resume command, and the
+    resumed run logs the undisturbed run's steps."""
+    from rlvr.distributed import ray_backend
+    from rlvr.errors import WorkerFailed
 
     run_dir = tmp_path_factory.mktemp("resumed") / "run"
     cfg = ray_config(run_dir, 2, rollout={"max_staleness": 1})
-    original = collector_module.Collector.collect
+    original = ray_backend.RayLearners.start_update
 
-    def fail_at_three(self, step):  # sampled ahead while step 2 trains
-        if step == 3:
-            raise KeyboardInterrupt
-        return original(self, step)
+    def kill_in_step_two(self, data):
+        if self.version == 1:
+            ray.kill(self.ranks[0])
+        return original(self, data)
 
-    monkeypatch.setattr(collector_module.Collector, "collect", fail_at_three)
-    with pytest.raises(KeyboardInterrupt):
+    monkeypatch.setattr(ray_backend.RayLearners, "start_update", kill_in_step_two)
+    with pytest.raises(WorkerFailed, match=f"a learner failed.*rlvr train --resume {run_dir}"):
         train(build_config(cfg))
-    monkeypatch.setattr(collector_module.Collector, "collect", original)
+    monkeypatch.setattr(ray_backend.RayLearners, "start_update", original)
     assert sorted(step_rows(run_dir)) == [1]
-    saved = run_dir / "checkpoints" / "step_000001"
-    assert (saved / "pending.pt").is_file()
+    assert (run_dir / "checkpoints" / "step_000001" / "pending.pt").is_file()
     train(build_config(cfg), resume=run_dir)
-    want = run_once(
-        "ray2_async", ray_config(Path("unused"), 2, rollout={"max_staleness": 1}), tmp_path_factory
-    )
-    assert comparable(step_rows(run_dir)) == want
+    async_cfg = ray_config(Path("unused"), 2, rollout={"max_staleness": 1})
+    assert comparable(step_rows(run_dir)) == run_once("ray2_async", async_cfg, tmp_path_factory)
 
 
 def test_impossible_resources_fail_fast_naming_the_resource(cluster, tmp_path):

@@ -44,9 +44,12 @@ def _where() -> dict[str, Any]:
     }
 
 
-def _threads(cfg: Config) -> None:
-    """torch threads: ``train.threads``, else one per CPU the actor reserved (at least one)."""
-    torch.set_num_threads(cfg.train.threads or max(1, int(cfg.distributed.cpus_per_worker)))
+def _threads(cfg: Config, learner: bool) -> None:
+    """torch threads: one per CPU the actor reserved (at least one); a learner uses
+    ``train.threads`` when set (it trains while the rollout workers wait, unless
+    ``rollout.max_staleness`` overlaps them)."""
+    reserved = max(1, int(cfg.distributed.cpus_per_worker))
+    torch.set_num_threads((cfg.train.threads or reserved) if learner else reserved)
 
 
 class RolloutWorker:
@@ -55,7 +58,7 @@ class RolloutWorker:
     def __init__(self, cfg_data: dict[str, Any], user_reward: Any, index: int) -> None:
         quiet_transformers()
         cfg = Config.model_validate(cfg_data)
-        _threads(cfg)
+        _threads(cfg, learner=False)
         self.index = index
         self._cleanup = contextlib.ExitStack()
         front = build_front(cfg, user_reward, self._cleanup)
@@ -120,7 +123,7 @@ class LearnerWorker:
     def __init__(self, cfg_data: dict[str, Any], rank: int, world: int) -> None:
         quiet_transformers()
         self.cfg = Config.model_validate(cfg_data)
-        _threads(self.cfg)
+        _threads(self.cfg, learner=True)
         self.rank, self.world = rank, world
         self.learner: Any = None
         self.tokenizer: Any = None

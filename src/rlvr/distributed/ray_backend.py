@@ -52,11 +52,11 @@ from rlvr.rollout import SamplingParams
 from rlvr.trajectories import Trajectories
 
 
-class RayUnavailable(RlvrError):
+class RayUnavailable(RlvrError, ValueError):
     """``distributed.backend: ray`` without Ray installed."""
 
 
-class InfeasibleResources(RlvrError):
+class InfeasibleResources(RlvrError, ValueError):
     """The actors ask for more CPUs or GPUs than the Ray cluster has."""
 
 
@@ -148,9 +148,18 @@ class RayLearners:
         self.cfg, self._ray, self.version = cfg, ray, 0
         self.algo = resolve_algorithm(cfg)
         self.device = resolve_device(cfg.train.device)
-        cls = ray.remote(LearnerWorker).options(**_options(cfg))
         data, world = cfg.model_dump(mode="json"), cfg.distributed.learners
-        self.ranks = [cls.remote(data, rank, world) for rank in range(world)]
+        # rank 0 writes checkpoints: on this machine when it can, beside the run directory
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        cls = ray.remote(LearnerWorker)
+        self.ranks = [
+            cls.options(
+                **_options(cfg), scheduling_strategy=here if rank == 0 else "DEFAULT"
+            ).remote(data, rank, world)
+            for rank in range(world)
+        ]
         address = self._get([self.ranks[0].address.remote()], "start")[0]
         infos = self._get(
             [r.setup.remote(address, cfg.distributed.timeout_s) for r in self.ranks], "start"
