@@ -37,10 +37,18 @@ def cluster():
     ray.shutdown()
 
 
+EVAL = {"before": False, "after": False, "every": 2, "sampled": True}
+"""Held-out evaluation at step 2, greedy and sampled: split across the workers on Ray."""
+
+
+def local_config(run_dir: Path, steps: int = 3, **sections) -> dict:
+    return tiny_config(run_dir, steps=steps, eval=EVAL, **sections)
+
+
 def ray_config(run_dir: Path, workers: int = 1, steps: int = 3, **sections) -> dict:
     distributed = {"backend": "ray", "rollout_workers": workers, "cpus_per_worker": 0.25}
     distributed.update(sections.pop("distributed", {}))
-    return tiny_config(run_dir, steps=steps, distributed=distributed, **sections)
+    return local_config(run_dir, steps=steps, distributed=distributed, **sections)
 
 
 def comparable(rows: dict[int, dict]) -> dict[int, dict]:
@@ -67,13 +75,14 @@ def test_local_and_ray_with_one_or_two_workers_log_the_same_steps(cluster, tmp_p
     """Worker-count invariance: every sample's stream is named by (seed, step, draw, prompt,
     sample), so 1 or 2 rollout workers sample the tokens one process samples (and weights sent
     through the object store or the broadcast group are the same weights)."""
-    local = run_once("local", tiny_config(Path("unused"), steps=3), tmp_path_factory)
+    local = run_once("local", local_config(Path("unused")), tmp_path_factory)
     object_store = {"weight_sync": "object_store"}  # the fallback to the broadcast group
     one = run_once(
         "ray1", ray_config(Path("unused"), 1, distributed=object_store), tmp_path_factory
     )
     two = run_once("ray2", ray_config(Path("unused"), 2), tmp_path_factory)
     assert local == one == two
+    assert "eval/sampled_accuracy" in local[2]
     assert local[3]["staleness/max"] == 0.0
 
 
@@ -111,13 +120,13 @@ def test_asynchronous_rollouts_respect_the_staleness_bound_and_match_local(
 ):
     """max_staleness 1: the next batch is sampled while the learner trains; batches are at most
     one version old, and Ray (overlapping) equals one process (sampling ahead in turn)."""
-    async_local = tiny_config(Path("unused"), steps=3, rollout={"max_staleness": 1})
+    async_local = local_config(Path("unused"), rollout={"max_staleness": 1})
     local = run_once("local_async", async_local, tmp_path_factory)
     cfg = ray_config(Path("unused"), 2, rollout={"max_staleness": 1})
     remote = run_once("ray2_async", cfg, tmp_path_factory)
     assert local == remote
     assert [local[s]["staleness/max"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
-    sync = run_once("local", tiny_config(Path("unused"), steps=3), tmp_path_factory)
+    sync = run_once("local", local_config(Path("unused")), tmp_path_factory)
     assert local[1] != sync[1] or local[2] != sync[2]  # the decoupled objective is at work
     assert "rollout/is_weight_mean" in local[2]  # AReaL's behaviour weight, truncated at 2
 

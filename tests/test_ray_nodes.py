@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_ray import TESTS, comparable, ray_config
-from test_trainer import step_rows, tiny_config
+from test_ray import TESTS, comparable, local_config, ray_config
+from test_trainer import step_rows
 
 from rlvr.config import build_config
 from rlvr.trainer import train
@@ -56,5 +56,5 @@ def test_a_lost_node_is_survived_with_the_same_metrics(two_nodes, tmp_path, monk
     assert len(removed) == 1
     assert f"rollout worker {removed[0]} failed" in capfd.readouterr().err
     local = tmp_path / "local"
-    train(build_config(tiny_config(local, steps=3)))
+    train(build_config(local_config(local)))
     assert comparable(step_rows(run_dir)) == comparable(step_rows(local))

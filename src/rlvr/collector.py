@@ -23,7 +23,8 @@ from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, Task
-from rlvr.evaluation import Judge, evaluate_accuracy
+from rlvr.evaluation import Judge
+from rlvr.evaluation.accuracy import AccuracyRecords, accuracy_metrics, sample_and_judge
 from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rewards.registry import CombinedReward, RewardBreakdown
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
@@ -191,12 +192,27 @@ class LocalRollouts:
     def publish(self, policy: Any, version: int) -> None:
         self.engine.update_weights(policy)
 
+    def records(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int = 0
+    ) -> AccuracyRecords:
+        """One judged completion per problem (``first``: the problems' offset in the whole
+        held-out list, which names their streams)."""
+        return sample_and_judge(
+            self.engine,
+            self.task,
+            problems,
+            self.encode,
+            self.decode,
+            sampling,
+            seed,
+            self.judge,
+            first,
+        )
+
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int
     ) -> dict[str, float]:
-        return evaluate_accuracy(
-            self.engine, self.task, problems, self.encode, self.decode, sampling, seed, self.judge
-        )
+        return accuracy_metrics(self.records(problems, sampling, seed), problems, self.judge.name)
 
     def worker_stats(self) -> dict[str, float]:
         return {}

@@ -26,6 +26,7 @@ from rlvr.devices import resolve_device
 from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.weights import WeightGroup, free_port, named_tensors
 from rlvr.evaluation import snapshot_params, update_sparsity
+from rlvr.evaluation.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
 from rlvr.parts import build_front, build_learner, build_rollouts, load_policy, resolve_algorithm
 from rlvr.rollout import SamplingParams
@@ -81,10 +82,10 @@ class RolloutWorker:
     ) -> Scored:
         return self.rollouts.run(problems, prompt_ids, n, sampling, keys)
 
-    def evaluate(
-        self, problems: list[Problem], sampling: SamplingParams, seed: int
-    ) -> dict[str, float]:
-        return self.rollouts.evaluate(problems, sampling, seed)
+    def records(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int
+    ) -> AccuracyRecords:
+        return self.rollouts.records(problems, sampling, seed, first)
 
     def load_state(self, tensors: list[torch.Tensor], version: int) -> int:
         """New weights through the object store (``named_tensors`` order)."""

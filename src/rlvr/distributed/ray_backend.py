@@ -39,6 +39,7 @@ from rlvr.data import Problem, limit_task_prompts
 from rlvr.devices import resolve_device
 from rlvr.distributed.actors import LearnerWorker, RolloutWorker
 from rlvr.errors import RlvrError, WorkerFailed
+from rlvr.evaluation.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer, resolve
 from rlvr.parts import (
     RunParts,
@@ -240,11 +241,12 @@ class RayRollouts:
         cfg: Config,
         user_reward: Any,
         learners: RayLearners,
+        judge_name: str = "task",
         note: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
     ) -> None:
         ray = import_ray()
         self.cfg, self._ray, self.learners, self.note = cfg, ray, learners, note
-        self.user_reward = user_reward
+        self.user_reward, self.judge_name = user_reward, judge_name
         self.cls = ray.remote(RolloutWorker).options(**_options(cfg), scheduling_strategy="SPREAD")
         self.data = cfg.model_dump(mode="json")
         self.workers = [self._start(i) for i in range(cfg.distributed.rollout_workers)]
@@ -331,7 +333,13 @@ class RayRollouts:
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int
     ) -> dict[str, float]:
-        return self._call("evaluate", {0: (problems, sampling, seed)})[0]
+        """Held-out accuracy, the problems split across the workers (each problem's stream is
+        named by its place in the whole list: the same samples as one process)."""
+        parts = shards(len(problems), len(self.workers))
+        args = {i: (problems[lo:hi], sampling, seed, lo) for i, (lo, hi) in enumerate(parts)}
+        results = self._call("records", args)
+        records = AccuracyRecords.concat([results[i] for i in range(len(parts))])
+        return accuracy_metrics(records, problems, self.judge_name)
 
     def worker_stats(self) -> dict[str, float]:
         return dict(self._stats)
@@ -423,7 +431,7 @@ def build_ray_parts(
     start = time.perf_counter()
     learners = RayLearners(cfg)
     cleanup.callback(learners.close)
-    rollouts = RayRollouts(cfg, user_reward, learners)
+    rollouts = RayRollouts(cfg, user_reward, learners, front.judge.name)
     cleanup.callback(rollouts.close)
     print(
         f"ray: {len(rollouts.workers)} rollout worker(s), {len(learners.ranks)} learner(s) on "

@@ -3,11 +3,85 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rlvr.data import Problem, Task
 from rlvr.evaluation.judge import Judge, judge_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
+
+
+@dataclass
+class AccuracyRecords:
+    """Per problem: judged correct, the judge's score, completion length, finished."""
+
+    correct: list[bool]
+    scores: list[float]
+    lengths: list[int]
+    finished: list[bool]
+
+    @staticmethod
+    def concat(parts: list[AccuracyRecords]) -> AccuracyRecords:
+        """Records of consecutive shards of the problems, in order."""
+        return AccuracyRecords(
+            [x for p in parts for x in p.correct],
+            [x for p in parts for x in p.scores],
+            [x for p in parts for x in p.lengths],
+            [x for p in parts for x in p.finished],
+        )
+
+
+def sample_and_judge(
+    engine: RolloutEngine,
+    task: Task,
+    problems: list[Problem],
+    encode: Callable[[Problem], list[int]],
+    decode: Callable[[list[int]], str],
+    sampling: SamplingParams,
+    seed: int = 1234,
+    judge: Judge | None = None,
+    first: int = 0,
+) -> AccuracyRecords:
+    """One completion per problem, judged; problem i of the list draws from the stream
+    ``stream_key(seed, first + i, 0)``, so problems split in shards (``first``: the shard's
+    offset) sample what they sample together."""
+    judge = judge or Judge()
+    keys = group_keys(stream_key(seed), len(problems), 1, first_prompt=first)
+    rollout = engine.generate([encode(p) for p in problems], 1, sampling, keys)
+    scores, correct = judge_samples(
+        judge,
+        task,
+        [decode(ids) for ids in rollout.completion_ids],
+        problems,
+        [len(ids) for ids in rollout.completion_ids],
+        range(len(problems)),
+    )
+    lengths = [len(c) for c in rollout.completion_ids]
+    return AccuracyRecords(list(correct), list(scores), lengths, list(rollout.finished))
+
+
+def accuracy_metrics(
+    records: AccuracyRecords, problems: list[Problem], judge_name: str
+) -> dict[str, float]:
+    """``{"accuracy", "length_mean", "truncated_frac", "n"}`` (``n``: problems scored, for
+    confidence intervals), ``"accuracy/<category>"`` for each category of the problems (a task
+    with ``task.levels``), and with the reward judge ``"reward_mean"``."""
+    n = max(len(problems), 1)
+    out = {
+        "accuracy": sum(records.correct) / n,
+        "length_mean": sum(records.lengths) / n,
+        "truncated_frac": sum(not f for f in records.finished) / n,
+        "n": float(len(problems)),
+    }
+    if judge_name == "reward":
+        out["reward_mean"] = sum(records.scores) / n
+    by_category: dict[str, list[bool]] = {}
+    for problem, ok in zip(problems, records.correct, strict=True):
+        if problem.category:
+            by_category.setdefault(problem.category, []).append(ok)
+    for category, flags in by_category.items():
+        out[f"accuracy/{category}"] = sum(flags) / len(flags)
+    return out
 
 
 def evaluate_accuracy(
@@ -20,7 +94,8 @@ def evaluate_accuracy(
     seed: int = 1234,
     judge: Judge | None = None,
 ) -> dict[str, float]:
-    """Fraction of ``problems`` whose single completion ``judge`` calls correct.
+    """Fraction of ``problems`` whose single completion ``judge`` calls correct
+    (:func:`sample_and_judge`, :func:`accuracy_metrics`).
 
     Args:
         encode: problem -> prompt token ids (chat template applied).
@@ -30,36 +105,7 @@ def evaluate_accuracy(
             never moves the training RNG and samples the same wherever it runs.
         judge: who decides correctness (:mod:`rlvr.evaluation.judge`); default the task's
             own answer check. Each problem's completion is its own group.
-    Returns:
-        ``{"accuracy", "length_mean", "truncated_frac", "n"}`` (``n``: problems scored, for
-        confidence intervals), plus ``"accuracy/<category>"`` for each
-        category when the problems have one (a task with ``task.levels``), and with the
-        reward judge ``"reward_mean"``, the mean reward of the completions.
     """
     judge = judge or Judge()
-    keys = group_keys(stream_key(seed), len(problems), 1)
-    rollout = engine.generate([encode(p) for p in problems], 1, sampling, keys)
-    scores, correct = judge_samples(
-        judge,
-        task,
-        [decode(ids) for ids in rollout.completion_ids],
-        problems,
-        [len(ids) for ids in rollout.completion_ids],
-        range(len(problems)),
-    )
-    n = max(len(problems), 1)
-    out = {
-        "accuracy": sum(correct) / n,
-        "length_mean": sum(len(c) for c in rollout.completion_ids) / n,
-        "truncated_frac": sum(not f for f in rollout.finished) / n,
-        "n": float(len(problems)),
-    }
-    if judge.name == "reward":
-        out["reward_mean"] = sum(scores) / n
-    by_category: dict[str, list[bool]] = {}
-    for problem, ok in zip(problems, correct, strict=True):
-        if problem.category:
-            by_category.setdefault(problem.category, []).append(ok)
-    for category, flags in by_category.items():
-        out[f"accuracy/{category}"] = sum(flags) / len(flags)
-    return out
+    records = sample_and_judge(engine, task, problems, encode, decode, sampling, seed, judge)
+    return accuracy_metrics(records, problems, judge.name)
