@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated rlvr cache and tiny random models built in-process."""
+"""Shared fixtures: an isolated rlvr cache and tiny random models built in-process; the
+pytest-xdist groups of modules that must run on one worker."""
 
 from __future__ import annotations
 
@@ -9,8 +10,42 @@ import pytest
 import torch
 
 # A cache shared by the whole test session (tiny models are built once, SmolLM2 converted once).
+# Its writes are atomic (save under a temporary name, then rename), so xdist workers can share it.
 os.environ.setdefault("RLVR_CACHE", str(Path(__file__).resolve().parent.parent / ".cache-tests"))
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+# pytest imports readline at start-up, and GNU readline exports the terminal's size (80x24
+# without one) as COLUMNS and LINES to the C environment, so pytest-xdist's workers start with
+# COLUMNS=80. rlvr.cli's console, made at import, would keep that width for good and ignore
+# the COLUMNS the CLI tests set.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+# Modules whose tests run on one pytest-xdist worker, one after the other (`--dist loadgroup`
+# in pyproject.toml; other tests go to whichever worker is free):
+XDIST_GROUPS = {
+    # One Ray cluster at a time: while ray.cluster_utils.Cluster (test_ray_nodes) is up, it
+    # advertises itself in /tmp/ray/ray_current_cluster, and ray.init() without an address
+    # (test_ray's module-scoped cluster) joins it instead of starting its own (and then refuses
+    # num_cpus: ValueError).
+    "test_ray.py": "ray",
+    "test_ray_nodes.py": "ray",
+    # module-scoped fixtures too costly to build once per worker: a vLLM engine, the reference
+    # run of the resume tests, a trained reward model, a judged run
+    "test_vllm_engine.py": "vllm_engine",
+    "test_trainer.py": "trainer",
+    "test_reward_model.py": "reward_model",
+    "test_eval_judge.py": "eval_judge",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the marks into its groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`XDIST_GROUPS`' modules with their ``xdist_group``."""
+    for item in items:
+        group = XDIST_GROUPS.get(item.path.name)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ def cluster():
     reward module."""
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
     ray.init(
+        address="local",  # a new instance, never one already running on the machine
         num_cpus=2,
         include_dashboard=False,
         runtime_env={"env_vars": {"PYTHONPATH": path}},

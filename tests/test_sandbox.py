@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sandbox_attacks import descendants, is_pool_helper, proc_status, sandbox_uid_processes
+from test_sandbox_attacks import descendants, is_pool_helper, leaked_sandbox_processes
 
 from rlvr.rewards.sandbox import (
     SANDBOX_UID_BASE,
@@ -46,20 +46,16 @@ def _needs(layers: tuple[str, ...], *wanted: str) -> None:
         pytest.skip(f"this host refuses the kernel feature(s) {missing} (unshare/mount denied)")
 
 
-def _sandbox_processes() -> list[tuple[int, str]]:
-    """(pid, state) of every process, zombies included, owned by a sandbox uid."""
-    return [(pid, proc_status(pid).get("State", "?")) for pid, _ in sandbox_uid_processes()]
-
-
 @pytest.fixture
 def no_leftovers():
-    """After the test: no sandbox-uid process and no new descendant of this process."""
+    """After the test: no new descendant of this process and no process, zombies included, of
+    a sandbox uid that no run holds (runs of other processes, such as the other pytest-xdist
+    worker's, hold their uids and are not counted)."""
     before = set(descendants(os.getpid()))
     yield
     left = [p for p in descendants(os.getpid()) if p not in before]
     assert [p for p in left if not is_pool_helper(p)] == [], "sandbox processes outlived it"
-    if IS_ROOT:
-        assert _sandbox_processes() == []
+    assert leaked_sandbox_processes() == []
 
 
 # --- basics ---------------------------------------------------------------------------------

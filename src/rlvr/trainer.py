@@ -10,6 +10,9 @@ One step:
      beta * KL to the reference) over micro-batches, weighted by the minibatch's global token /
      sequence counts, then clips gradients and steps AdamW;
   5. the collector is given the new weights; the loop logs, evaluates and checkpoints when due.
+With ``rollout.max_staleness`` = k >= 1 the batches of the next k steps are sampled during step 4
+with the weights before it (:class:`_Ahead`). The same loop drives one process and Ray
+(``distributed.backend``, :mod:`rlvr.distributed.ray_backend`): only the parts differ.
 Everything algorithmic is a pure function in :mod:`rlvr.algorithms`; this file only wires.
 """
 

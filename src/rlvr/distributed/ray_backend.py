@@ -88,7 +88,7 @@ def connect(cfg: Config) -> bool:
         return False
     path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
     ray.init(
-        address=cfg.distributed.address,
+        address=cfg.distributed.address or "local",  # null: a new instance, never another's
         include_dashboard=False,
         runtime_env={"env_vars": {"PYTHONPATH": path}},
         logging_level="WARNING",
