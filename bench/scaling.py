@@ -71,7 +71,8 @@ def main() -> None:
     args = ap.parse_args()
     device = resolve_device(args.device)
     base = yaml.safe_load((BENCH.parent / "configs" / "demo.yaml").read_text())
-    base["train"].update({"steps": args.steps, "device": str(device)})
+    # the learner's threads: both cores (as in configs/ray_local.yaml; one process uses them too)
+    base["train"].update({"steps": args.steps, "device": str(device), "threads": 2})
     base["eval"] = {"before": False, "after": False}
     base["checkpoint"] = {"every": 0, "save_final": False}
     ray_sizes = {"cpus_per_worker": 0.5}

@@ -133,7 +133,7 @@ def sample_and_score(
 
 class Rollouts(Protocol):
     """Where groups are sampled and scored: in this process (:class:`LocalRollouts`) or on Ray
-    rollout workers (:class:`rlvr.distributed.RayRollouts`); the same results either way."""
+    rollout workers (:class:`rlvr.distributed.ray_backend.RayRollouts`); the same results either way."""
 
     def run(
         self,

@@ -194,10 +194,12 @@ class RunParts:
         fingerprint: the task data's SHA-256 (before prompts over the length limit are
             dropped), checked on resume.
         tokenizer: the model's tokenizer.
-        learner: the policy, its optimizer and update (:mod:`rlvr.learner`).
-        collector: the engine, the prompt sampler and scoring (:mod:`rlvr.collector`).
-        generator: the random stream shared by sampling and minibatch shuffling, in this
-            order within a step (a checkpoint stores it).
+        learner: the policy, its optimizer and update (:mod:`rlvr.learner`), or the Ray
+            learners' handle (:class:`rlvr.distributed.ray_backend.RayLearners`).
+        collector: the prompt sampler and the rollouts (:mod:`rlvr.collector`).
+        generator: the learner's random stream (minibatch shuffling; sampling uses the named
+            streams of :mod:`rlvr.rollout.streams`; a checkpoint stores it), or None on Ray
+            (it lives in the learners).
     """
 
     task: Task
@@ -205,9 +207,9 @@ class RunParts:
     judge: Judge
     fingerprint: str | None
     tokenizer: Any
-    learner: Learner
+    learner: Any  # Learner or RayLearners
     collector: Collector
-    generator: torch.Generator
+    generator: torch.Generator | None
 
 
 @dataclass

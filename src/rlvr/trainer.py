@@ -393,7 +393,9 @@ def _run(
                     train_metrics, bad = _update(learner, data, ahead, state.step + 1)
                 else:
                     ahead.fill(state.step + 1)
+            t_publish = time.perf_counter()
             collector.publish(learner.weights(), learner.version)
+            t_publish = time.perf_counter() - t_publish
             state.step += 1
             if bad is not None:
                 state.skipped_nonfinite += 1
@@ -411,6 +413,7 @@ def _run(
                 "train/skipped_nonfinite": float(state.skipped_nonfinite),
                 "lr": learner.lr,
                 "time/rollout": t_rollout,
+                "time/publish": t_publish,
                 "time/step": time.perf_counter() - t0,
             }
             if initial_params is not None:
