@@ -6,9 +6,10 @@ metrics equal one process's."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from test_ray import TESTS, comparable, local_config, ray_config
+from test_ray import TESTS, comparable, local_config, ray_config, run_once
 from test_trainer import step_rows
 
 from rlvr.config import build_config
@@ -31,10 +32,13 @@ def two_nodes():
     cluster.shutdown()
 
 
-def test_a_lost_node_is_survived_with_the_same_metrics(two_nodes, tmp_path, monkeypatch, capfd):
+def test_a_lost_node_is_survived_with_the_same_metrics(
+    two_nodes, tmp_path, tmp_path_factory, monkeypatch, capfd
+):
     from rlvr.distributed import ray_backend
 
     cluster, node = two_nodes
+    factory = tmp_path_factory  # one process's run, shared with test_ray (same xdist worker)
     removed = []
 
     def remove_node_in_step_two(rollouts, index):
@@ -55,6 +59,4 @@ def test_a_lost_node_is_survived_with_the_same_metrics(two_nodes, tmp_path, monk
     train(build_config(ray_config(run_dir, 2, distributed={"cpus_per_worker": 0.3})))
     assert len(removed) == 1
     assert f"rollout worker {removed[0]} failed" in capfd.readouterr().err
-    local = tmp_path / "local"
-    train(build_config(local_config(local)))
-    assert comparable(step_rows(run_dir)) == comparable(step_rows(local))
+    assert comparable(step_rows(run_dir)) == run_once("local", local_config(Path("x")), factory)
