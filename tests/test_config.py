@@ -281,3 +281,17 @@ def test_save_then_load_round_trips(tmp_path) -> None:
     default_out = tmp_path / "default.yaml"
     save_config(Config(), default_out)
     assert load_config(default_out) == Config()
+
+
+def test_every_shipped_config_validates() -> None:
+    """configs/*.yaml load as they are (a renamed key would break `rlvr train configs/...`)."""
+    from pathlib import Path
+
+    from rlvr.config import load_config
+
+    shipped = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+    assert len(shipped) >= 7
+    for path in shipped:
+        load_config(path)
+    ray_local = load_config(Path(__file__).parent.parent / "configs" / "ray_local.yaml")
+    assert ray_local.distributed.backend == "ray" and ray_local.distributed.rollout_workers == 2
