@@ -386,6 +386,7 @@ class Learner:
     version: int = 0
     compiled: torch.nn.Module | None = None
     group: Any = None
+    runs_apart = False  # in this process: the update cannot overlap sampling (see Ray's)
 
     def share(self, rows: torch.Tensor) -> torch.Tensor:
         """The part of ``rows`` this learner trains on: all of them in one process, a contiguous

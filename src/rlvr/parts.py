@@ -116,7 +116,7 @@ def build_learner(
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
     AdamW, schedule; gradient checkpointing and ``torch.compile`` when the config asks."""
     device = next(policy.parameters()).device
-    fast = auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
+    fast = _rollout_dtype(cfg, device)
     train_dtype = _train_dtype(cfg, device)
     reference = load_model(cfg.model.name, fast).to(device) if algo.beta > 0 else None
     value_head = None
@@ -249,6 +249,11 @@ def build_front(
     return Front(algo, task, fingerprint, reward, judge, token_stats)
 
 
+def _rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+    """The rollout engine's (and the reference model's) dtype (``rollout.dtype``)."""
+    return auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
+
+
 def _train_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     """The autocast dtype of training forwards (``train.autocast``)."""
     auto = auto_dtype(device)
@@ -270,8 +275,7 @@ def build_rollouts(
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
-    fast = auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
-    engine = build_engine(cfg, policy, tokenizer, fast, decode)
+    engine = build_engine(cfg, policy, tokenizer, _rollout_dtype(cfg, device), decode)
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy

@@ -296,7 +296,7 @@ def _update(learner: Any, data: Trajectories, ahead: _Ahead, step: int) -> tuple
     """The learner's update on ``data`` while the batches ahead are sampled: at once on Ray
     (``learner.runs_apart``: the learners train while the rollout workers sample), before the
     update in one process (the weights the engine serves must still be the old ones)."""
-    if getattr(learner, "runs_apart", False):
+    if learner.runs_apart:
         pending = learner.start_update(data)
         ahead.fill(step)
         return pending.result()
@@ -327,8 +327,8 @@ def _run(
     task, learner, collector = parts.task, parts.learner, parts.collector
     state = TrainerState(step=0, data_sha256=parts.fingerprint)
     # the initial weights, for the fraction of parameters RL changes (update sparsity)
-    apart = getattr(learner, "runs_apart", False)  # Ray learners measure it themselves
-    sparsity = cfg.logging.update_sparsity and not apart
+    # the Ray learners measure it themselves
+    sparsity = cfg.logging.update_sparsity and not learner.runs_apart
     initial_params = snapshot_params(learner.policy) if sparsity else None
     checkpoint, pending = None, []
     if resuming:

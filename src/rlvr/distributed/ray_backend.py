@@ -216,10 +216,6 @@ class RayLearners:
         (``fresh``: publish the current ones first)."""
         return self._get([self.ranks[0].state.remote(fresh)], "publishing weights")[0]
 
-    @property
-    def policy(self) -> Any:
-        raise ConfigError("the policy lives on the Ray learners: this needs backend: local")
-
     def close(self) -> None:
         for actor in self.ranks:
             with contextlib.suppress(Exception):
@@ -365,9 +361,9 @@ class RayRollouts:
                 refs += [w.receive.remote(version) for w in self.workers]
                 self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
                 return
-            except _fault_types(self._ray) + (self._ray.exceptions.RayTaskError,) as err:
+            except _fault_types(self._ray) + (self._ray.exceptions.RayTaskError,):
                 self.grouped = False  # replaced workers are sent the new weights again
-                self._replace_dead(err)
+                self._call("ready", {i: () for i in range(len(self.workers))})  # replace the dead
         raise WorkerFailed(f"could not publish policy version {version} to the rollout workers")
 
     def _form_group(self) -> None:
@@ -383,16 +379,6 @@ class RayRollouts:
         ]
         self._ray.get(refs, timeout=timeout)
         self.grouped = True
-
-    def _replace_dead(self, err: BaseException) -> None:
-        """Replace the workers that no longer answer."""
-        for i, worker in enumerate(self.workers):
-            try:
-                self._ray.get(
-                    worker.ready.remote(), timeout=min(30, self.cfg.distributed.timeout_s)
-                )
-            except _fault_types(self._ray):
-                self._replace(i, err)
 
     def close(self) -> None:
         for worker in self.workers:

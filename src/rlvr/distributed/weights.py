@@ -65,7 +65,11 @@ class WeightGroup:
         options = dist.BroadcastOptions()
         options.rootRank = 0
         for index in buckets(tensors):
-            flat = torch.cat([tensors[i].detach().reshape(-1) for i in index]).to(self.device)
+            if self.rank == 0:
+                flat = torch.cat([tensors[i].detach().reshape(-1) for i in index]).to(self.device)
+            else:  # a buffer to receive into
+                size = sum(tensors[i].numel() for i in index)
+                flat = torch.empty(size, dtype=tensors[index[0]].dtype, device=self.device)
             self.group.broadcast([flat], options).wait()
             if self.rank != 0:
                 offset = 0
