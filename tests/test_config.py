@@ -225,8 +225,8 @@ def test_wrong_type_names_field() -> None:
 
 
 def test_out_of_range_names_field() -> None:
-    with pytest.raises(ConfigError, match=r"task\.level: .*less than or equal to 6.*got 7"):
-        build_config({"task": {"level": 7}})
+    with pytest.raises(ConfigError, match=r"task\.level: .*less than or equal to 8.*got 9"):
+        build_config({"task": {"level": 9}})
     with pytest.raises(ConfigError, match=r"rollout\.group_size: .*greater than or equal to 1"):
         build_config({}, ["rollout.group_size=0"])
 

@@ -89,7 +89,7 @@ def test_is_held_out_is_sha256_mod_100() -> None:
 
 
 def test_held_out_percent_per_level() -> None:
-    assert HELD_OUT_PERCENT == {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10}
+    assert HELD_OUT_PERCENT == {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10, 7: 10, 8: 10}
     for level in LEVELS:
         task = ArithmeticTask(level=level, n_eval=1)
         assert task.held_out_percent == HELD_OUT_PERCENT[level]
@@ -191,9 +191,13 @@ def test_level_shapes() -> None:
     for e in exprs(6):
         assert "(" in e and len(re.findall(r" [+\-*] ", e)) in (3, 4)
         assert all(1 <= int(n) <= 12 for n in re.findall(r"\d+", e))
+    assert all(re.fullmatch(r"[1-9]\d\d \* [1-9]\d", e) for e in exprs(7))
+    level8 = exprs(8)
+    assert all(re.fullmatch(r"[1-9]\d\d \* [1-9]\d [+-] [1-9]\d\d", e) for e in level8)
+    assert {e.split()[3] for e in level8} == {"+", "-"}
 
 
-@pytest.mark.parametrize("level", [3, 4, 5, 6])
+@pytest.mark.parametrize("level", [3, 4, 5, 6, 7, 8])
 def test_eval_size_and_uniqueness(level: int) -> None:
     task = ArithmeticTask(level=level, seed=0, n_eval=150)
     problems = task.eval_problems()
@@ -239,8 +243,8 @@ def test_score_uses_numeric_reward() -> None:
 
 
 def test_arithmetic_errors() -> None:
-    with pytest.raises(ValueError, match=r"level must be one of \[1, 2, 3, 4, 5, 6\], got 7"):
-        ArithmeticTask(level=7)
+    with pytest.raises(ValueError, match=r"level must be one of \[1, 2, 3, 4, 5, 6, 7, 8\], got 9"):
+        ArithmeticTask(level=9)
     with pytest.raises(ValueError, match="level"):
         ArithmeticTask(level=0)
     with pytest.raises(ValueError, match="n_eval"):

@@ -23,6 +23,8 @@ from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, Task
+from rlvr.envs.agent import Agent, counts, episode_metrics, succeeded
+from rlvr.envs.episodes import Episode
 from rlvr.evaluation import Judge
 from rlvr.evaluation.accuracy import AccuracyRecords, accuracy_metrics, sample_and_judge
 from rlvr.rewards.reference_probability import reference_answer_logprobs
@@ -65,6 +67,10 @@ class Scored:
 
     N = P * n samples of P prompts, sample i of prompt i // n. ``breakdown`` holds the reward's
     unweighted terms and error counts per sample; ``tokens_per_s``: the engine's throughput.
+    Agent episodes (:mod:`rlvr.envs`) also carry their prompts (the environment's first
+    messages), the per-sample fields of :class:`~rlvr.trajectories.Trajectories` they fill
+    (action masks, turn rewards, anchors, transcripts) and their summed counts
+    (:func:`rlvr.envs.agent.counts`).
     """
 
     completion_ids: list[list[int]]
@@ -75,6 +81,16 @@ class Scored:
     seconds: float
     tokens_per_s: float
     reward_seconds: float
+    prompt_ids: list[list[int]] | None = None
+    action_mask: list[list[int]] | None = None
+    turn_rewards: list[list[float]] | None = None
+    anchors: list[list[Any]] | None = None
+    transcripts: list[list[dict[str, Any]]] | None = None
+    episode_counts: dict[str, float] | None = None
+
+
+def _joined(lists: list[list | None]) -> list | None:
+    return None if lists[0] is None else [x for part in lists for x in part]
 
 
 def concat_scored(parts: list[Scored]) -> Scored:
@@ -82,6 +98,9 @@ def concat_scored(parts: list[Scored]) -> Scored:
     slowest shard's time, the shards ran side by side)."""
     seconds = max(p.seconds for p in parts)
     tokens = sum(len(c) for p in parts for c in p.completion_ids)
+    counts = None
+    if parts[0].episode_counts is not None:
+        counts = {k: sum(p.episode_counts[k] for p in parts) for k in parts[0].episode_counts}
     return Scored(
         [c for p in parts for c in p.completion_ids],
         [x for p in parts for x in p.logprobs],
@@ -91,6 +110,12 @@ def concat_scored(parts: list[Scored]) -> Scored:
         seconds,
         tokens / max(seconds, 1e-9),
         max(p.reward_seconds for p in parts),
+        _joined([p.prompt_ids for p in parts]),
+        _joined([p.action_mask for p in parts]),
+        _joined([p.turn_rewards for p in parts]),
+        _joined([p.anchors for p in parts]),
+        _joined([p.transcripts for p in parts]),
+        counts,
     )
 
 
@@ -131,6 +156,67 @@ def sample_and_score(
     )
 
 
+def play_and_score(
+    engine: RolloutEngine,
+    agent: Agent,
+    problems: list[Problem],
+    n: int,
+    sampling: SamplingParams,
+    keys: torch.Tensor | None,
+) -> Scored:
+    """Play ``n`` episodes of each problem (:meth:`rlvr.envs.agent.Agent.play`); the
+    environment's rewards are the scores (one term, ``env``: each episode's return)."""
+    start = time.perf_counter()
+    prompts, episodes = agent.play(engine, problems, n, sampling, keys)
+    seconds = time.perf_counter() - start
+    returns = [e.reward for e in episodes]
+    breakdown = RewardBreakdown(
+        total=returns,
+        components={"env": returns},
+        weights={"env": 1.0},
+        errors={"env": 0},
+        reasons={"env": [None] * len(episodes)},
+    )
+    sampled = sum(sum(e.action_mask) for e in episodes)
+    return Scored(
+        [e.completion_ids for e in episodes],
+        [e.logprobs for e in episodes],
+        [e.finished for e in episodes],
+        [e.last_action for e in episodes],
+        breakdown,
+        seconds,
+        sampled / max(seconds, 1e-9),
+        0.0,
+        prompts,
+        [e.action_mask for e in episodes],
+        [e.turn_rewards for e in episodes],
+        [e.anchors for e in episodes],
+        [e.messages for e in episodes],
+        counts(episodes),
+    )
+
+
+def _kept(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in rows]
+
+
+def episode_records(episodes: list[Episode]) -> AccuracyRecords:
+    """Held-out records of one episode per problem: success, return, tokens after the prompt,
+    not truncated, and the agent extras (turns, tool calls and errors, invalid actions)."""
+    return AccuracyRecords(
+        [succeeded(e) for e in episodes],
+        [e.reward for e in episodes],
+        [len(e.completion_ids) for e in episodes],
+        [not e.truncated for e in episodes],
+        {
+            "turns": [float(e.num_turns) for e in episodes],
+            "tool_calls": [float(e.tool_calls) for e in episodes],
+            "tool_errors": [float(e.tool_errors) for e in episodes],
+            "invalid_actions": [float(e.invalid_actions) for e in episodes],
+        },
+    )
+
+
 class Rollouts(Protocol):
     """Where groups are sampled and scored: in this process (:class:`LocalRollouts`) or on Ray
     rollout workers (:class:`rlvr.distributed.ray_backend.RayRollouts`); the same results either way."""
@@ -168,6 +254,7 @@ class LocalRollouts:
     judge: Judge
     encode: Callable[[Problem], list[int]]
     decode: Callable[[list[int]], str]
+    agent: Agent | None = None
 
     def run(
         self,
@@ -177,6 +264,8 @@ class LocalRollouts:
         sampling: SamplingParams,
         keys: torch.Tensor | None,
     ) -> Scored:
+        if self.agent is not None:  # episodes: the prompts are the environments' first messages
+            return play_and_score(self.engine, self.agent, problems, n, sampling, keys)
         return sample_and_score(
             self.engine,
             self.reward,
@@ -197,6 +286,9 @@ class LocalRollouts:
     ) -> AccuracyRecords:
         """One judged completion per problem (``first``: the problems' offset in the whole
         held-out list, which names their streams)."""
+        if self.agent is not None:
+            keys = group_keys(stream_key(seed), len(problems), 1, first_prompt=first)
+            return episode_records(self.agent.play(self.engine, problems, 1, sampling, keys)[1])
         return sample_and_judge(
             self.engine,
             self.task,
@@ -244,6 +336,7 @@ class Collector:
     version: int = 0
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
+    _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def publish(self, policy: Any, version: int) -> None:
         """Serve ``policy``'s weights from now on, as policy ``version``."""
@@ -274,9 +367,15 @@ class Collector:
         algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
         self.phase("sampling")
         problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
-        prompt_ids = [self.encode(p) for p in problems]
+        agent = self.cfg.env.name is not None  # the environments' first messages are the prompts
+        prompt_ids = [] if agent else [self.encode(p) for p in problems]
         keys = group_keys(stream_key(self.cfg.train.seed, step, draw), len(problems), n)
         scored = self.rollouts.run(problems, prompt_ids, n, self.sampling, keys)
+        if scored.prompt_ids is not None:
+            prompt_ids = scored.prompt_ids
+        if scored.episode_counts is not None:
+            for key, value in scored.episode_counts.items():
+                self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
         ids = torch.arange(len(problems)).repeat_interleave(n)
         rewards = self.rewards(scored)
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
@@ -306,6 +405,10 @@ class Collector:
                 for label, values in scored.breakdown.components.items()
             },
             self.version,
+            _kept(scored.action_mask, k),
+            _kept(scored.turn_rewards, k),
+            _kept(scored.anchors, k),
+            _kept(scored.transcripts, k),
         )
 
     def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
@@ -329,6 +432,9 @@ class Collector:
             }
         )
         metrics.update(self.sampler.metrics())
+        if self._episode_counts:
+            metrics.update(episode_metrics(self._episode_counts))
+            self._episode_counts.clear()
         metrics.update(self.rollouts.worker_stats())
         metrics["time/reward"] = self._reward_seconds
         self._reward_metrics.clear()

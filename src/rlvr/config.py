@@ -44,11 +44,16 @@ class TaskConfig(Section):
 
     name: str = Field(
         "arithmetic",
-        description="arithmetic, file, countdown, or reasoning_gym:NAME "
-        "(e.g. reasoning_gym:chain_sum); file reads task.path",
+        description="arithmetic, file, countdown, reasoning_gym:NAME (e.g. "
+        "reasoning_gym:chain_sum), guess_number or textarena:ENV_ID (problems of agent "
+        "environments); file reads task.path",
     )
     level: int = Field(
-        2, ge=1, le=6, description="difficulty: arithmetic 1 (one-digit +) to 6, countdown 1 to 3"
+        2,
+        ge=1,
+        le=8,
+        description="difficulty: arithmetic 1 (one-digit +) to 8 (products of three- and "
+        "two-digit numbers, for the calculator environment), countdown 1 to 3",
     )
     levels: list[int] | None = Field(
         None,
@@ -132,25 +137,34 @@ class TaskConfig(Section):
 
     @model_validator(mode="after")
     def _check_task(self) -> TaskConfig:
-        builtin = ("arithmetic", "file", "countdown")
+        builtin = ("arithmetic", "file", "countdown", "guess_number")
         rg = self.name.startswith("reasoning_gym:")
-        if self.name not in builtin and not (rg and len(self.name) > len("reasoning_gym:")):
+        ta = self.name.startswith("textarena:") and len(self.name) > len("textarena:")
+        if (
+            self.name not in builtin
+            and not (rg and len(self.name) > len("reasoning_gym:"))
+            and not ta
+        ):
             raise ValueError(
-                f"task.name must be one of {', '.join(builtin)}, or reasoning_gym:NAME with NAME "
-                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum); got {self.name!r}"
+                f"task.name must be one of {', '.join(builtin)}, reasoning_gym:NAME with NAME "
+                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), or textarena:ENV_ID; "
+                f"got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
             raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
         if self.levels is not None:
-            top = {"arithmetic": 6, "countdown": 3}.get(self.name)
+            top = {"arithmetic": 8, "countdown": 3}.get(self.name)
             if top is None:
                 raise ValueError("task.levels only applies to the arithmetic and countdown tasks")
             if not self.levels or len(set(self.levels)) != len(self.levels):
                 raise ValueError(f"task.levels must be distinct levels, got {self.levels}")
             if not all(1 <= level <= top for level in self.levels):
                 raise ValueError(f"task.levels must be within 1..{top} for {self.name}")
-        if self.dataset_kwargs and not rg:
-            raise ValueError("task.dataset_kwargs only applies to reasoning_gym:NAME tasks")
+        if self.dataset_kwargs and not rg and self.name != "guess_number":
+            raise ValueError(
+                "task.dataset_kwargs only applies to reasoning_gym:NAME tasks and guess_number "
+                "({max_value: N})"
+            )
         reserved = sorted(
             {"name", "seed", "size", "n_eval", "prompt_template"} & set(self.dataset_kwargs)
         )
@@ -495,10 +509,26 @@ class AlgorithmConfig(Section):
         "sequence) or geometric (exp of the mean log-ratio, length-independent): both mask "
         "whole sequences",
     )
+    credit: Literal["broadcast", "turn_discounted", "gigpo", "gated"] = Field(
+        "broadcast",
+        description="agent episodes: credit across turns (rlvr.algorithms.credit): broadcast "
+        "(the episode's advantage on every action), turn_discounted (discounted return of each "
+        "turn, compared at equal depth), gigpo (episode + gigpo_weight x step advantage within "
+        "turns sharing an anchor state; Feng et al. 2025), gated (turn_discounted with "
+        "intermediate turn rewards counted only when the outcome >= credit_gate)",
+    )
+    credit_gamma: float = Field(
+        1.0, ge=0, le=1, description="discount of turn rewards (turn_discounted, gigpo, gated)"
+    )
+    gigpo_weight: float = Field(1.0, ge=0, description="gigpo: weight w of the step advantage")
+    credit_gate: float = Field(
+        1.0, description="gated: the outcome (last turn's reward) that turn rewards need"
+    )
 
     # fields of the training loop, not of the algorithm preset
     LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"preset", "ppo_epochs", "minibatches", "tis_cap", "tis_level", "mis_band", "mis_level"}
+        | {"credit", "credit_gamma", "gigpo_weight", "credit_gate"}
     )
 
     @model_validator(mode="after")
@@ -524,6 +554,30 @@ class AlgorithmConfig(Section):
             for k, v in self.model_dump().items()
             if k not in self.LOOP_FIELDS and v is not None
         }
+
+
+class EnvConfig(Section):
+    """An agent environment (docs/agents.md): the run plays multi-turn episodes on the task's
+    problems instead of sampling single completions."""
+
+    name: str | None = Field(
+        None,
+        description="None: single completions (no environment); a built-in environment "
+        "(calculator, guess_number, single_turn, gem) or 'module:Class' (a user environment)",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the environment"
+    )
+    max_turns: int = Field(4, ge=1, description="actions per episode at most")
+    max_episode_tokens: int = Field(
+        512,
+        ge=1,
+        description="tokens after the prompt (actions and observations) at most; each action "
+        "may use what is left, up to rollout.max_new_tokens",
+    )
+    max_observation_tokens: int = Field(
+        256, ge=8, description="longer observations are cut (and counted)"
+    )
 
 
 class TrainConfig(Section):
@@ -663,6 +717,7 @@ class Config(Section):
     logging: LoggingConfig = LoggingConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     distributed: DistributedConfig = DistributedConfig()
+    env: EnvConfig = EnvConfig()
 
     @model_validator(mode="after")
     def _behaviour_correction(self) -> Config:
@@ -671,6 +726,15 @@ class Config(Section):
         algo = self.algorithm
         if self.rollout.max_staleness and algo.tis_cap is None and algo.mis_band is None:
             algo.tis_cap = 2.0
+        return self
+
+    @model_validator(mode="after")
+    def _check_credit(self) -> Config:
+        if self.algorithm.credit != "broadcast" and self.env.name is None:
+            raise ValueError(
+                f"algorithm.credit: {self.algorithm.credit} assigns credit across the turns of "
+                "agent episodes; set env.name (an environment), or keep credit: broadcast"
+            )
         return self
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rlvr import algorithms
+from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
 from rlvr.config import Config
 from rlvr.guards import first_nonfinite
@@ -219,13 +220,13 @@ def _micro_batch_loss(
         logp,
         old,
         adv,
-        sub.completion_mask,
+        sub.action_mask,
         algo.clip_low,
         algo.clip_high,
         algo.dual_clip,
     )
     sampler_logp = step.sampler_logp[sub_rows, :width]
-    weights = _sampler_weights(cfg, old, sampler_logp, sub.completion_mask, averages, describe)
+    weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe)
     if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights
     if step.ref_logp is not None and algo.kl_in == "loss":
@@ -245,7 +246,7 @@ def _micro_batch_loss(
             values[0],
             step.old_values[sub_rows, :width],
             step.returns[sub_rows, :width],
-            sub.completion_mask,
+            sub.action_mask,
             algo.value_clip,
         )
         v_loss = algorithms.aggregate(
@@ -263,8 +264,8 @@ def _micro_batch_loss(
         raise _SkipStep("loss", "policy/loss", loss.item())
     averages.add("policy/loss", loss.item())
     ent = entropy.detach()
-    averages.add("policy/entropy", algorithms.masked_mean(ent, sub.completion_mask).item())
-    for k, v in algorithms.policy_metrics(info, sub.completion_mask).items():
+    averages.add("policy/entropy", algorithms.masked_mean(ent, sub.action_mask).item())
+    for k, v in algorithms.policy_metrics(info, sub.action_mask).items():
         averages.add(f"policy/{k}", v)
     return loss
 
@@ -309,7 +310,7 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     n, mb = len(data), cfg.train.micro_batch_size
     kl_in_loss = learner.reference is not None and algo.kl_in == "loss"
     skippable = not kl_in_loss and not algo.entropy_coef and learner.value_head is None
-    mask, advantages = step.batch.completion_mask, step.advantages
+    mask, advantages = step.batch.action_mask, step.advantages
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
     nonzero = nonzero.cpu()  # indexes the CPU row orders of the shuffle
     averages = _Averages()
@@ -351,6 +352,30 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
         metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
     metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
     return metrics, None
+
+
+def turn_credit(
+    algo: algorithms.Preset, settings: Any, data: Trajectories, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per-token advantages [N, T] of agent episodes under ``algorithm.credit``
+    (:mod:`rlvr.algorithms.credit`): per-turn advantages with the preset's estimator as the
+    group baseline, spread over each turn's sampled tokens (``mask`` [N, T])."""
+
+    def estimator(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+        inputs = algorithms.AdvantageInputs(rewards=rewards.float(), group_ids=group_ids)
+        return algorithms.preset_advantages(algo, inputs).advantages
+
+    per_turn = assign_credit(
+        settings.credit,
+        data.turn_rewards,
+        data.anchors,
+        data.group_ids.cpu(),
+        estimator,
+        gamma=settings.credit_gamma,
+        weight=settings.gigpo_weight,
+        gate=settings.credit_gate,
+    )
+    return token_advantages(per_turn, mask.cpu()).to(mask.device)
 
 
 @dataclass
@@ -425,8 +450,13 @@ class Learner:
         per-token KL to the reference when it is a reward (None otherwise)."""
         algo, cfg = self.algo, self.cfg
         device = self.device
-        batch = make_batch(data.prompt_ids, data.completion_ids, self.pad_token_id, data.group_ids)
-        batch = batch.to(device)
+        batch = make_batch(
+            data.prompt_ids,
+            data.completion_ids,
+            self.pad_token_id,
+            data.group_ids,
+            data.action_mask,
+        ).to(device)
         kl_in_reward = self.reference is not None and algo.kl_in == "reward"
         need_old = (
             not self.on_policy
@@ -449,7 +479,7 @@ class Learner:
         if self.reference is not None:
             ref = _no_grad_pass(self.reference, batch, self.temperature, cfg, autocast, only=mine)
             ref_logp = self._sum_over_group(ref[:1])[0]
-        mask = batch.completion_mask
+        mask = batch.action_mask
         token_kl = None
         if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
             token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp) * mask
@@ -463,6 +493,9 @@ class Learner:
             greedy_rewards=None if greedy is None else greedy.to(device),
         )
         estimated = algorithms.preset_advantages(algo, inputs)
+        advantages = estimated.advantages
+        if data.turn_rewards is not None and cfg.algorithm.credit != "broadcast":
+            advantages = turn_credit(algo, cfg.algorithm, data, mask)
         train_mask = mask.float()
         if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
             train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho)
@@ -473,7 +506,7 @@ class Learner:
         sampler_logp = sampler_logp.to(device)
         step = _Step(
             batch,
-            estimated.advantages,
+            advantages,
             estimated.returns,
             train_mask,
             old_logp,

@@ -24,6 +24,7 @@ from rlvr.curriculum import make_sampler
 from rlvr.data import Task, build_task, data_fingerprint, limit_task_prompts
 from rlvr.devices import resolve_device
 from rlvr.engines import build_engine, close_engine
+from rlvr.envs.agent import build_agent
 from rlvr.evaluation import Judge, build_judge
 from rlvr.learner import Learner, lr_lambda
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
@@ -48,6 +49,13 @@ def resolve_algorithm(cfg: Config) -> algorithms.Preset:
         algo = algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
+    needs = algorithms.ADVANTAGES[algo.advantage].requires
+    if cfg.algorithm.credit != "broadcast" and needs:
+        raise ConfigError(
+            f"algorithm.credit: {cfg.algorithm.credit} compares turns with the preset's group "
+            f"baseline, but advantage {algo.advantage!r} needs {', '.join(needs)} per token; "
+            "use a group estimator (grpo, dr_grpo, rloo, ...) or credit: broadcast"
+        )
     return algo
 
 
@@ -289,7 +297,10 @@ def build_rollouts(
             _train_dtype(cfg, device),
         )
     encode = partial(encode_problem, tokenizer, cfg.model.system_prompt)
-    return LocalRollouts(engine, front.reward, scorer, front.task, front.judge, encode, decode)
+    agent = build_agent(cfg, front.task, tokenizer) if cfg.env.name is not None else None
+    return LocalRollouts(
+        engine, front.reward, scorer, front.task, front.judge, encode, decode, agent
+    )
 
 
 def load_policy(cfg: Config) -> torch.nn.Module:

@@ -43,7 +43,9 @@ class Batch:
         prompt_mask: [P, Lp] 1 on real prompt tokens.
         prompt_index: [N] long, the prompt row of each sample.
         completion_ids: [N, T] sampled tokens, right-padded.
-        completion_mask: [N, T] 1 on completion tokens the loss sees.
+        completion_mask: [N, T] 1 on completion tokens (0 on right padding).
+        action_mask: [N, T] 1 on completion tokens the loss sees: the sampled ones (an agent
+            episode's observation tokens are completion tokens but not actions).
     """
 
     prompt_ids: torch.Tensor
@@ -51,6 +53,7 @@ class Batch:
     prompt_index: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
+    action_mask: torch.Tensor
 
     def select(self, rows: torch.Tensor) -> Batch:
         """The sub-batch of the given sample rows: only their prompts, trimmed to the widest
@@ -66,6 +69,7 @@ class Batch:
             prompt_index=index,
             completion_ids=self.completion_ids[rows, :width],
             completion_mask=mask[:, :width],
+            action_mask=self.action_mask[rows, :width],
         )
 
     def to(self, device: torch.device | str) -> Batch:
@@ -95,6 +99,7 @@ def make_batch(
     completions: list[list[int]],
     pad_id: int,
     prompt_index: list[int] | torch.Tensor | None = None,
+    action_masks: list[list[int]] | None = None,
 ) -> Batch:
     """Build a :class:`Batch` from unpadded token lists.
 
@@ -102,6 +107,8 @@ def make_batch(
         prompts: distinct prompts (P lists), or one per sample when ``prompt_index`` is None.
         completions: N lists of completion tokens.
         prompt_index: the prompt of each completion (default: ``i``).
+        action_masks: N lists (as long as the completions) of 1 on sampled tokens (default:
+            every completion token).
     """
     n = len(completions)
     index = torch.as_tensor(range(n) if prompt_index is None else prompt_index, dtype=torch.long)
@@ -115,7 +122,14 @@ def make_batch(
         if c:
             completion_ids[i, : len(c)] = torch.tensor(c, dtype=torch.long)
             completion_mask[i, : len(c)] = 1
-    return Batch(prompt_ids, prompt_mask, index, completion_ids, completion_mask)
+    action_mask = completion_mask
+    if action_masks is not None:
+        action_mask = torch.zeros((n, t), dtype=torch.long)
+        for i, (c, m) in enumerate(zip(completions, action_masks, strict=True)):
+            if len(m) != len(c):
+                raise ValueError(f"sample {i}: action mask of {len(m)} for {len(c)} tokens")
+            action_mask[i, : len(m)] = torch.tensor(m, dtype=torch.long)
+    return Batch(prompt_ids, prompt_mask, index, completion_ids, completion_mask, action_mask)
 
 
 def _token_logprobs(

@@ -505,23 +505,29 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
     rows = []
     for i in range(min(limit, len(data.texts))):
         problem = data.problems[int(data.group_ids[i])]
-        rows.append(
-            {
-                "prompt": problem.prompt,
-                "answer": problem.answer,
-                "completion": data.texts[i],
-                "reward": data.rewards[i].item(),
-                "terms": {label: values[i] for label, values in data.terms.items()},
-            }
-        )
+        row = {
+            "prompt": problem.prompt,
+            "answer": problem.answer,
+            "completion": data.texts[i],
+            "reward": data.rewards[i].item(),
+            "terms": {label: values[i] for label, values in data.terms.items()},
+        }
+        if data.transcripts is not None:  # agent episodes: the whole chat, reward per turn
+            row["transcript"] = data.transcripts[i]
+            row["turn_rewards"] = data.turn_rewards[i] if data.turn_rewards else []
+        rows.append(row)
     return rows
 
 
 def _fmt_eval(result: dict[str, float]) -> str:
-    parts = [f"greedy accuracy {result['eval/greedy_accuracy']:.1%}"]
+    name = "success" if "eval/greedy_turns_mean" in result else "accuracy"
+    parts = [f"greedy {name} {result['eval/greedy_accuracy']:.1%}"]
     if "eval/sampled_accuracy" in result:
-        parts.append(f"sampled accuracy {result['eval/sampled_accuracy']:.1%}")
+        parts.append(f"sampled {name} {result['eval/sampled_accuracy']:.1%}")
     if "eval/greedy_reward_mean" in result:  # judged by the reward (eval.judge: reward)
         parts.append(f"greedy mean reward {result['eval/greedy_reward_mean']:.3f}")
     parts.append(f"mean length {result['eval/greedy_length_mean']:.0f} tokens")
+    if "eval/greedy_turns_mean" in result:  # agent episodes
+        parts.append(f"{result['eval/greedy_turns_mean']:.1f} turns")
+        parts.append(f"invalid actions {result['eval/greedy_tool_invalid_frac']:.1%}")
     return ", ".join(parts)

@@ -7,7 +7,9 @@ batch can cross a process boundary (Ray workers, a vLLM engine, an environment s
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -35,6 +37,11 @@ class Trajectories:
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
         policy_version: the number of optimizer updates of the policy that sampled them.
+        action_mask: [N] per completion token, 1 on the ids the policy sampled and 0 on an
+            agent episode's observation tokens (None: every completion token was sampled).
+        turn_rewards: [N] an episode's reward of each turn (None: single completions).
+        anchors: [N] an episode's anchor state of each turn (GiGPO's step groups), or None.
+        transcripts: [N] an episode's whole chat (messages), for the logs, or None.
     """
 
     problems: list[Problem]
@@ -49,6 +56,10 @@ class Trajectories:
     tokens_per_s: float
     terms: dict[str, list[float]]
     policy_version: int = 0
+    action_mask: list[list[int]] | None = None
+    turn_rewards: list[list[float]] | None = None
+    anchors: list[list[Hashable | None]] | None = None
+    transcripts: list[list[dict[str, Any]]] | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -74,4 +85,13 @@ def merge(parts: list[Trajectories]) -> Trajectories:
         tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
         terms={label: [x for p in parts for x in p.terms[label]] for label in parts[0].terms},
         policy_version=min(p.policy_version for p in parts),
+        action_mask=_joined([p.action_mask for p in parts]),
+        turn_rewards=_joined([p.turn_rewards for p in parts]),
+        anchors=_joined([p.anchors for p in parts]),
+        transcripts=_joined([p.transcripts for p in parts]),
     )
+
+
+def _joined(lists: list[list | None]) -> list | None:
+    """Per-sample lists of a step's draws concatenated (None when the draws have none)."""
+    return None if lists[0] is None else [x for part in lists for x in part]

@@ -1,4 +1,4 @@
-"""Procedural integer arithmetic in six difficulty levels, deterministic by seed.
+"""Procedural integer arithmetic in eight difficulty levels, deterministic by seed.
 
 Expressions are small trees (an ``int`` leaf or ``(op, left, right)``) rendered with the fewest
 parentheses standard precedence allows; the rendered string is the expression's canonical form.
@@ -14,6 +14,9 @@ Levels:
     5. two operations among + - * on 1..20 without parentheses, e.g. ``3 + 4 * 7``.
     6. three or four operations on 1..12 with at least one pair of parentheses,
        e.g. ``(5 + 7) * 3 - 4``.
+    7. ``a * b`` with three-digit a and two-digit b, e.g. ``347 * 28`` (for the ``calculator``
+       environment: a small model rarely multiplies these in its head).
+    8. ``a * b + c`` or ``a * b - c`` with three-digit a, c and two-digit b (two steps).
 """
 
 from __future__ import annotations
@@ -109,6 +112,15 @@ def _level6(rng: random.Random) -> Expr:
             return expr
 
 
+def _level7(rng: random.Random) -> Expr:
+    return ("*", rng.randint(100, 999), rng.randint(11, 99))
+
+
+def _level8(rng: random.Random) -> Expr:
+    product = ("*", rng.randint(100, 999), rng.randint(11, 99))
+    return (rng.choice(("+", "-")), product, rng.randint(100, 999))
+
+
 _LEVELS: dict[int, Callable[[random.Random], Expr]] = {
     1: _level1,
     2: _level2,
@@ -116,13 +128,15 @@ _LEVELS: dict[int, Callable[[random.Random], Expr]] = {
     4: _level4,
     5: _level5,
     6: _level6,
+    7: _level7,
+    8: _level8,
 }
 # Percent of each level's expressions held out for evaluation.
-HELD_OUT_PERCENT: dict[int, int] = {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10}
+HELD_OUT_PERCENT: dict[int, int] = {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10, 7: 10, 8: 10}
 
 
 class ArithmeticTask:
-    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..6).
+    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..8).
 
     ``train_problem(i)`` draws from ``random.Random(f"{seed}-L{level}-train-{i}")``, re-drawing
     held-out expressions, so it is a pure function of (seed, level, i). ``eval_problems()`` draws

@@ -39,6 +39,9 @@ def _build(t: TaskConfig) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
+    if t.name == "guess_number" or t.name.startswith("textarena:"):
+        kwargs.pop("prompt_template", None)
+        return make_task(t.name, **t.dataset_kwargs, **kwargs)
     source = {
         "prompt_column": t.prompt_column,
         "answer_column": t.answer_column,

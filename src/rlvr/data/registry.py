@@ -14,8 +14,11 @@ from rlvr.data.base import Task
 from rlvr.data.countdown import LEVELS as COUNTDOWN_LEVELS
 from rlvr.data.countdown import CountdownTask
 from rlvr.data.files import FileTask
+from rlvr.data.guess_number import GuessNumberTask
 from rlvr.data.reasoning_gym import PREFIX as REASONING_GYM_PREFIX
 from rlvr.data.reasoning_gym import ReasoningGymTask
+from rlvr.data.textarena import PREFIX as TEXTARENA_PREFIX
+from rlvr.data.textarena import TextArenaTask
 
 TASKS: dict[str, str] = {
     "arithmetic": "procedural integer arithmetic, difficulty levels 1-6 (ArithmeticTask)",
@@ -25,24 +28,28 @@ TASKS: dict[str, str] = {
     "(CountdownTask)",
     "reasoning_gym:<name>": "a reasoning-gym dataset, e.g. reasoning_gym:chain_sum, scored by its "
     "own verifier (ReasoningGymTask; needs `pip install reasoning-gym`)",
+    "guess_number": "hidden numbers in 1..max_value for env guess_number (GuessNumberTask)",
+    "textarena:<env_id>": "labelled games for env textarena (TextArenaTask)",
 }
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     "arithmetic": ArithmeticTask,
     "file": FileTask,
     "countdown": CountdownTask,
+    "guess_number": GuessNumberTask,
 }
 # Difficulty levels per task; a task not listed here takes no ``level``.
 LEVELS: dict[str, tuple[int, int]] = {
-    "arithmetic": (1, 6),
+    "arithmetic": (1, 8),
     "countdown": (min(COUNTDOWN_LEVELS), max(COUNTDOWN_LEVELS)),
 }
 
 
 def is_task_name(name: str) -> bool:
     """True if ``name`` is a registered task or ``reasoning_gym:NAME`` with a non-empty NAME."""
-    return name in _CONSTRUCTORS or (
-        name.startswith(REASONING_GYM_PREFIX) and len(name) > len(REASONING_GYM_PREFIX)
+    return name in _CONSTRUCTORS or any(
+        name.startswith(prefix) and len(name) > len(prefix)
+        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX)
     )
 
 
@@ -67,9 +74,11 @@ def make_task(name: str, **kwargs: Any) -> Task:
     (options other than seed, n_eval, size and prompt_template go to the dataset's config).
     """
     if not is_task_name(name):
-        accepted = [*_CONSTRUCTORS, f"{REASONING_GYM_PREFIX}<name>"]
+        accepted = [*_CONSTRUCTORS, f"{REASONING_GYM_PREFIX}<name>", f"{TEXTARENA_PREFIX}<env_id>"]
         raise ValueError(f"unknown task {name!r}; accepted: {', '.join(accepted)}")
     _check_level(name, kwargs)
     if name.startswith(REASONING_GYM_PREFIX):
         return ReasoningGymTask(name, **kwargs)
+    if name.startswith(TEXTARENA_PREFIX):
+        return TextArenaTask(name[len(TEXTARENA_PREFIX) :], n_eval=kwargs.get("n_eval", 32))
     return _CONSTRUCTORS[name](**kwargs)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlvr.data import Problem, Task
 from rlvr.evaluation.judge import Judge, judge_samples
@@ -13,12 +13,15 @@ from rlvr.rollout.streams import group_keys, stream_key
 
 @dataclass
 class AccuracyRecords:
-    """Per problem: judged correct, the judge's score, completion length, finished."""
+    """Per problem: judged correct, the judge's score, completion length, finished; agent
+    episodes add ``extras`` per problem: ``turns``, ``tool_calls``, ``tool_errors``,
+    ``invalid_actions``."""
 
     correct: list[bool]
     scores: list[float]
     lengths: list[int]
     finished: list[bool]
+    extras: dict[str, list[float]] = field(default_factory=dict)
 
     @staticmethod
     def concat(parts: list[AccuracyRecords]) -> AccuracyRecords:
@@ -28,6 +31,7 @@ class AccuracyRecords:
             [x for p in parts for x in p.scores],
             [x for p in parts for x in p.lengths],
             [x for p in parts for x in p.finished],
+            {k: [x for p in parts for x in p.extras[k]] for k in parts[0].extras},
         )
 
 
@@ -65,7 +69,10 @@ def accuracy_metrics(
 ) -> dict[str, float]:
     """``{"accuracy", "length_mean", "truncated_frac", "n"}`` (``n``: problems scored, for
     confidence intervals), ``"accuracy/<category>"`` for each category of the problems (a task
-    with ``task.levels``), and with the reward judge ``"reward_mean"``."""
+    with ``task.levels``), and with the reward judge ``"reward_mean"``. For agent episodes
+    ``accuracy`` is the success rate, ``truncated_frac`` the episodes cut by a budget, and
+    ``reward_mean``, ``turns_mean``, ``tool_calls_mean``, ``tool_errors_mean`` and
+    ``tool_invalid_frac`` (invalid actions per action) are added."""
     n = max(len(problems), 1)
     out = {
         "accuracy": sum(records.correct) / n,
@@ -75,6 +82,13 @@ def accuracy_metrics(
     }
     if judge_name == "reward":
         out["reward_mean"] = sum(records.scores) / n
+    if records.extras:  # agent episodes
+        extras = {k: sum(v) for k, v in records.extras.items()}
+        out["reward_mean"] = sum(records.scores) / n
+        out["turns_mean"] = extras["turns"] / n
+        out["tool_calls_mean"] = extras["tool_calls"] / n
+        out["tool_errors_mean"] = extras["tool_errors"] / n
+        out["tool_invalid_frac"] = extras["invalid_actions"] / max(extras["turns"], 1.0)
     by_category: dict[str, list[bool]] = {}
     for problem, ok in zip(problems, records.correct, strict=True):
         if problem.category:

@@ -171,7 +171,7 @@ class LlamaDecoder:
     ) -> torch.Tensor:
         self._read_weights()
         n_prompts, prompt_len = ids.shape
-        heads, kv_heads, d, device = self.heads, self.kv_heads, self.head_dim, ids.device
+        heads, d, device = self.heads, self.head_dim, ids.device
         inner = self.model.model
         hidden = inner.embed_tokens(ids).view(n_prompts * prompt_len, -1)  # [P * Lp, hidden]
         cos, sin = self._rotary(hidden, (mask.cumsum(-1) - 1).clamp(min=0).view(-1))
@@ -194,23 +194,104 @@ class LlamaDecoder:
             hidden = self._mlp(hidden + self.linear(out, *w.o), w)
         last = hidden.view(n_prompts, prompt_len, -1)[:, -1]
         logits = self.linear(self._norm(last, inner.norm.weight), *self.lm_head)
+        prompt_bias = torch.zeros((n_prompts, prompt_len), device=device)
+        prompt_bias.masked_fill_(mask == 0, float("-inf"))
+        self._start_rows(prompt_bias, row_prompt, mask.sum(-1)[row_prompt], hidden.dtype)
+        return logits[row_prompt]
+
+    def _start_rows(
+        self,
+        prompt_bias: torch.Tensor,
+        row_prompt: torch.Tensor,
+        next_pos: torch.Tensor,
+        dtype: torch.dtype,
+    ) -> None:
+        """Start decoding rows over the prefixes in :attr:`prefix_k` / :attr:`prefix_v`:
+        ``prompt_bias`` [P, Lp] (0 where a prefix column is real, -inf elsewhere), the prefix of
+        each row ``row_prompt`` [B], the position of its next token ``next_pos`` [B]."""
+        device = row_prompt.device
+        n_prompts, prompt_len = prompt_bias.shape
         # rows: each prompt's samples, placed in the grid of shared-prefix attention
-        rows = row_prompt.numel()
+        rows, kv_heads = row_prompt.numel(), self.kv_heads
         counts = torch.bincount(row_prompt, minlength=n_prompts)
         self.group = int(counts.max())  # n: grid slots per prompt
         slot = torch.arange(rows, device=device) - (counts.cumsum(0) - counts)[row_prompt]
         kv_index = torch.arange(kv_heads, device=device)
         flat = (row_prompt[:, None] * kv_heads + kv_index) * self.group + slot[:, None]
         self.grid_index = flat.view(-1)
-        self.next_pos = mask.sum(-1)[row_prompt]  # [B] position of the next token
-        self.kv = hidden.new_zeros((2, len(self.layers), rows, kv_heads, self.block, d))
-        prompt_bias = torch.zeros((n_prompts, prompt_len), device=device)
-        prompt_bias.masked_fill_(mask == 0, float("-inf"))
+        self.row_prompt = row_prompt
+        self.next_pos = next_pos  # [B] position of the next token
+        shape = (2, len(self.layers), rows, kv_heads, self.block, self.head_dim)
+        self.kv = torch.zeros(shape, dtype=dtype, device=device)
         slots_bias = torch.full((rows, self.block), float("-inf"), device=device)
         self.bias = torch.cat([prompt_bias[row_prompt], slots_bias], dim=1)[:, None, None, :]
         self.prompt_len = prompt_len
         self.length = 0  # generated tokens in the cache
-        return logits[row_prompt]
+
+    def export(self, rows: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The keys and values [layers, KV, h, D] of the tokens in the cache of each of ``rows``
+        (its prefix's real tokens, then its generated ones, in order): a history that
+        :meth:`resume` continues."""
+        out = []
+        for r in rows:
+            real = self.bias[r, 0, 0] == 0
+            cols = real[: self.prompt_len].nonzero()[:, 0]
+            slots = real[self.prompt_len : self.prompt_len + self.length].nonzero()[:, 0]
+            p = int(self.row_prompt[r])
+            k = torch.stack([pk[p][:, cols] for pk in self.prefix_k])
+            v = torch.stack([pv[p][:, cols] for pv in self.prefix_v])
+            gen_k, gen_v = self.kv[0, :, r][:, :, slots], self.kv[1, :, r][:, :, slots]
+            out.append((torch.cat([k, gen_k], dim=2), torch.cat([v, gen_v], dim=2)))
+        return out
+
+    def resume(
+        self, histories: list[tuple[torch.Tensor, torch.Tensor]], new_tokens: list[list[int]]
+    ) -> torch.Tensor:
+        """Start one row per history (from :meth:`export`, the weights unchanged since) with
+        ``new_tokens`` appended: only the new tokens are run through the model, attending to
+        their history's cached keys/values. Returns the next-token logits [R, V].
+
+        Layout of the new prefixes [R, KV, Lh + Lo, D]: histories left-padded into the first
+        ``Lh`` columns, new tokens right-padded into the last ``Lo``."""
+        device = histories[0][0].device
+        rows, d, inner = len(histories), self.head_dim, self.model.model
+        h = torch.tensor([k.shape[2] for k, _ in histories], device=device)
+        o = torch.tensor([len(t) for t in new_tokens], device=device)
+        lh, lo = int(h.max()), int(o.max())
+        shape = (len(self.layers), rows, self.kv_heads, lh + lo, d)
+        keys = histories[0][0].new_zeros(shape)
+        values = histories[0][0].new_zeros(shape)
+        for r, (k, v) in enumerate(histories):
+            keys[:, r, :, lh - k.shape[2] : lh] = k
+            values[:, r, :, lh - k.shape[2] : lh] = v
+        col = torch.arange(lh + lo, device=device)
+        j = torch.arange(lo, device=device)
+        real = ((col >= lh - h[:, None]) & (col < lh)) | ((col >= lh) & (col < lh + o[:, None]))
+        causal = (col[None, :] < lh) | (col[None, :] - lh <= j[:, None])  # [Lo, Lh + Lo]
+        attend = (real[:, None, :] & causal[None])[:, None]  # [R, 1, Lo, Lh + Lo]
+        ids = torch.zeros((rows, lo), dtype=torch.long, device=device)
+        for r, t in enumerate(new_tokens):
+            ids[r, : len(t)] = torch.tensor(t, dtype=torch.long)
+        hidden = inner.embed_tokens(ids).view(rows * lo, -1)
+        cos, sin = self._rotary(hidden, (h[:, None] + j).view(-1))
+        for i, w in enumerate(self.layers):
+            q, k, v = (
+                t.view(rows, lo, -1, d).transpose(1, 2)
+                for t in self._qkv(self._norm(hidden, w.input_norm), w, cos, sin)
+            )
+            keys[i, :, :, lh:] = k
+            values[i, :, :, lh:] = v
+            attn = F.scaled_dot_product_attention(
+                q, keys[i], values[i], attn_mask=attend, scale=self.scaling, enable_gqa=True
+            )
+            out = attn.transpose(1, 2).reshape(rows * lo, self.heads * d)
+            hidden = self._mlp(hidden + self.linear(out, *w.o), w)
+        last = hidden.view(rows, lo, -1)[torch.arange(rows, device=device), o - 1]
+        logits = self.linear(self._norm(last, inner.norm.weight), *self.lm_head)
+        self.prefix_k, self.prefix_v = list(keys.unbind(0)), list(values.unbind(0))
+        bias = torch.zeros(real.shape, device=device).masked_fill_(~real, float("-inf"))
+        self._start_rows(bias, torch.arange(rows, device=device), h + o, keys.dtype)
+        return logits
 
     def _open_slot(self) -> int:
         """Index of the slot for the next token, growing the buffer by ``block`` when full."""
@@ -231,6 +312,7 @@ class LlamaDecoder:
             self.kv[:, :, moved] = self.kv[:, :, order[moved]]
         self.kv = self.kv[:, :, : order.numel()]
         self.bias, self.next_pos = self.bias[order], self.next_pos[order]
+        self.row_prompt = self.row_prompt[order]
         self.grid_index = self.grid_index.view(-1, self.kv_heads)[order].view(-1)
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -25,9 +25,10 @@ from transformers import PreTrainedModel
 
 from rlvr.rollout import attention as decode_attention
 from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
-from rlvr.rollout.decoder import make_decoder
+from rlvr.rollout.decoder import LlamaDecoder, make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
 from rlvr.rollout.streams import uniforms
+from rlvr.rollout.turns import ReprefillSession, TurnSample, TurnSession
 
 
 def _cpuinfo() -> str:
@@ -201,14 +202,30 @@ class TorchEngine:
         list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
     ]:
         """Decode one sample per entry of ``owner`` (its prompt index) from its stream ``keys``
-        [len(owner)] (the uniform of position t is ``uniforms(key, t)``, whichever rows share the
-        batch); returns token ids,
-        log-probs, finished flags, and per-token entropy / self-certainty (empty lists unless
-        ``sampling.token_stats``)."""
+        [len(owner)]; returns token ids, log-probs, finished flags, and per-token entropy /
+        self-certainty (empty lists unless ``sampling.token_stats``)."""
         device = next(self.model.parameters()).device
         used, row_prompt = torch.unique(owner, return_inverse=True)
         ids, mask = left_pad([prompts[i] for i in used.tolist()], self.pad_token_id)
         logits = self.decoder.prefill(ids.to(device), mask.to(device), row_prompt.to(device))
+        budgets = [sampling.max_new_tokens] * logits.shape[0]
+        return self._decode(logits, sampling, keys, budgets)
+
+    def _decode(
+        self,
+        logits: torch.Tensor,
+        sampling: SamplingParams,
+        keys: torch.Tensor,
+        budgets: list[int],
+        on_leave: Callable[[list[int], list[int]], None] | None = None,
+    ) -> tuple[
+        list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
+    ]:
+        """The decode loop from the decoder's first logits [B, V]: row b samples from stream
+        ``keys[b]`` (the uniform of position t is ``uniforms(key, t)``, whichever rows share the
+        batch) until a stop token or string, or ``budgets[b]`` tokens. Rows that end leave the
+        batch (compaction); ``on_leave(batch_rows, samples)`` is told of them first, while the
+        decoder still holds them (their last sampled token is not in its cache)."""
         total = logits.shape[0]
         live = list(range(total))  # original sample index of each batch row
         stop_ids = set(sampling.stop_token_ids)
@@ -219,7 +236,7 @@ class TorchEngine:
         n_stats = total if sampling.token_stats else 0
         entropy_out: list[list[float]] = [[] for _ in range(n_stats)]
         certainty_out: list[list[float]] = [[] for _ in range(n_stats)]
-        for step in range(sampling.max_new_tokens):
+        for step in range(max(budgets)):
             u = None if sampling.temperature <= 0 else uniforms(keys[live], step)
             tok, logp = sample_next(logits, sampling, u)
             for sample, t, lp in zip(live, tok.tolist(), logp.tolist(), strict=True):
@@ -238,15 +255,66 @@ class TorchEngine:
                 ]
             for sample, e in zip(live, ended, strict=True):
                 done[sample] = e
-            if step == sampling.max_new_tokens - 1:
+            leaving = [e or step + 1 >= budgets[s] for s, e in zip(live, ended, strict=True)]
+            if any(leaving) and on_leave is not None:
+                rows = [row for row, gone in enumerate(leaving) if gone]
+                on_leave(rows, [live[row] for row in rows])
+            if all(leaving):
                 break
-            if any(ended):  # compaction: finished samples leave the batch
-                order = fill_holes(ended)
-                if not order:
-                    break
+            if any(leaving):  # compaction: finished samples leave the batch
+                order = fill_holes(leaving)
                 live = [live[row] for row in order]
-                order_t = torch.tensor(order, device=device)
+                order_t = torch.tensor(order, device=tok.device)
                 self.decoder.select(order_t)
                 tok = tok[order_t]
             logits = self.decoder.step(tok)
         return tokens_out, logps_out, done, entropy_out, certainty_out
+
+
+class KVSession:
+    """A :class:`~rlvr.rollout.turns.TurnSession` that keeps every episode's key/value cache
+    across turns (the lean decoder's :meth:`~rlvr.rollout.decoder.LlamaDecoder.export` /
+    ``resume``): the first turn prefills each prompt once for its ``n`` episodes, later turns
+    run only the tokens not yet in an episode's cache (its last sampled token and the
+    observation). All episodes are decoded in one batch."""
+
+    def __init__(self, engine: TorchEngine, prompts: list[list[int]], n: int) -> None:
+        self.engine, self.prompts, self.n = engine, prompts, n
+        self.histories: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.pending: list[list[int]] = []  # per row: sampled ids not in its cache yet
+
+    @torch.inference_mode()
+    def sample(
+        self, sampling: SamplingParams, keys: torch.Tensor, budgets: list[int]
+    ) -> TurnSample:
+        engine, start = self.engine, time.perf_counter()
+        decoder = engine.decoder
+        if not self.histories:  # the first turn: the prompts, each once for its n episodes
+            device = next(engine.model.parameters()).device
+            ids, mask = left_pad(self.prompts, engine.pad_token_id)
+            owner = torch.arange(len(self.prompts) * self.n, device=device) // self.n
+            logits = decoder.prefill(ids.to(device), mask.to(device), owner)
+        else:
+            logits = decoder.resume(self.histories, self.pending)
+        saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+        def keep_cache(rows: list[int], samples: list[int]) -> None:
+            for sample, history in zip(samples, decoder.export(rows), strict=True):
+                saved[sample] = history
+
+        ids, logps, finished, _, _ = engine._decode(logits, sampling, keys, budgets, keep_cache)
+        self.histories = [saved[r] for r in range(len(ids))]
+        self.pending = [[c[-1]] for c in ids]
+        return TurnSample(ids, logps, finished, time.perf_counter() - start)
+
+    def extend(self, keep: list[int], observations: list[list[int]]) -> None:
+        self.histories = [self.histories[r] for r in keep]
+        self.pending = [self.pending[r] + obs for r, obs in zip(keep, observations, strict=True)]
+
+
+def open_session(engine: object, prompts: list[list[int]], n: int) -> TurnSession:
+    """The engine's way to run episodes: the torch engine's :class:`KVSession` with the lean
+    decoder, else a :class:`~rlvr.rollout.turns.ReprefillSession` over ``generate``."""
+    if isinstance(engine, TorchEngine) and isinstance(engine.decoder, LlamaDecoder):
+        return KVSession(engine, prompts, n)
+    return ReprefillSession(engine, prompts, n)  # type: ignore[arg-type]

@@ -1,0 +1,146 @@
+"""An agent run's rollout side: the environment factory, the chat renderer and the budgets,
+playing groups of episodes on a rollout engine (:func:`rlvr.envs.episodes.run_episodes`), and
+what the logs read of them (counts, held-out records).
+
+Episode seeds: the ``n`` episodes of a problem get one seed, a hash of the run's seed and the
+problem id, so they start alike (GRPO compares them) and a problem is the same game wherever
+and whenever it is played.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rlvr.data.base import Problem, Task
+from rlvr.envs.base import Environment
+from rlvr.envs.chat import ChatRenderer
+from rlvr.envs.episodes import Budget, Episode, run_episodes
+from rlvr.envs.parsers import tools_prompt
+from rlvr.envs.registry import env_factory
+from rlvr.models import stop_token_ids
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.torch_engine import open_session
+
+COUNTS = (
+    "episodes",
+    "turns",
+    "truncated",
+    "successes",
+    "actions_invalid",
+    "tool_calls",
+    "tool_errors",
+    "observations_cut",
+)
+"""Per-draw episode counts (summed over shards and draws; the collector's metrics divide)."""
+
+
+def episode_seed(base: int, problem: Problem) -> int:
+    """The seed of every episode of ``problem`` in a run seeded ``base`` (31 bits)."""
+    digest = hashlib.sha256(f"{base}:{problem.id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def succeeded(episode: Episode) -> bool:
+    """The environment's ``info["success"]`` at the last turn, else a return of at least 1."""
+    last = episode.infos[-1] if episode.infos else {}
+    return bool(last["success"]) if "success" in last else episode.reward >= 1.0
+
+
+def counts(episodes: list[Episode]) -> dict[str, float]:
+    """The :data:`COUNTS` of a batch of episodes."""
+    return {
+        "episodes": float(len(episodes)),
+        "turns": float(sum(e.num_turns for e in episodes)),
+        "truncated": float(sum(e.truncated for e in episodes)),
+        "successes": float(sum(succeeded(e) for e in episodes)),
+        "actions_invalid": float(sum(e.invalid_actions for e in episodes)),
+        "tool_calls": float(sum(e.tool_calls for e in episodes)),
+        "tool_errors": float(sum(e.tool_errors for e in episodes)),
+        "observations_cut": float(sum(e.observations_cut for e in episodes)),
+    }
+
+
+def episode_metrics(total: dict[str, float]) -> dict[str, float]:
+    """Metrics of summed :func:`counts`: ``episodes/*`` and ``tools/*`` (per episode, or
+    fractions of actions)."""
+    n, turns = max(total["episodes"], 1.0), max(total["turns"], 1.0)
+    return {
+        "episodes/turns_mean": total["turns"] / n,
+        "episodes/truncated_frac": total["truncated"] / n,
+        "episodes/success_frac": total["successes"] / n,
+        "episodes/observations_cut": total["observations_cut"],
+        "tools/calls": total["tool_calls"] / n,
+        "tools/errors": total["tool_errors"] / n,
+        "tools/invalid_frac": total["actions_invalid"] / turns,
+    }
+
+
+@dataclass
+class Agent:
+    """What plays episodes (see the module docstring).
+
+    Attributes:
+        make_env: a fresh environment per episode.
+        renderer: the token-exact chat renderer (checked prefix-preserving at build).
+        decode: sampled ids -> the action's text (special tokens skipped).
+        budget: turn and token budgets.
+        seed: the run's seed (episode seeds, :func:`episode_seed`).
+    """
+
+    make_env: Callable[[], Environment]
+    renderer: ChatRenderer
+    decode: Callable[[list[int]], str]
+    budget: Budget
+    seed: int
+
+    def play(
+        self,
+        engine: Any,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> tuple[list[list[int]], list[Episode]]:
+        """``n`` episodes of each problem on ``engine`` (episode i from stream ``keys[i]``):
+        each problem's prompt ids and the episodes."""
+        if keys is None:
+            keys = torch.zeros(len(problems) * n, dtype=torch.long)
+        seeds = [episode_seed(self.seed, p) for p in problems]
+        return run_episodes(
+            lambda prompts, k: open_session(engine, prompts, k),
+            self.make_env,
+            self.renderer,
+            self.decode,
+            problems,
+            n,
+            sampling,
+            keys,
+            seeds,
+            self.budget,
+        )
+
+
+def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:
+    """The :class:`Agent` of a run with an ``env`` section (``cfg``: the run's config)."""
+    make_env = env_factory(cfg.env.name, cfg.env.params, task, cfg.model.system_prompt)
+    probe = make_env()
+    tools = getattr(probe, "tools", None) or None
+    tool_format = getattr(probe, "tool_format", "hermes")
+    renderer = ChatRenderer(
+        tokenizer,
+        [t.schema() for t in tools] if tools else None,
+        tools_prompt(tools, tool_format) if tools else None,
+        stop_token_ids(tokenizer),
+    )
+    renderer.check("tool" if tools else "user")
+    budget = Budget(cfg.env.max_turns, cfg.env.max_episode_tokens, cfg.env.max_observation_tokens)
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    return Agent(make_env, renderer, decode, budget, cfg.train.seed)

@@ -1,0 +1,250 @@
+"""The episode loop: environments and a rollout engine's :class:`TurnSession`, turn by turn.
+
+``n`` episodes per problem (a group) start from the environment's first messages, rendered once
+per problem; every turn each live episode samples one action (its ids kept exactly as sampled),
+the environment answers, and the answer is appended as observation tokens
+(:class:`~rlvr.envs.chat.ChatRenderer`) for the next turn. An :class:`Episode` is plain data: the
+tokens after the prompt with the mask of the sampled ones, the sampler's log-probs, the reward
+and anchor of every turn, and the transcript.
+
+Budgets (:class:`Budget`): at most ``max_turns`` actions; at most ``max_episode_tokens`` tokens
+after the prompt (actions and observations: each action may use what is left, up to the
+sampling's ``max_new_tokens``); observations cut
+to ``max_observation_tokens``. An episode that runs out of turns or tokens before its
+environment ends it is *truncated*. The observation after the last action is kept in the
+transcript only (no action follows it, so it is not trained on).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr.data.base import Problem
+from rlvr.envs.base import EnvError, Environment, Message, StepResult
+from rlvr.envs.chat import ChatRenderer
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.streams import derive
+from rlvr.rollout.turns import TurnSession
+
+TRUNCATION_MARK = " ...[truncated]"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token and turn budgets of an episode (see the module docstring)."""
+
+    max_turns: int = 4
+    max_episode_tokens: int = 512
+    max_observation_tokens: int = 256
+
+
+@dataclass
+class Episode:
+    """One episode as the learner and the logs see it.
+
+    Attributes:
+        completion_ids: the tokens after the prompt: action, observation, action, ...
+        action_mask: 1 on the sampled ids (the loss sees them), 0 on observation tokens.
+        logprobs: the sampler's log-prob of each token (0.0 on observation tokens).
+        turn_rewards: the environment's reward for each action.
+        anchors: each action's anchor state (``info["anchor"]``; None when not given).
+        terminated / truncated: how it ended (by the environment; by a budget or the
+            environment's own limit).
+        finished: its last action ended with a stop token or string.
+        messages: the whole transcript (first messages, actions, every observation).
+        tool_calls, tool_errors, invalid_actions, observations_cut: counts over its turns.
+        infos: each step's ``info``.
+    """
+
+    completion_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    anchors: list[Hashable | None] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    finished: bool = False
+    messages: list[Message] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    invalid_actions: int = 0
+    observations_cut: int = 0
+    infos: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float:
+        """The episode's return: the sum of its turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def last_action(self) -> str:
+        """The text of the episode's last action (what single-answer metrics read)."""
+        return next(m["content"] for m in reversed(self.messages) if m["role"] == "assistant")
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_rewards)
+
+    def add(self, ids: list[int], logprobs: list[float] | None) -> None:
+        """Append sampled ids (with their log-probs) or observation tokens (None)."""
+        self.completion_ids += ids
+        self.action_mask += [1 if logprobs is not None else 0] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+def _checked_step(env: Environment, text: str, where: str) -> StepResult:
+    """``env.step(text)``, its result checked (an environment bug is an :class:`EnvError`)."""
+    try:
+        result = env.step(text)
+    except Exception as err:  # noqa: BLE001 - the environment's own failure, reported
+        raise EnvError(f"{where}: step() raised {type(err).__name__}: {err}") from err
+    if not isinstance(result, StepResult):
+        raise EnvError(f"{where}: step() returned {type(result).__name__}, not a StepResult")
+    reward = result.reward
+    if (
+        isinstance(reward, bool)
+        or not isinstance(reward, (int, float))
+        or not math.isfinite(reward)
+    ):
+        raise EnvError(f"{where}: step() gave reward {reward!r}; expected a finite number")
+    if not isinstance(result.messages, list) or not all(
+        isinstance(m, dict) and "role" in m and isinstance(m.get("content"), str)
+        for m in result.messages
+    ):
+        raise EnvError(
+            f"{where}: step() gave messages {result.messages!r:.200}; expected a list of "
+            '{"role": ..., "content": str} dicts'
+        )
+    return result
+
+
+def _fit_observation(
+    renderer: ChatRenderer,
+    history: list[Message],
+    action: list[int],
+    new: list[Message],
+    limit: int,
+) -> tuple[list[int], list[Message], bool]:
+    """The observation's tokens and messages, the longest message cut (marked) until it fits in
+    ``limit`` tokens; and whether anything was cut."""
+    ids = renderer.observation_ids(history, action, new)
+    cut = False
+    for _ in range(4):
+        if len(ids) <= limit or not new:
+            break
+        longest = max(range(len(new)), key=lambda i: len(new[i]["content"]))
+        content = renderer.encode(new[longest]["content"])
+        keep = max(0, len(content) - (len(ids) - limit) - 8)
+        text = renderer.tokenizer.decode(content[:keep]) + TRUNCATION_MARK
+        new = [*new[:longest], {**new[longest], "content": text}, *new[longest + 1 :]]
+        ids, cut = renderer.observation_ids(history, action, new), True
+    return ids, new, cut
+
+
+def _record_step(episode: Episode, result: StepResult) -> None:
+    info = result.info if isinstance(result.info, dict) else {}
+    episode.turn_rewards.append(float(result.reward))
+    anchor = info.get("anchor")
+    episode.anchors.append(anchor if isinstance(anchor, Hashable) else repr(anchor))
+    episode.tool_calls += int(info.get("tool_calls", 0))
+    episode.tool_errors += int(info.get("tool_errors", 0))
+    episode.invalid_actions += int(info.get("action_valid", True) is False)
+    episode.infos.append(info)
+    episode.messages += result.messages
+
+
+def start_episodes(
+    make_env: Callable[[], Environment],
+    renderer: ChatRenderer,
+    problems: list[Problem],
+    n: int,
+    seeds: list[int],
+) -> tuple[list[Environment], list[Episode], list[list[int]]]:
+    """``n`` environments per problem, reset with the problem and its group's seed (episodes of a
+    group start alike); their episodes (first messages) and each problem's prompt ids."""
+    envs, episodes, prompts = [], [], []
+    for p, (problem, seed) in enumerate(zip(problems, seeds, strict=True)):
+        first = None
+        for _ in range(n):
+            env = make_env()
+            messages = renderer.first_messages(env.reset(problem, seed))
+            if first is None:
+                first = messages
+                prompts.append(renderer.prompt_ids(messages))
+            elif messages != first:
+                raise EnvError(
+                    f"{type(env).__name__}.reset({problem.id!r}, seed) gave different first "
+                    "messages to episodes of one group; with the same problem and seed it must "
+                    f"start alike (problem index {p})"
+                )
+            envs.append(env)
+            episodes.append(Episode(messages=list(messages)))
+    return envs, episodes, prompts
+
+
+def run_episodes(
+    open_session: Callable[[list[list[int]], int], TurnSession],
+    make_env: Callable[[], Environment],
+    renderer: ChatRenderer,
+    decode: Callable[[list[int]], str],
+    problems: list[Problem],
+    n: int,
+    sampling: SamplingParams,
+    keys: torch.Tensor,
+    seeds: list[int],
+    budget: Budget,
+) -> tuple[list[list[int]], list[Episode]]:
+    """Play ``n`` episodes of each problem (episode i of problem i // n); turn t of episode i
+    samples from the stream ``keys[i]`` for t = 0 (as a single completion does), then
+    ``derive(keys[i], t)``. Returns each problem's prompt ids and the
+    episodes."""
+    envs, episodes, prompts = start_episodes(make_env, renderer, problems, n, seeds)
+    session = open_session(prompts, n)
+    live = list(range(len(episodes)))
+    for turn in range(budget.max_turns):
+        budgets = [
+            min(
+                sampling.max_new_tokens, budget.max_episode_tokens - len(episodes[e].completion_ids)
+            )
+            for e in live
+        ]
+        turn_keys = keys[torch.tensor(live)]
+        if turn > 0:  # the first turn samples from the episode's own stream, as a completion
+            turn_keys = derive(turn_keys, turn)
+        out = session.sample(sampling, turn_keys, budgets)
+        keep, observations = [], []
+        for row, e in enumerate(live):
+            episode, ids = episodes[e], out.completion_ids[row]
+            episode.add(ids, out.logprobs[row])
+            episode.finished = out.finished[row]
+            episode.messages.append({"role": "assistant", "content": decode(ids)})
+            where = f"env {type(envs[e]).__name__}, problem {problems[e // n].id!r}, turn {turn}"
+            result = _checked_step(envs[e], episode.messages[-1]["content"], where)
+            history = list(episode.messages)
+            _record_step(episode, result)
+            if result.done:
+                episode.terminated, episode.truncated = result.terminated, result.truncated
+                continue
+            obs, shown, cut = _fit_observation(
+                renderer, history, ids, result.messages, budget.max_observation_tokens
+            )
+            episode.observations_cut += int(cut)
+            if shown is not result.messages:
+                episode.messages[len(history) :] = shown
+            room = budget.max_episode_tokens - len(episode.completion_ids) - len(obs)
+            if turn + 1 == budget.max_turns or room < 1:
+                episode.truncated = True
+                continue
+            episode.add(obs, None)
+            keep.append(row)
+            observations.append(obs)
+        live = [live[row] for row in keep]
+        if not live:
+            break
+        session.extend(keep, observations)
+    return prompts, episodes

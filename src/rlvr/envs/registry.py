@@ -1,0 +1,62 @@
+"""Environments by name: the built-in ones, or ``module:Class`` (a user's), built from the
+config's ``env.params``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from rlvr.data.base import Task
+from rlvr.envs.base import EnvError, Environment, load_environment_class
+
+ENVS: dict[str, tuple[str, str]] = {
+    "single_turn": ("rlvr.envs.single_turn:SingleTurnEnv", "the task as a one-step environment"),
+    "calculator": (
+        "rlvr.envs.calculator:CalculatorEnv",
+        "arithmetic with a calc(expression) tool (pair with task arithmetic, level 7 or 8)",
+    ),
+    "guess_number": (
+        "rlvr.envs.guess_number:GuessNumberEnv",
+        "find a hidden number from higher/lower feedback (task guess_number)",
+    ),
+    "textarena": (
+        "rlvr.envs.adapters:TextArenaEnv",
+        "a TextArena single-player game, params.env_id (pip install 'rlvr[envs]')",
+    ),
+}
+"""Built-in environments: name -> (``module:Class``, what it is)."""
+
+
+def environment_class(name: str) -> type:
+    """The class of a built-in environment name or of ``module:Class``."""
+    if name in ENVS:
+        module, _, attr = ENVS[name][0].partition(":")
+        return getattr(importlib.import_module(module), attr)
+    if ":" not in name:
+        raise EnvError(
+            f"env.name {name!r}: not a built-in environment ({', '.join(ENVS)}) nor 'module:Class'"
+        )
+    return load_environment_class(name)
+
+
+def env_factory(
+    name: str, params: dict[str, Any], task: Task, system_prompt: str | None
+) -> Callable[[], Environment]:
+    """A function making one fresh environment per episode: ``Class(**params)``, plus ``task``
+    and ``system_prompt`` when the constructor takes them and ``params`` does not set them.
+    One environment is made here, so bad params fail at start."""
+    cls = environment_class(name)
+    accepted = inspect.signature(cls).parameters
+    kwargs = {k: v for k, v in (("task", task), ("system_prompt", system_prompt)) if k in accepted}
+    kwargs.update(params)
+
+    def make() -> Environment:
+        return cls(**kwargs)
+
+    try:
+        make()
+    except TypeError as err:
+        raise EnvError(f"env {name!r} with params {params}: {err}") from err
+    return make

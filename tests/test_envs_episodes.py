@@ -1,0 +1,299 @@
+"""Agent episodes: token-exact chats, KV reuse across turns, budgets, tool errors, and
+episodes in the trainer (one-turn episodes == today's GRPO, credit across turns, resume)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import COMPARED, tiny_config
+
+from rlvr.config import build_config
+from rlvr.data import Problem
+from rlvr.envs import StepResult
+from rlvr.envs.agent import counts, episode_metrics
+from rlvr.envs.chat import ChatRenderer, TemplateError
+from rlvr.envs.episodes import Budget, run_episodes
+from rlvr.envs.tool_env import ToolEnv
+from rlvr.envs.tools import make_tool
+from rlvr.logging import read_metrics
+from rlvr.models import load_tokenizer, stop_token_ids
+from rlvr.policy import completion_logprobs, make_batch
+from rlvr.rollout import SamplingParams, TorchEngine
+from rlvr.rollout.torch_engine import KVSession
+from rlvr.rollout.turns import ReprefillSession, TurnSample
+from rlvr.trainer import train
+
+SMOL = "smollm2-135m-instruct"
+PROBLEMS = [Problem("p0", "What is 6 * 7?", "42"), Problem("p1", "What is 2 + 3?", "5")]
+
+
+@pytest.fixture(scope="module")
+def smol_tok():
+    return load_tokenizer(SMOL)
+
+
+class ScriptedSession:
+    """A TurnSession that 'samples' scripted ids: ``actions[e][t]`` for episode e's turn t (cut
+    to the turn's budget); records the budgets and observations it is given."""
+
+    def __init__(self, actions: list[list[list[int]]]) -> None:
+        self.actions, self.live, self.turn = actions, list(range(len(actions))), 0
+        self.budgets: list[list[int]] = []
+        self.observations: list[list[list[int]]] = []
+
+    def sample(self, sampling, keys, budgets) -> TurnSample:
+        self.budgets.append(list(budgets))
+        full = [self.actions[e][self.turn] for e in self.live]
+        ids = [a[:b] for a, b in zip(full, budgets, strict=True)]
+        finished = [len(a) <= b for a, b in zip(full, budgets, strict=True)]
+        return TurnSample(ids, [[-0.5] * len(x) for x in ids], finished, 0.0)
+
+    def extend(self, keep, observations) -> None:
+        self.live = [self.live[r] for r in keep]
+        self.observations.append(observations)
+        self.turn += 1
+
+
+class Script:
+    """Answers every action with ``feedback[t]`` (a user message) and ends after ``turns``."""
+
+    def __init__(self, turns: int = 3, feedback: str = "Result {t}.") -> None:
+        self.turns, self.feedback = turns, feedback
+
+    def reset(self, problem, seed):
+        self.t = 0
+        return problem.messages()
+
+    def step(self, action_text):
+        self.t += 1
+        text = self.feedback.format(t=self.t)
+        done = self.t >= self.turns
+        return StepResult([{"role": "user", "content": text}], float(self.t), done, info={})
+
+
+DEFAULT_BUDGET = Budget(4, 512, 256)
+
+
+def _play(tok, actions, make_env, budget=DEFAULT_BUDGET, problems=PROBLEMS[:1], n=None):
+    session = ScriptedSession(actions)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    renderer.check()
+    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
+    n = n or len(actions) // len(problems)
+    prompts, episodes = run_episodes(
+        lambda p, k: session,
+        make_env,
+        renderer,
+        lambda ids: tok.decode(ids, skip_special_tokens=True),
+        problems,
+        n,
+        sampling,
+        torch.arange(len(actions)),
+        [0] * len(problems),
+        budget,
+    )
+    return session, prompts, episodes
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_episode_tokens_are_the_chat_template_of_the_whole_conversation(smol_tok):
+    tok, end = smol_tok, smol_tok.convert_tokens_to_ids("<|im_end|>")
+    texts = ["Let me think.", "I will compute 6 * 7.", "Answer: 42"]
+    plain = [_ids(tok, t) + [end] for t in texts]
+    # "hello world" as h + ello + world: decodes to text whose own encoding is other ids
+    unstable = tok.convert_tokens_to_ids(["h", "ello", "Ġworld"])
+    assert _ids(tok, tok.decode(unstable)) != unstable
+    odd = [plain[0], unstable + [end], plain[2]]
+    _, prompts, (ep, ep_odd) = _play(tok, [plain, odd], Script)
+    # the trainer's tokens are the template's rendering of the whole chat (its last message,
+    # the feedback after the final action, follows no action and is not trained on)
+    whole = tok.apply_chat_template(ep.messages[:-1], tokenize=False)
+    assert prompts[0] + ep.completion_ids + _ids(tok, "\n") == _ids(tok, whole)
+    # the loss mask covers exactly the sampled ids
+    sampled = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if m]
+    assert sampled == [i for a in plain for i in a]
+    assert sum(ep.action_mask) == sum(map(len, plain)) and ep.logprobs.count(-0.5) == sum(
+        map(len, plain)
+    )
+    # a decode-unstable action survives untouched, between the same observations
+    start = len(plain[0]) + ep_odd.action_mask[len(plain[0]) :].index(1)
+    assert ep_odd.completion_ids[start : start + len(unstable) + 1] == unstable + [end]
+    assert ep.turn_rewards == [1.0, 2.0, 3.0] and ep.terminated and not ep.truncated
+
+
+def test_actions_without_their_stop_token_get_the_turn_closed_as_observation(smol_tok):
+    tok = smol_tok
+    actions = [[_ids(tok, "No stop token here"), _ids(tok, "Answer: 42")]]
+    _, prompts, (ep,) = _play(tok, actions, lambda: Script(turns=2))
+    whole = tok.apply_chat_template(ep.messages[:-1], tokenize=False)
+    assert (
+        prompts[0] + ep.completion_ids
+        == _ids(tok, whole)[: len(prompts[0]) + len(ep.completion_ids)]
+    )
+    observation = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if not m]
+    assert tok.decode(observation).startswith("<|im_end|>\n<|im_start|>user\nResult 1.")
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(smol_tok):
+    class Rewriting:
+        """Renders only the last two messages, like templates that drop past reasoning."""
+
+        def __init__(self, tok):
+            self.tok = tok
+
+        def apply_chat_template(self, messages, **kwargs):
+            return self.tok.apply_chat_template(messages[-2:], **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+    renderer = ChatRenderer(Rewriting(smol_tok), stop_token_ids=stop_token_ids(smol_tok))
+    with pytest.raises(TemplateError, match="not prefix-preserving"):
+        renderer.check()
+
+
+def test_budgets_truncate_and_count(smol_tok):
+    tok, end = smol_tok, smol_tok.convert_tokens_to_ids("<|im_end|>")
+    long_action = _ids(tok, " word" * 40) + [end]
+    # max_turns: the environment would go on; the episode is cut after 2 actions
+    _, _, (ep,) = _play(tok, [[[1, end]] * 5], lambda: Script(turns=9), Budget(2, 512, 256))
+    assert ep.num_turns == 2 and ep.truncated and not ep.terminated
+    assert ep.completion_ids[-1] == end  # the last observation is not appended
+    # max_episode_tokens: each action may use what is left, then the episode ends
+    session, _, (ep,) = _play(tok, [[long_action] * 3], lambda: Script(turns=9), Budget(4, 70, 256))
+    assert session.budgets[0] == [64]  # rollout max_new_tokens caps the first
+    assert session.budgets[1][0] == 70 - 41 - len(session.observations[0][0])
+    assert ep.truncated and not ep.finished and len(ep.completion_ids) == 70
+    # max_observation_tokens: a long observation is cut (marked) and counted
+    long_feedback = "Result {t}: " + "blah " * 200
+    _, _, (ep,) = _play(
+        tok, [[[1, end]] * 3], lambda: Script(feedback=long_feedback), Budget(4, 2048, 40)
+    )
+    observation = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if not m]
+    assert ep.observations_cut == 2 and len(observation) <= 2 * 40
+    assert "[truncated]" in ep.messages[2]["content"]
+
+
+def _boom(x: int) -> int:
+    """Raise always.
+
+    Args:
+        x: ignored.
+    """
+    raise RuntimeError("the tool broke")
+
+
+def test_malformed_and_failing_tool_calls_are_counted_not_fatal(smol_tok):
+    from rlvr.envs.calc import calc
+
+    tok, end = smol_tok, smol_tok.convert_tokens_to_ids("<|im_end|>")
+    texts = [
+        "<tool_call>{not json</tool_call>",
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "_boom", "arguments": {"x": 1}}</tool_call>',
+        '<tool_call>{"name": "calc", "arguments": {"expression": "6 * 7"}}</tool_call>',
+        "Answer: 42",
+    ]
+    tools = [make_tool(calc), make_tool(_boom)]
+    actions = [[_ids(tok, t) + [end] for t in texts]]
+    _, _, (ep,) = _play(tok, actions, lambda: ToolEnv(tools), Budget(6, 2048, 256))
+    assert ep.tool_calls == 4 and ep.tool_errors == 3 and ep.invalid_actions == 3
+    assert ep.turn_rewards == [0.0, 0.0, 0.0, 0.0, 1.0] and ep.terminated
+    assert ep.messages[-3] == {"role": "tool", "content": "42"}
+    assert "the tool broke" in ep.messages[6]["content"]
+    metrics = episode_metrics(counts([ep]))
+    assert metrics["tools/invalid_frac"] == pytest.approx(3 / 5)
+    assert metrics["tools/errors"] == 3 and metrics["tools/calls"] == 4
+    assert metrics["episodes/success_frac"] == 1.0
+
+
+def test_kv_reuse_across_turns_equals_a_full_prefill(tiny):
+    """The torch engine keeps each episode's cache across turns; the log-probs equal those of
+    prefilling the whole history again each turn, and the trainer's forward (1e-5, fp32)."""
+    model, tok = tiny
+    engine = TorchEngine(model, tok.pad_token_id, torch.float32)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=10, stop_token_ids=stop_token_ids(tok))
+    keys = torch.arange(6) * 7919
+
+    def play(session_type):
+        return run_episodes(
+            lambda prompts, n: session_type(engine, prompts, n),
+            lambda: Script(turns=3),
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            PROBLEMS,
+            3,
+            sampling,
+            keys,
+            [0, 0],
+            Budget(3, 200, 64),
+        )
+
+    prompts, kv = play(KVSession)
+    _, full = play(ReprefillSession)
+    assert [e.completion_ids for e in kv] == [e.completion_ids for e in full]
+    assert all(e.num_turns == 3 for e in kv)
+    for a, b in zip(kv, full, strict=True):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+    batch = make_batch(
+        prompts,
+        [e.completion_ids for e in kv],
+        tok.pad_token_id,
+        [0, 0, 0, 1, 1, 1],
+        [e.action_mask for e in kv],
+    )
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, batch, 1.0, False)
+    sampled = torch.zeros_like(logp)
+    for i, e in enumerate(kv):
+        sampled[i, : len(e.logprobs)] = torch.tensor(e.logprobs)
+    mask = batch.action_mask.bool()
+    assert (logp - sampled)[mask].abs().max() < 1e-5
+
+
+# --- episodes in the trainer --------------------------------------------------------------------
+
+
+def _steps(run_dir: Path) -> dict[int, dict]:
+    return {r["step"]: r for r in read_metrics(run_dir) if "policy/loss" in r}
+
+
+def test_one_turn_episodes_reproduce_grpo_exactly(tmp_path):
+    plain = tiny_config(tmp_path / "plain", steps=2, checkpoint={"every": 0})
+    env = tiny_config(
+        tmp_path / "env",
+        steps=2,
+        checkpoint={"every": 0},
+        env={"name": "envs_for_tests:LetterEnv", "max_episode_tokens": 12},
+    )
+    train(build_config(plain))
+    train(build_config(env))
+    a, b = _steps(tmp_path / "plain"), _steps(tmp_path / "env")
+    for step in (1, 2):
+        for key in COMPARED:
+            assert a[step][key] == b[step][key], (step, key)
+    assert b[1]["episodes/turns_mean"] == 1.0 and a[1]["policy/loss"] != 0.0
+
+
+def test_gigpo_agent_run_resumes_exactly(tmp_path):
+    """Three-turn episodes with turn-level credit; a run stopped after step 2 and resumed logs
+    the uninterrupted run's step 3."""
+    sections = {
+        "env": {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60},
+        "algorithm": {"credit": "gigpo", "credit_gamma": 0.9},
+        "train": {"lr_schedule": "constant", "warmup_steps": 0},
+    }
+    train(build_config(tiny_config(tmp_path / "ref", steps=3, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=2, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=3, **sections)), resume=tmp_path / "run")
+    a, b = _steps(tmp_path / "ref"), _steps(tmp_path / "run")
+    for step in (1, 2, 3):
+        for key in (*COMPARED, "episodes/turns_mean", "tools/invalid_frac"):
+            assert a[step][key] == b[step][key], (step, key)
+    assert a[3]["episodes/turns_mean"] > 1.0 and a[3]["policy/loss"] != 0.0
