@@ -44,6 +44,8 @@ FIELDS = (
     ("reward", "reward/mean", "{:.3f}"),
     ("acc", "reward/accuracy", "{:.2f}"),
     ("len", "response/length_mean", "{:.0f}"),
+    ("turns", "episodes/turns_mean", "{:.1f}"),  # agent episodes: turns per episode ...
+    ("tool err", "tools/invalid_frac", "{:.0%}"),  # ... and the invalid (failed) actions
 )
 """(label, metrics key, format) of the step metrics shown on the status line."""
 

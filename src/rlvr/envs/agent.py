@@ -2,9 +2,9 @@
 playing groups of episodes on a rollout engine (:func:`rlvr.envs.episodes.run_episodes`), and
 what the logs read of them (counts, held-out records).
 
-Episode seeds: the ``n`` episodes of a problem get one seed, a hash of the run's seed and the
-problem id, so they start alike (GRPO compares them) and a problem is the same game wherever
-and whenever it is played.
+Episode seeds: the ``n`` episodes of a problem get one seed, a hash of the problem id, so they
+start alike (GRPO compares them) and a problem is the same game wherever and whenever it is
+played (in training, in its held-out evaluation, in ``rlvr eval``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ COUNTS = (
 """Per-draw episode counts (summed over shards and draws; the collector's metrics divide)."""
 
 
-def episode_seed(base: int, problem: Problem) -> int:
-    """The seed of every episode of ``problem`` in a run seeded ``base`` (31 bits)."""
-    digest = hashlib.sha256(f"{base}:{problem.id}".encode()).digest()
+def episode_seed(problem: Problem) -> int:
+    """The seed of every episode of ``problem`` (31 bits of a hash of its id)."""
+    digest = hashlib.sha256(problem.id.encode()).digest()
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
@@ -89,14 +89,12 @@ class Agent:
         renderer: the token-exact chat renderer (checked prefix-preserving at build).
         decode: sampled ids -> the action's text (special tokens skipped).
         budget: turn and token budgets.
-        seed: the run's seed (episode seeds, :func:`episode_seed`).
     """
 
     make_env: Callable[[], Environment]
     renderer: ChatRenderer
     decode: Callable[[list[int]], str]
     budget: Budget
-    seed: int
 
     def play(
         self,
@@ -110,7 +108,7 @@ class Agent:
         each problem's prompt ids and the episodes."""
         if keys is None:
             keys = torch.zeros(len(problems) * n, dtype=torch.long)
-        seeds = [episode_seed(self.seed, p) for p in problems]
+        seeds = [episode_seed(p) for p in problems]
         return run_episodes(
             lambda prompts, k: open_session(engine, prompts, k),
             self.make_env,
@@ -143,4 +141,4 @@ def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
-    return Agent(make_env, renderer, decode, budget, cfg.train.seed)
+    return Agent(make_env, renderer, decode, budget)

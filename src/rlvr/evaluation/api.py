@@ -50,6 +50,7 @@ from rlvr.evaluation.harness import (
     build_eval_task,
     compute_summary_metrics,
     default_out_dir,
+    episode_records,
     generate_samples,
     parse_ks,
     problem_set,
@@ -161,16 +162,16 @@ def _with_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Config:
     ``task.name`` changes, and validate."""
     parsed = [parse_override(text) for text in overrides]
     for key, _ in parsed:
-        if not (key.startswith(("task.", "reward.", "rollout.vllm.")) or key in EVAL_KEYS):
+        if not (key.startswith(("task.", "reward.", "rollout.vllm.", "env.")) or key in EVAL_KEYS):
             raise ConfigError(
-                f"--set {key}: rlvr eval reads only task.*, reward.*, rollout.vllm.* and "
+                f"--set {key}: rlvr eval reads only task.*, reward.*, rollout.vllm.*, env.* and "
                 f"{', '.join(EVAL_KEYS)}; the model is the MODEL argument"
             )
     names = [value for key, value in parsed if key == "task.name"]
     data = {
         key: value
         for key, value in data.items()
-        if key in ("model", "task", "reward", "eval", "rollout")
+        if key in ("model", "task", "reward", "eval", "rollout", "env")
     }
     if names and names[-1] != (data.get("task") or {}).get("name", TaskConfig().name):
         data["task"] = {}
@@ -398,6 +399,49 @@ def _sample(
     return texts, [[len(c) for c in row] for row in ids], finished, sampling, seconds
 
 
+def _play(
+    policy: Any,
+    tokenizer: Any,
+    problems: Sequence[Any],
+    settings: EvalSettings,
+    task: Task,
+    max_batch: int,
+    console: Any,
+    dtype: Any,
+) -> tuple[list[list[Any]], SamplingParams, float]:
+    """``settings.n`` episodes of every problem in the config's environment (``env``), in
+    chunks of at most ``max_batch`` episodes; episode j of problem i draws from the stream
+    ``stream_key(seed, i, j)`` as a single sample does. Returns the episodes
+    ``[problem][sample]``, the sampling parameters and the seconds spent."""
+    from rlvr.engines import build_engine, close_engine
+    from rlvr.envs.agent import build_agent
+    from rlvr.models import stop_token_ids
+    from rlvr.rollout.streams import group_keys, stream_key
+
+    cfg = settings.config.model_copy(deep=True)
+    cfg.rollout.vllm.sleep_mode = False
+    agent = build_agent(cfg, task, tokenizer)
+    sampling = dataclasses.replace(settings.sampling, stop_token_ids=stop_token_ids(tokenizer))
+    engine = build_engine(cfg, policy, tokenizer, dtype, agent.decode)
+    n, per_chunk = settings.n, max(1, max_batch // settings.n)
+    episodes: list[list[Any]] = []
+    try:
+        advance, close = _progress_callback(len(problems) * n, len(problems), console)
+        start = time.perf_counter()
+        try:
+            for lo in range(0, len(problems), per_chunk):
+                chunk = list(problems[lo : lo + per_chunk])
+                keys = group_keys(stream_key(settings.sampling_seed), len(chunk), n, lo)
+                _, played = agent.play(engine, chunk, n, sampling, keys)
+                episodes += [played[i * n : (i + 1) * n] for i in range(len(chunk))]
+                advance(len(chunk) * n, len(episodes))
+        finally:
+            close()
+    finally:
+        close_engine(engine)
+    return episodes, sampling, time.perf_counter() - start
+
+
 def _notes(n_problems: int, dropped: int, settings: EvalSettings) -> list[str]:
     """What a reader of the results should know: fewer problems than asked for, long prompts
     left out, identical samples."""
@@ -531,10 +575,17 @@ def _evaluate(
     console = Console(stderr=True, quiet=not progress)
     for note in notes + (replacing if (out_dir / SUMMARY_FILE).is_file() else []):
         console.print(f"note: {note}", markup=False, highlight=False)
-    texts, num_tokens, finished, sampling, seconds = _sample(
-        policy, tokenizer, problems, settings, max_batch, console, auto_dtype(torch_device)
-    )
-    records = score_records(task, problems, texts, num_tokens, finished, judge)
+    dtype = auto_dtype(torch_device)
+    if cfg.env.name is not None:  # agent episodes, judged by their success
+        episodes, sampling, seconds = _play(
+            policy, tokenizer, problems, settings, task, max_batch, console, dtype
+        )
+        records = episode_records(problems, episodes)
+    else:
+        texts, num_tokens, finished, sampling, seconds = _sample(
+            policy, tokenizer, problems, settings, max_batch, console, dtype
+        )
+        records = score_records(task, problems, texts, num_tokens, finished, judge)
     metrics = compute_summary_metrics(records, settings.ks)
     fingerprint = problem_set(problems, cfg.model.system_prompt)
     summary = build_summary(

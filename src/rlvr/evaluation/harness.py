@@ -61,6 +61,19 @@ SCHEMA = pa.schema(
         ("category", pa.string()),
     ]
 )
+EPISODE_SCHEMA = pa.schema(
+    [
+        *SCHEMA,
+        ("reward", pa.float64()),
+        ("turns", pa.int32()),
+        ("tool_calls", pa.int32()),
+        ("tool_errors", pa.int32()),
+        ("invalid_actions", pa.int32()),
+        ("transcript", pa.string()),
+    ]
+)
+"""The columns of an agent evaluation: a record per episode (``completion`` is its last action,
+``correct`` its success, ``score`` its return; ``transcript`` the whole chat as JSON)."""
 
 
 class EvalError(RlvrError, ValueError):
@@ -249,6 +262,40 @@ def score_records(
     return records
 
 
+def episode_records(problems: Sequence[Problem], episodes: Sequence[Sequence[Any]]) -> list[dict]:
+    """One record per episode (the columns of :data:`EPISODE_SCHEMA`); ``episodes[p][s]`` is
+    sample s of problem p (an :class:`rlvr.envs.episodes.Episode`), judged by its success
+    (:func:`rlvr.envs.agent.succeeded`)."""
+    from rlvr.envs.agent import succeeded
+
+    records = []
+    for p, problem in enumerate(problems):
+        for s, e in enumerate(episodes[p]):
+            records.append(
+                {
+                    "problem_index": p,
+                    "problem_id": problem.id,
+                    "prompt": problem.prompt,
+                    "answer": problem.answer,
+                    "sample_index": s,
+                    "completion": e.last_action,
+                    "extracted_answer": None,
+                    "score": e.reward,
+                    "correct": succeeded(e),
+                    "num_tokens": len(e.completion_ids),
+                    "finished": not e.truncated,
+                    "category": problem.category,
+                    "reward": e.reward,
+                    "turns": e.num_turns,
+                    "tool_calls": e.tool_calls,
+                    "tool_errors": e.tool_errors,
+                    "invalid_actions": e.invalid_actions,
+                    "transcript": json.dumps(e.messages, ensure_ascii=False),
+                }
+            )
+    return records
+
+
 def _judge_records(
     judge: Judge, task: Task, records: list[dict[str, Any]], problems: Sequence[Problem]
 ) -> None:
@@ -330,6 +377,20 @@ def per_problem_values(out_dir: Path, metric: str) -> dict[str, float] | None:
     return {ids[p]: float(v) for p, v in zip(sorted(ids), values[name], strict=True)}
 
 
+def _episode_means(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Means over an agent evaluation's episodes: success is ``accuracy``; these add the return,
+    turns, tool calls and errors per episode, and invalid actions per action."""
+    count = len(records)
+    turns = sum(int(r["turns"]) for r in records)
+    return {
+        "reward_mean": sum(float(r["reward"]) for r in records) / count,
+        "turns_mean": turns / count,
+        "tool_calls_mean": sum(int(r["tool_calls"]) for r in records) / count,
+        "tool_errors_mean": sum(int(r["tool_errors"]) for r in records) / count,
+        "tool_invalid_frac": sum(int(r["invalid_actions"]) for r in records) / max(turns, 1),
+    }
+
+
 def compute_summary_metrics(
     records: Sequence[dict[str, Any]],
     ks: Sequence[int],
@@ -358,6 +419,8 @@ def compute_summary_metrics(
     )
     metrics = {name: float(v.mean()) for name, v in per_problem.items()}
     metrics["accuracy"] = metrics[f"mean@{n}"]
+    if records and "turns" in records[0]:  # agent episodes
+        metrics.update(_episode_means(records))
     ci = {
         name: list(bootstrap_mean_ci(v, reps=bootstrap_reps, confidence=confidence, seed=seed))
         for name, v in per_problem.items()
@@ -408,7 +471,8 @@ def save_eval(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[st
     """Write ``samples.parquet`` and ``summary.json`` into ``out_dir`` (created)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(list(records), schema=SCHEMA)
+    episodes = bool(records) and "transcript" in records[0]
+    table = pa.Table.from_pylist(list(records), schema=EPISODE_SCHEMA if episodes else SCHEMA)
     _write_atomically(out_dir / SAMPLES_FILE, lambda p: pq.write_table(table, p))
     text = json.dumps(summary, indent=2) + "\n"
     _write_atomically(out_dir / SUMMARY_FILE, lambda p: p.write_text(text))
@@ -437,7 +501,8 @@ def load_records(out_dir: Path) -> list[dict[str, Any]]:
     missing = [name for name in SCHEMA.names if name not in table.column_names]
     if missing:
         raise EvalError(f"{path}: missing columns {missing}")
-    return table.select(SCHEMA.names).to_pylist()
+    episodes = "transcript" in table.column_names
+    return table.select((EPISODE_SCHEMA if episodes else SCHEMA).names).to_pylist()
 
 
 def build_eval_task(section: Any) -> Task:

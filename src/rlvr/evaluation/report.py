@@ -501,6 +501,33 @@ def _terms_text(terms: Any) -> str:
     return "\n".join(f"{name} {_value_text(value)}" for name, value in terms.items())
 
 
+def _completion_text(row: dict[str, Any]) -> str:
+    """A logged sample's completion, or an agent episode's whole transcript."""
+    if "transcript" in row:
+        return _transcript_text(row["transcript"], row.get("turn_rewards"))
+    return _clip(row.get("completion"))
+
+
+def _transcript_text(transcript: Any, turn_rewards: Any) -> str:
+    """An agent episode's chat, one block per message; each action (assistant message) is
+    labelled with its turn and the environment's reward for it; clipped to 4 x MAX_TEXT."""
+    if not isinstance(transcript, list):
+        return "-"
+    rewards = turn_rewards if isinstance(turn_rewards, list) else []
+    blocks, turn = [], 0
+    for message in transcript:
+        role = message.get("role", "?") if isinstance(message, dict) else "?"
+        content = message.get("content", "") if isinstance(message, dict) else str(message)
+        label = role
+        if role == "assistant":
+            reward = _value_text(rewards[turn]) if turn < len(rewards) else "-"
+            label, turn = f"assistant, turn {turn + 1}, reward {reward}", turn + 1
+        blocks.append(f"[{label}]\n{content}")
+    text = "\n\n".join(blocks)
+    limit = 4 * MAX_TEXT
+    return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more)"
+
+
 def _samples(run_dir: Path, max_samples: int) -> str:
     rows, bad = _read_jsonl(run_dir / "samples.jsonl")
     parts = ['<section id="samples"><h2>Sample completions</h2>']
@@ -517,7 +544,9 @@ def _samples(run_dir: Path, max_samples: int) -> str:
         f'<p class="note">{len(shown)} of {len(rows)} logged samples, spread evenly over '
         "training. Model output is shown as escaped text.</p>"
     )
-    header = ("step", "reward", "reward terms", "answer", "prompt", "completion")
+    episodes = any("transcript" in r for r in shown)
+    last = "episode (every turn; actions with their reward)" if episodes else "completion"
+    header = ("step", "reward", "reward terms", "answer", "prompt", last)
     head = "".join(f"<th>{h}</th>" for h in header)
     body = []
     for r in shown:
@@ -528,7 +557,7 @@ def _samples(run_dir: Path, max_samples: int) -> str:
             f"<td><pre>{_e(_terms_text(r.get('terms')))}</pre></td>"
             f"<td><pre>{_e(_clip(r.get('answer')))}</pre></td>"
             f"<td><pre>{_e(_clip(r.get('prompt')))}</pre></td>"
-            f"<td><pre>{_e(_clip(r.get('completion')))}</pre></td>"
+            f"<td><pre>{_e(_completion_text(r))}</pre></td>"
             "</tr>"
         )
     parts.append(f"<table><tr>{head}</tr>{''.join(body)}</table>")
