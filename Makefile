@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo demo-agent test bench lint clean
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/rlvr train configs/demo.yaml
+
+# the agent job: SmolLM2 learns to call a calculator tool (docs/agents.md)
+demo-agent: $(STAMP)
+	$(BIN)/rlvr train configs/agent_calculator.yaml
 
 test: $(STAMP)
 	$(BIN)/pytest tests

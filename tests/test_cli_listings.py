@@ -1,4 +1,4 @@
-"""`rlvr algorithms`, `tasks` and `curricula` never cut a name: a table when it fits, one
+"""`rlvr algorithms`, `tasks`, `curricula` and `envs` never cut a name: a table when it fits, one
 block per entry in a narrow terminal or a pipe."""
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ from rlvr import cli
 from rlvr.algorithms import PRESETS
 from rlvr.curriculum import SAMPLERS
 from rlvr.data import TASKS
+from rlvr.envs.registry import ENVS
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-LISTINGS = {"algorithms": list(PRESETS), "tasks": list(TASKS), "curricula": list(SAMPLERS)}
+LISTINGS = {
+    "algorithms": list(PRESETS),
+    "tasks": list(TASKS),
+    "curricula": list(SAMPLERS),
+    "envs": [*ENVS, "module:Class"],
+}
 
 
 def _run(command: str, columns: int, *args: str) -> str:
@@ -27,7 +33,7 @@ def _run(command: str, columns: int, *args: str) -> str:
 
 @pytest.mark.parametrize(
     ("command", "columns"),
-    [("algorithms", 80), ("algorithms", 40), ("tasks", 40), ("curricula", 40)],
+    [("algorithms", 80), ("algorithms", 40), ("tasks", 40), ("curricula", 40), ("envs", 40)],
 )
 def test_narrow_listing_has_one_block_per_entry_with_full_names(command, columns) -> None:
     out = _run(command, columns)

@@ -146,6 +146,51 @@ def test_greedy_evaluation_settings_reach_vllm(smollm, engine):
         assert done == (ids[-1] in sampling.stop_token_ids)
 
 
+def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, engine):
+    """Multi-turn calculator episodes go through vLLM token ids in, token ids out (the history
+    re-sent each turn, its prefix cache reusing it): greedy, they equal the torch engine's
+    episodes with its KV cache kept across turns, token for token."""
+    from rlvr.data import ArithmeticTask
+    from rlvr.envs.calculator import CalculatorEnv
+    from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.episodes import Budget, run_episodes
+    from rlvr.envs.parsers import tools_prompt
+    from rlvr.rollout.torch_engine import open_session
+
+    model, tokenizer, _ = smollm
+    probe = CalculatorEnv("action", demonstration=True)
+    renderer = ChatRenderer(
+        tokenizer,
+        [t.schema() for t in probe.tools],
+        tools_prompt(probe.tools, "action"),
+        stop_token_ids(tokenizer),
+    )
+    problems = ArithmeticTask(level=7, n_eval=6, prompt_template="{question}").eval_problems()
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    ours = TorchEngine(model, tokenizer.pad_token_id, dtype=torch.float32, decode=decode)
+
+    def play(rollout_engine):
+        return run_episodes(
+            lambda prompts, n: open_session(rollout_engine, prompts, n),
+            lambda: CalculatorEnv("action", demonstration=True),
+            renderer,
+            decode,
+            problems,
+            1,
+            dataclasses.replace(greedy(tokenizer), max_new_tokens=32),
+            torch.zeros(len(problems), dtype=torch.long),
+            [0] * len(problems),
+            Budget(3, 160, 64),
+        )
+
+    (_, got), (_, want) = play(engine), play(ours)
+    assert [e.completion_ids for e in got] == [e.completion_ids for e in want]
+    assert max(e.num_turns for e in got) > 1  # the tool was called and answered
+    for a, b in zip(got, want, strict=True):
+        assert a.action_mask == b.action_mask
+        assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
+
+
 def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
     smollm, engine, tmp_path
 ):

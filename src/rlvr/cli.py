@@ -150,11 +150,15 @@ def _print_summary(summary: dict) -> None:
         return
     table = Table(title="rlvr run", show_header=True)
     table.add_column("")
-    table.add_column("greedy accuracy", justify="right")
     rows = [(when, summary[when]) for when in ("before", "after") if when in summary]
+    agent = any("eval/greedy_turns_mean" in r for _, r in rows)  # episodes: success rates
+    score = "success" if agent else "accuracy"
+    table.add_column(f"greedy {score}", justify="right")
     sampled = any("eval/sampled_accuracy" in r for _, r in rows)
     if sampled:
-        table.add_column("sampled accuracy", justify="right")
+        table.add_column(f"sampled {score}", justify="right")
+    if agent:
+        table.add_column("invalid actions", justify="right")
     prefix = "eval/greedy_accuracy/"  # a task with categories: greedy accuracy of each
     categories = list(
         dict.fromkeys(k[len(prefix) :] for _, r in rows for k in r if k.startswith(prefix))
@@ -168,11 +172,12 @@ def _print_summary(summary: dict) -> None:
     for when, r in rows:
         cells = [pct(r, "eval/greedy_accuracy")]
         cells += [pct(r, "eval/sampled_accuracy")] if sampled else []
+        cells += [pct(r, "eval/greedy_tool_invalid_frac")] if agent else []
         table.add_row(when, *cells, *(pct(r, prefix + c) for c in categories))
     console.print(table)
     if "before" in summary and "after" in summary:
         gain = summary["after"]["eval/greedy_accuracy"] - summary["before"]["eval/greedy_accuracy"]
-        console.print(f"greedy accuracy change: [bold]{gain * 100:+.1f} points[/]")
+        console.print(f"greedy {score} change: [bold]{gain * 100:+.1f} points[/]")
     console.print(f"steps: {summary['steps']}   wall time: {summary['wall_seconds'] / 60:.1f} min")
     console.print(f"run directory: [bold]{summary['run_dir']}[/]")
 
@@ -631,6 +636,19 @@ def tasks() -> None:
     from rlvr.data import TASKS
 
     _print_listing("tasks", ["name", "description"], [list(item) for item in TASKS.items()])
+
+
+@app.command()
+def envs() -> None:
+    """List the built-in agent environments (env.name); docs/agents.md explains them.
+
+    Example: rlvr envs
+    """
+    from rlvr.envs.registry import ENVS
+
+    rows = [[name, about] for name, (_, about) in ENVS.items()]
+    rows.append(["module:Class", "your own environment (reset / step), see docs/agents.md"])
+    _print_listing("environments (env.name)", ["name", "description"], rows)
 
 
 @app.command()

@@ -4,9 +4,9 @@ Each turn the policy's text is parsed in the environment's ``tool_format``
 (:mod:`rlvr.envs.parsers`). Tool calls are run (:func:`rlvr.envs.tools.call_tool`: a timeout per
 call, errors returned as text) and their results come back as ``tool`` messages; a malformed call
 or a tool that fails is answered with the error, marks the action invalid and is counted
-(``info["tool_errors"]``). A turn without a call that ends with ``Answer: ...`` ends the episode
-and is scored by the task's verifier (``task.score``). A turn with neither is invalid and is told
-what to do.
+(``info["tool_errors"]``). A turn without a call is the final answer: it ends the episode and is
+scored by the task's verifier (``task.score``, which reads ``Answer: ...`` or, without it, the
+last number).
 
 The anchor state of a turn (GiGPO) is the list of tool calls and results so far: episodes that
 made the same calls stand in the same state.
@@ -21,8 +21,6 @@ from rlvr.envs.base import Message, StepResult
 from rlvr.envs.parsers import PARSERS
 from rlvr.envs.tools import Tool, call_tool
 from rlvr.rewards.verifiers import numeric_reward
-
-ANSWER_HINT = "Call a tool, or give the final answer on the last line as 'Answer: <answer>'."
 
 
 class ToolEnv:
@@ -81,12 +79,9 @@ class ToolEnv:
             }
             reward = self.tool_reward if errors == 0 else 0.0
             return StepResult([{"role": "tool", "content": t} for t in texts], reward, info=info)
-        if parsed.answer is not None:
-            reward = self.score(action_text)
-            verdict = "Correct." if reward >= 1.0 else "Wrong."
-            info = {"anchor": anchor, "action_valid": True, "success": reward >= 1.0}
-            return StepResult(
-                [{"role": "user", "content": verdict}], reward, terminated=True, info=info
-            )
-        info = {"anchor": anchor, "action_valid": False}
-        return StepResult([{"role": "user", "content": ANSWER_HINT}], 0.0, info=info)
+        reward = self.score(action_text)
+        verdict = "Correct." if reward >= 1.0 else "Wrong."
+        info = {"anchor": anchor, "action_valid": True, "success": reward >= 1.0}
+        return StepResult(
+            [{"role": "user", "content": verdict}], reward, terminated=True, info=info
+        )
