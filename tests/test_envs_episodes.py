@@ -3,6 +3,7 @@ episodes in the trainer (one-turn episodes == today's GRPO, credit across turns,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,28 @@ def test_gigpo_agent_run_resumes_exactly(tmp_path):
         for key in (*COMPARED, "episodes/turns_mean", "tools/invalid_frac"):
             assert a[step][key] == b[step][key], (step, key)
     assert a[3]["episodes/turns_mean"] > 1.0 and a[3]["policy/loss"] != 0.0
+
+
+def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
+    """samples.jsonl rows carry the transcript and turn rewards; rlvr eval plays episodes
+    (success, pass@k, turns, tool validity; transcripts in samples.parquet); the report shows
+    every turn of an episode with its reward."""
+    from rlvr.evaluation import evaluate
+    from rlvr.evaluation.harness import load_records
+    from rlvr.evaluation.report import build_report
+
+    env = {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60}
+    run = tmp_path / "run"
+    train(build_config(tiny_config(run, steps=1, env=env)))
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert rows and all(len(r["turn_rewards"]) >= 1 for r in rows)
+    assert [m["role"] for m in rows[0]["transcript"][:2]] == ["user", "assistant"]
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    metrics = summary["metrics"]
+    assert {"pass@2", "turns_mean", "tool_invalid_frac", "reward_mean"} <= set(metrics)
+    assert 1.0 <= metrics["turns_mean"] <= 3.0
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
+    html = build_report(run)
+    assert "assistant, turn 1, reward" in html and "turns left." in html

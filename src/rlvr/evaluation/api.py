@@ -580,7 +580,7 @@ def _evaluate(
         episodes, sampling, seconds = _play(
             policy, tokenizer, problems, settings, task, max_batch, console, dtype
         )
-        records = episode_records(problems, episodes)
+        records = episode_records(task, problems, episodes)
     else:
         texts, num_tokens, finished, sampling, seconds = _sample(
             policy, tokenizer, problems, settings, max_batch, console, dtype

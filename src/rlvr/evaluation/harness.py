@@ -262,12 +262,16 @@ def score_records(
     return records
 
 
-def episode_records(problems: Sequence[Problem], episodes: Sequence[Sequence[Any]]) -> list[dict]:
+def episode_records(
+    task: Task, problems: Sequence[Problem], episodes: Sequence[Sequence[Any]]
+) -> list[dict]:
     """One record per episode (the columns of :data:`EPISODE_SCHEMA`); ``episodes[p][s]`` is
     sample s of problem p (an :class:`rlvr.envs.episodes.Episode`), judged by its success
-    (:func:`rlvr.envs.agent.succeeded`)."""
+    (:func:`rlvr.envs.agent.succeeded`); the extracted answer is the task's reading of its last
+    action (maj@k votes on it)."""
     from rlvr.envs.agent import succeeded
 
+    extract = answer_extractor(task)
     records = []
     for p, problem in enumerate(problems):
         for s, e in enumerate(episodes[p]):
@@ -279,7 +283,7 @@ def episode_records(problems: Sequence[Problem], episodes: Sequence[Sequence[Any
                     "answer": problem.answer,
                     "sample_index": s,
                     "completion": e.last_action,
-                    "extracted_answer": None,
+                    "extracted_answer": extract(e.last_action, problem),
                     "score": e.reward,
                     "correct": succeeded(e),
                     "num_tokens": len(e.completion_ids),
