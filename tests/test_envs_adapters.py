@@ -168,3 +168,25 @@ def test_loadable_by_spec_and_task_labels() -> None:
     assert task.score("[4]", task.train_problem(0)) == 0.0
     with pytest.raises(ValueError, match="n_eval"):
         TextArenaTask(GUESS, n_eval=-1)
+
+
+def test_a_textarena_game_trains_through_the_config(tmp_path):
+    """`env.name: textarena` with `task.name: textarena:<id>`: a run plays the game's episodes
+    (several turns, the game's rewards) and checkpoints like any run."""
+    from rlvr.config import build_config
+    from rlvr.logging import read_metrics
+    from rlvr.trainer import train
+
+    cfg = {
+        "model": {"name": "tiny-random-llama"},
+        "task": {"name": f"textarena:{GUESS}", "n_eval": 2},
+        "env": {"name": "textarena", "params": {"env_id": GUESS}, "max_turns": 3},
+        "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 8},
+        "train": {"steps": 1, "threads": 1, "autocast": "fp32"},
+        "eval": {"before": False},
+        "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "tensorboard": False},
+    }
+    summary = train(build_config(cfg))
+    row = next(r for r in read_metrics(tmp_path / "run") if "episodes/turns_mean" in r)
+    assert row["episodes/turns_mean"] > 1.0
+    assert "eval/greedy_turns_mean" in summary["after"]
