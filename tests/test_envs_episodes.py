@@ -12,7 +12,7 @@ from test_trainer import COMPARED, tiny_config
 
 from rlvr.config import build_config
 from rlvr.data import Problem
-from rlvr.envs import StepResult
+from rlvr.envs import EnvError, StepResult
 from rlvr.envs.agent import counts, episode_metrics
 from rlvr.envs.chat import ChatRenderer, TemplateError
 from rlvr.envs.episodes import Budget, run_episodes
@@ -56,6 +56,9 @@ class ScriptedSession:
         self.observations.append(observations)
         self.turn += 1
 
+    def close(self) -> None:
+        self.closed = True
+
 
 class Script:
     """Answers every action with ``feedback[t]`` (a user message) and ends after ``turns``."""
@@ -75,6 +78,15 @@ class Script:
 
 
 DEFAULT_BUDGET = Budget(4, 512, 256)
+
+
+class Uneven(Script):
+    """Observations whose length depends on the action (rows resume with different lengths)."""
+
+    def step(self, action_text):
+        result = super().step(action_text)
+        result.messages[0]["content"] += " ok" * (len(action_text) % 5)
+        return result
 
 
 def _play(tok, actions, make_env, budget=DEFAULT_BUDGET, problems=PROBLEMS[:1], n=None):
@@ -219,13 +231,16 @@ def test_kv_reuse_across_turns_equals_a_full_prefill(tiny):
     model, tok = tiny
     engine = TorchEngine(model, tok.pad_token_id, torch.float32)
     renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
-    sampling = SamplingParams(max_new_tokens=10, stop_token_ids=stop_token_ids(tok))
+    # many stop ids: actions end at different steps, so rows leave the batch at different
+    # times and resume with histories of different lengths (left padding)
+    stops = (*stop_token_ids(tok), *range(100, 140))
+    sampling = SamplingParams(max_new_tokens=10, stop_token_ids=stops)
     keys = torch.arange(6) * 7919
 
     def play(session_type):
         return run_episodes(
             lambda prompts, n: session_type(engine, prompts, n),
-            lambda: Script(turns=3),
+            lambda: Uneven(turns=3),
             renderer,
             lambda ids: tok.decode(ids, skip_special_tokens=True),
             PROBLEMS,
@@ -240,6 +255,7 @@ def test_kv_reuse_across_turns_equals_a_full_prefill(tiny):
     _, full = play(ReprefillSession)
     assert [e.completion_ids for e in kv] == [e.completion_ids for e in full]
     assert all(e.num_turns == 3 for e in kv)
+    assert len({sum(e.action_mask) for e in kv}) > 2 and any(e.finished for e in kv)
     for a, b in zip(kv, full, strict=True):
         assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
     batch = make_batch(
@@ -272,6 +288,7 @@ def test_one_turn_episodes_reproduce_grpo_exactly(tmp_path):
         steps=2,
         checkpoint={"every": 0},
         env={"name": "envs_for_tests:LetterEnv", "max_episode_tokens": 12},
+        reward={"function": None},  # the environment rewards: letter_fraction, as above
     )
     train(build_config(plain))
     train(build_config(env))
@@ -289,6 +306,7 @@ def test_gigpo_agent_run_resumes_exactly(tmp_path):
         "env": {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60},
         "algorithm": {"credit": "gigpo", "credit_gamma": 0.9},
         "train": {"lr_schedule": "constant", "warmup_steps": 0},
+        "reward": {"function": None},
     }
     train(build_config(tiny_config(tmp_path / "ref", steps=3, **sections)))
     train(build_config(tiny_config(tmp_path / "run", steps=2, **sections)))
@@ -310,7 +328,7 @@ def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
 
     env = {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60}
     run = tmp_path / "run"
-    train(build_config(tiny_config(run, steps=1, env=env)))
+    train(build_config(tiny_config(run, steps=1, env=env, reward={"function": None})))
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert rows and all(len(r["turn_rewards"]) >= 1 for r in rows)
     assert [m["role"] for m in rows[0]["transcript"][:2]] == ["user", "assistant"]
@@ -323,3 +341,37 @@ def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
     html = build_report(run)
     assert "assistant, turn 1, reward" in html and "turns left." in html
+
+
+def test_agent_configs_that_would_mislead_are_refused(tmp_path):
+    base = tiny_config(tmp_path / "run", env={"name": "calculator"})  # keeps the reward function
+    with pytest.raises(ValueError, match="rewarded by its environment"):
+        build_config(base)
+    with pytest.raises(ValueError, match="env.name: textarena"):
+        build_config({"task": {"name": "textarena:GuessTheNumber-v0-raw"}})
+    with pytest.raises(ValueError, match="set env.name"):
+        build_config({"algorithm": {"credit": "gigpo"}})
+    with pytest.raises(ValueError, match="overlong"):
+        from rlvr.parts import resolve_algorithm
+
+        resolve_algorithm(
+            build_config(
+                {"env": {"name": "calculator"}, "algorithm": {"preset": "dapo", "credit": "gigpo"}}
+            )
+        )
+
+
+def test_environments_that_break_the_protocol_are_named(smol_tok):
+    class BadReset(Script):
+        def reset(self, problem, seed):
+            return "What is 6 * 7?"
+
+    class BadInfo(Script):
+        def step(self, action_text):
+            return StepResult([], 1.0, True, info={"tool_calls": "two"})
+
+    end = smol_tok.convert_tokens_to_ids("<|im_end|>")
+    with pytest.raises(EnvError, match="BadReset.*reset\\(\\) gave messages"):
+        _play(smol_tok, [[[end]]], BadReset)
+    with pytest.raises(EnvError, match="BadInfo.*tool_calls"):
+        _play(smol_tok, [[[end]]], BadInfo)

@@ -31,7 +31,7 @@ from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rewards.registry import CombinedReward, RewardBreakdown
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
-from rlvr.trajectories import Trajectories, merge
+from rlvr.trajectories import Trajectories, joined, merge
 
 
 @dataclass
@@ -89,10 +89,6 @@ class Scored:
     episode_counts: dict[str, float] | None = None
 
 
-def _joined(lists: list[list | None]) -> list | None:
-    return None if lists[0] is None else [x for part in lists for x in part]
-
-
 def concat_scored(parts: list[Scored]) -> Scored:
     """Shards of one draw, in prompt order, as one :class:`Scored` (throughput: tokens over the
     slowest shard's time, the shards ran side by side)."""
@@ -110,11 +106,11 @@ def concat_scored(parts: list[Scored]) -> Scored:
         seconds,
         tokens / max(seconds, 1e-9),
         max(p.reward_seconds for p in parts),
-        _joined([p.prompt_ids for p in parts]),
-        _joined([p.action_mask for p in parts]),
-        _joined([p.turn_rewards for p in parts]),
-        _joined([p.anchors for p in parts]),
-        _joined([p.transcripts for p in parts]),
+        joined([p.prompt_ids for p in parts]),
+        joined([p.action_mask for p in parts]),
+        joined([p.turn_rewards for p in parts]),
+        joined([p.anchors for p in parts]),
+        joined([p.transcripts for p in parts]),
         counts,
     )
 

@@ -563,7 +563,8 @@ class EnvConfig(Section):
     name: str | None = Field(
         None,
         description="None: single completions (no environment); a built-in environment "
-        "(calculator, guess_number, single_turn, gem) or 'module:Class' (a user environment)",
+        "(calculator, guess_number, single_turn, textarena) or 'module:Class' (a user "
+        "environment)",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the environment"
@@ -729,11 +730,22 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_credit(self) -> Config:
+    def _check_env(self) -> Config:
         if self.algorithm.credit != "broadcast" and self.env.name is None:
             raise ValueError(
                 f"algorithm.credit: {self.algorithm.credit} assigns credit across the turns of "
                 "agent episodes; set env.name (an environment), or keep credit: broadcast"
+            )
+        if self.env.name is not None and (self.reward.function or self.reward.terms):
+            raise ValueError(
+                "reward.function / reward.terms: an agent run (env.name) is rewarded by its "
+                "environment's steps; put the reward in the environment's step() (or remove "
+                "env.name to train single completions on this reward)"
+            )
+        if self.task.name.startswith("textarena:") and self.env.name != "textarena":
+            raise ValueError(
+                f"task.name {self.task.name}: TextArena problems are games, played by "
+                "env.name: textarena (with env.params.env_id set to the same id)"
             )
         return self
 

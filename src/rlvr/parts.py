@@ -56,6 +56,12 @@ def resolve_algorithm(cfg: Config) -> algorithms.Preset:
             f"baseline, but advantage {algo.advantage!r} needs {', '.join(needs)} per token; "
             "use a group estimator (grpo, dr_grpo, rloo, ...) or credit: broadcast"
         )
+    if cfg.algorithm.credit != "broadcast" and algo.overlong_buffer_frac is not None:
+        raise ConfigError(
+            f"algorithm.credit: {cfg.algorithm.credit} reads the environment's turn rewards, "
+            "which DAPO's overlong penalty (overlong_buffer_frac) does not reach; use credit: "
+            "broadcast with it, or set algorithm.overlong_buffer_frac: null"
+        )
     return algo
 
 

@@ -85,13 +85,13 @@ def merge(parts: list[Trajectories]) -> Trajectories:
         tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
         terms={label: [x for p in parts for x in p.terms[label]] for label in parts[0].terms},
         policy_version=min(p.policy_version for p in parts),
-        action_mask=_joined([p.action_mask for p in parts]),
-        turn_rewards=_joined([p.turn_rewards for p in parts]),
-        anchors=_joined([p.anchors for p in parts]),
-        transcripts=_joined([p.transcripts for p in parts]),
+        action_mask=joined([p.action_mask for p in parts]),
+        turn_rewards=joined([p.turn_rewards for p in parts]),
+        anchors=joined([p.anchors for p in parts]),
+        transcripts=joined([p.transcripts for p in parts]),
     )
 
 
-def _joined(lists: list[list | None]) -> list | None:
+def joined(lists: list[list | None]) -> list | None:
     """Per-sample lists of a step's draws concatenated (None when the draws have none)."""
     return None if lists[0] is None else [x for part in lists for x in part]

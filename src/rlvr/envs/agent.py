@@ -23,7 +23,7 @@ from rlvr.envs.episodes import Budget, Episode, run_episodes
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.registry import env_factory
 from rlvr.models import stop_token_ids
-from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.base import SamplingParams, checked_keys
 from rlvr.rollout.torch_engine import open_session
 
 COUNTS = (
@@ -104,10 +104,10 @@ class Agent:
         sampling: SamplingParams,
         keys: torch.Tensor | None,
     ) -> tuple[list[list[int]], list[Episode]]:
-        """``n`` episodes of each problem on ``engine`` (episode i from stream ``keys[i]``):
-        each problem's prompt ids and the episodes."""
-        if keys is None:
-            keys = torch.zeros(len(problems) * n, dtype=torch.long)
+        """``n`` episodes of each problem on ``engine`` (episode i from stream ``keys[i]``; None:
+        drawn from torch's global generator, as ``generate`` does): each problem's prompt ids
+        and the episodes."""
+        keys = checked_keys(keys, len(problems) * n, sampling)
         seeds = [episode_seed(p) for p in problems]
         return run_episodes(
             lambda prompts, k: open_session(engine, prompts, k),

@@ -11,7 +11,8 @@ Budgets (:class:`Budget`): at most ``max_turns`` actions; at most ``max_episode_
 after the prompt (actions and observations: each action may use what is left, up to the
 sampling's ``max_new_tokens``); observations cut
 to ``max_observation_tokens``. An episode that runs out of turns or tokens before its
-environment ends it is *truncated*. The observation after the last action is kept in the
+environment ends it is *truncated* (as is one whose observation cannot be cut to fit: the
+template's own tokens alone over the limit). The observation after the last action is kept in the
 transcript only (no action follows it, so it is not trained on).
 """
 
@@ -97,6 +98,30 @@ class Episode:
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
 
+def _check_messages(messages: Any, where: str, what: str) -> list[Message]:
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise EnvError(
+            f"{where}: {what} gave messages {messages!r:.200}; expected a list of "
+            '{"role": str, "content": str} dicts'
+        )
+    return messages
+
+
+def _checked_reset(env: Environment, problem: Problem, seed: int) -> list[Message]:
+    """``env.reset(problem, seed)``, its messages checked (at least one)."""
+    where = f"env {type(env).__name__}, problem {problem.id!r}"
+    try:
+        messages = env.reset(problem, seed)
+    except Exception as err:  # noqa: BLE001 - the environment's own failure, reported
+        raise EnvError(f"{where}: reset() raised {type(err).__name__}: {err}") from err
+    if not _check_messages(messages, where, "reset()"):
+        raise EnvError(f"{where}: reset() gave no messages; the policy needs a prompt")
+    return messages
+
+
 def _checked_step(env: Environment, text: str, where: str) -> StepResult:
     """``env.step(text)``, its result checked (an environment bug is an :class:`EnvError`)."""
     try:
@@ -112,14 +137,13 @@ def _checked_step(env: Environment, text: str, where: str) -> StepResult:
         or not math.isfinite(reward)
     ):
         raise EnvError(f"{where}: step() gave reward {reward!r}; expected a finite number")
-    if not isinstance(result.messages, list) or not all(
-        isinstance(m, dict) and "role" in m and isinstance(m.get("content"), str)
-        for m in result.messages
-    ):
-        raise EnvError(
-            f"{where}: step() gave messages {result.messages!r:.200}; expected a list of "
-            '{"role": ..., "content": str} dicts'
-        )
+    _check_messages(result.messages, where, "step()")
+    if not isinstance(result.info, dict):
+        raise EnvError(f"{where}: step() gave info {result.info!r:.200}; expected a dict")
+    for key in ("tool_calls", "tool_errors"):
+        value = result.info.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise EnvError(f"{where}: info[{key!r}] = {value!r}; expected a count (int >= 0)")
     return result
 
 
@@ -131,23 +155,24 @@ def _fit_observation(
     limit: int,
 ) -> tuple[list[int], list[Message], bool]:
     """The observation's tokens and messages, the longest message cut (marked) until it fits in
-    ``limit`` tokens; and whether anything was cut."""
+    ``limit`` tokens (the caller ends the episode, truncated, when even empty messages do not);
+    and whether anything was cut."""
     ids = renderer.observation_ids(history, action, new)
     cut = False
-    for _ in range(4):
-        if len(ids) <= limit or not new:
-            break
+    while len(ids) > limit and any(m["content"] != TRUNCATION_MARK for m in new):
         longest = max(range(len(new)), key=lambda i: len(new[i]["content"]))
         content = renderer.encode(new[longest]["content"])
-        keep = max(0, len(content) - (len(ids) - limit) - 8)
+        keep = max(0, min(len(content) - 8, len(content) - (len(ids) - limit) - 8))
         text = renderer.tokenizer.decode(content[:keep]) + TRUNCATION_MARK
+        if keep == 0:
+            text = TRUNCATION_MARK
         new = [*new[:longest], {**new[longest], "content": text}, *new[longest + 1 :]]
         ids, cut = renderer.observation_ids(history, action, new), True
     return ids, new, cut
 
 
 def _record_step(episode: Episode, result: StepResult) -> None:
-    info = result.info if isinstance(result.info, dict) else {}
+    info = result.info
     episode.turn_rewards.append(float(result.reward))
     anchor = info.get("anchor")
     episode.anchors.append(anchor if isinstance(anchor, Hashable) else repr(anchor))
@@ -172,7 +197,7 @@ def start_episodes(
         first = None
         for _ in range(n):
             env = make_env()
-            messages = renderer.first_messages(env.reset(problem, seed))
+            messages = renderer.first_messages(_checked_reset(env, problem, seed))
             if first is None:
                 first = messages
                 prompts.append(renderer.prompt_ids(messages))
@@ -237,7 +262,8 @@ def run_episodes(
             if shown is not result.messages:
                 episode.messages[len(history) :] = shown
             room = budget.max_episode_tokens - len(episode.completion_ids) - len(obs)
-            if turn + 1 == budget.max_turns or room < 1:
+            too_long = len(obs) > budget.max_observation_tokens
+            if turn + 1 == budget.max_turns or room < 1 or too_long:
                 episode.truncated = True
                 continue
             episode.add(obs, None)
@@ -247,4 +273,5 @@ def run_episodes(
         if not live:
             break
         session.extend(keep, observations)
+    session.close()  # the engine's caches are not kept while the learner trains
     return prompts, episodes

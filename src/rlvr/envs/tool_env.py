@@ -8,8 +8,8 @@ or a tool that fails is answered with the error, marks the action invalid and is
 scored by the task's verifier (``task.score``, which reads ``Answer: ...`` or, without it, the
 last number).
 
-The anchor state of a turn (GiGPO) is the list of tool calls and results so far: episodes that
-made the same calls stand in the same state.
+The anchor state of a turn (GiGPO) is the list of tool results (and errors) so far: episodes
+whose calls returned the same results stand in the same state.
 """
 
 from __future__ import annotations

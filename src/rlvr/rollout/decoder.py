@@ -228,6 +228,11 @@ class LlamaDecoder:
         self.prompt_len = prompt_len
         self.length = 0  # generated tokens in the cache
 
+    def release(self) -> None:
+        """Drop the cache of the last batch (its prefixes and generated keys/values)."""
+        self.prefix_k, self.prefix_v = [], []
+        self.kv = self.bias = None
+
     def export(self, rows: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The keys and values [layers, KV, h, D] of the tokens in the cache of each of ``rows``
         (its prefix's real tokens, then its generated ones, in order): a history that

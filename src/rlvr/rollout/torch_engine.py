@@ -311,6 +311,10 @@ class KVSession:
         self.histories = [self.histories[r] for r in keep]
         self.pending = [self.pending[r] + obs for r, obs in zip(keep, observations, strict=True)]
 
+    def close(self) -> None:
+        self.histories, self.pending = [], []
+        self.engine.decoder.release()
+
 
 def open_session(engine: object, prompts: list[list[int]], n: int) -> TurnSession:
     """The engine's way to run episodes: the torch engine's :class:`KVSession` with the lean

@@ -58,6 +58,9 @@ class TurnSession(Protocol):
         """Keep rows ``keep`` (current row indices, in that order: the new rows), each followed
         by its observation tokens ``observations`` (at least one token each)."""
 
+    def close(self) -> None:
+        """Free what the engine holds for these episodes (their caches)."""
+
 
 def cut_to_budget(
     ids: list[int], logprobs: list[float], finished: bool, budget: int
@@ -105,3 +108,6 @@ class ReprefillSession:
             for r, obs in zip(keep, observations, strict=True)
         ]
         self.last = [[] for _ in keep]
+
+    def close(self) -> None:
+        self.histories, self.last = [], []
