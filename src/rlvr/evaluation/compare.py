@@ -57,11 +57,11 @@ class Source:
 def task_key(task: dict[str, Any]) -> str:
     """A readable identity of a task config: ``arithmetic-L2``, ``arithmetic-L1+L3`` (a mixture
     of levels), ``file:data/test.jsonl``, ``file:openai/gsm8k:main`` (a dataset's subset),
-    ``reasoning_gym:chain_sum``."""
+    ``reasoning_gym:chain_sum``, ``guess_number``."""
     name = task.get("name", "arithmetic")
     if name == "file":
         return f"file:{task.get('path')}" + (f":{task['subset']}" if task.get("subset") else "")
-    if name.startswith("reasoning_gym:"):
+    if name not in ("arithmetic", "countdown"):  # tasks without levels
         return name
     levels = task.get("levels") or [task.get("level", 2)]
     return f"{name}-" + "+".join(f"L{level}" for level in levels)
