@@ -375,3 +375,28 @@ def test_environments_that_break_the_protocol_are_named(smol_tok):
         _play(smol_tok, [[[end]]], BadReset)
     with pytest.raises(EnvError, match="BadInfo.*tool_calls"):
         _play(smol_tok, [[[end]]], BadInfo)
+
+
+def test_tools_go_through_the_template_when_it_renders_them(smol_tok):
+    """A template that renders `tools` gets the schemas; one that ignores them (SmolLM2's) gets
+    the tools described in the system prompt instead."""
+    import copy
+
+    from rlvr.envs.calc import calc
+    from rlvr.envs.parsers import tools_prompt
+
+    tool = make_tool(calc)
+    plain = ChatRenderer(smol_tok, [tool.schema()], tools_prompt([tool], "hermes"))
+    assert not plain.native_tools
+    first = plain.first_messages([{"role": "user", "content": "Hi"}])
+    assert first[0]["role"] == "system" and "calc(expression: string)" in first[0]["content"]
+    aware = copy.deepcopy(smol_tok)
+    aware.chat_template = (
+        "{% if tools %}<|im_start|>system\nTools: {{ tools | map(attribute='function.name') "
+        "| join(', ') }}<|im_end|>\n{% endif %}" + smol_tok.chat_template
+    )
+    native = ChatRenderer(aware, [tool.schema()], tools_prompt([tool], "hermes"))
+    assert native.native_tools
+    assert native.first_messages([{"role": "user", "content": "Hi"}])[0]["role"] == "user"
+    assert "Tools: calc" in native.render([{"role": "user", "content": "Hi"}], True)
+    native.check("tool")
