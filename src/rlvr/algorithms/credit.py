@@ -311,74 +311,15 @@ def gigpo_credit(
     return _unflatten(combined, returns)
 
 
-# ---------------------------------------------------------------- the uniform convention
+# ---------------------------------------------------------------- by name
 
-CreditFn = Callable[
-    [TurnRewards, Anchors | None, GroupIds, Estimator, float, float, float], TurnValues
-]
-"""fn(turn_rewards, anchors, group_ids, estimator, gamma, weight, gate) -> per-turn advantages."""
-
-
-def _broadcast(
-    rewards: TurnRewards,
-    anchors: Anchors | None,
-    group_ids: GroupIds,
-    estimator: Estimator,
-    gamma: float,
-    weight: float,
-    gate: float,
-) -> TurnValues:
-    """:func:`broadcast_credit` (gamma, weight, gate unused)."""
-    return broadcast_credit(rewards, group_ids, estimator)
-
-
-def _turn_discounted(
-    rewards: TurnRewards,
-    anchors: Anchors | None,
-    group_ids: GroupIds,
-    estimator: Estimator,
-    gamma: float,
-    weight: float,
-    gate: float,
-) -> TurnValues:
-    """:func:`turn_discounted_credit` (weight, gate unused)."""
-    return turn_discounted_credit(rewards, group_ids, estimator, gamma)
-
-
-def _gigpo(
-    rewards: TurnRewards,
-    anchors: Anchors | None,
-    group_ids: GroupIds,
-    estimator: Estimator,
-    gamma: float,
-    weight: float,
-    gate: float,
-) -> TurnValues:
-    """:func:`gigpo_credit` (gate unused); needs anchors."""
-    if anchors is None:
-        raise ValueError("credit rule 'gigpo' needs anchors: one state key (or None) per turn")
-    return gigpo_credit(rewards, anchors, group_ids, estimator, gamma, weight)
-
-
-def _gated(
-    rewards: TurnRewards,
-    anchors: Anchors | None,
-    group_ids: GroupIds,
-    estimator: Estimator,
-    gamma: float,
-    weight: float,
-    gate: float,
-) -> TurnValues:
-    """:func:`turn_discounted_credit` on :func:`gate_turn_rewards` (weight unused)."""
-    return turn_discounted_credit(gate_turn_rewards(rewards, gate), group_ids, estimator, gamma)
-
-
-CREDIT: dict[str, CreditFn] = {
-    "broadcast": _broadcast,
-    "turn_discounted": _turn_discounted,
-    "gigpo": _gigpo,
-    "gated": _gated,
+CREDIT: dict[str, str] = {
+    "broadcast": "the episode's group advantage on every turn (GRPO)",
+    "turn_discounted": "discounted return of each turn, compared at equal depth (MT-GRPO)",
+    "gigpo": "episode advantage + weight x step advantage within anchor states (GiGPO)",
+    "gated": "turn_discounted on rewards gated by the outcome (G-RA)",
 }
+"""The credit rules of :func:`assign_credit` (``algorithm.credit``), with what each does."""
 
 
 def assign_credit(
@@ -416,7 +357,16 @@ def assign_credit(
             raise ValueError(f"assign_credit: {param} must be finite, got {value}")
     if anchors is not None:
         _check_anchors(anchors, _check_rewards(turn_rewards))
-    return CREDIT[name](turn_rewards, anchors, group_ids, estimator, gamma, weight, gate)
+    if name == "broadcast":
+        return broadcast_credit(turn_rewards, group_ids, estimator)
+    if name == "turn_discounted":
+        return turn_discounted_credit(turn_rewards, group_ids, estimator, gamma)
+    if name == "gated":
+        gated = gate_turn_rewards(turn_rewards, gate)
+        return turn_discounted_credit(gated, group_ids, estimator, gamma)
+    if anchors is None:
+        raise ValueError("credit rule 'gigpo' needs anchors: one state key (or None) per turn")
+    return gigpo_credit(turn_rewards, anchors, group_ids, estimator, gamma, weight)
 
 
 # ---------------------------------------------------------------- onto tokens

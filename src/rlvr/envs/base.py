@@ -21,15 +21,13 @@ the answer and terminates (:class:`rlvr.envs.single_turn.SingleTurnEnv`).
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from rlvr.data.base import Problem
 from rlvr.errors import RlvrError
+from rlvr.user_code import import_user_module
 
 Message = dict[str, Any]  # {"role": "user" | "tool" | "system" | "assistant", "content": str}
 
@@ -85,21 +83,7 @@ def load_environment_class(spec: str) -> type:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise EnvError(f"env {spec!r}: expected a built-in name or 'module:Class'")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)
-        importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        raise EnvError(
-            f"env {spec!r}: no module named {err.name!r} in the current directory {cwd} "
-            "(which is on sys.path) or on PYTHONPATH"
-        ) from None
-    except Exception as err:  # noqa: BLE001 - any error in the user's module is reported
-        raise EnvError(
-            f"env {spec!r}: importing {module_name!r} raised {type(err).__name__}: {err}"
-        ) from err
+    module = import_user_module(module_name, f"env {spec!r}", EnvError)
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise EnvError(f"env {spec!r}: module {module_name!r} has no class {attr!r}")

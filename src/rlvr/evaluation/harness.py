@@ -240,23 +240,11 @@ def score_records(
     are one group). ``completions``, ``num_tokens`` and ``finished`` are indexed
     ``[problem][sample]``."""
     extract = answer_extractor(task)
-    records = []
-    for p, problem in enumerate(problems):
-        for s, text in enumerate(completions[p]):
-            records.append(
-                {
-                    "problem_index": p,
-                    "problem_id": problem.id,
-                    "prompt": problem.prompt,
-                    "answer": problem.answer,
-                    "sample_index": s,
-                    "completion": text,
-                    "extracted_answer": extract(text, problem),
-                    "num_tokens": int(num_tokens[p][s]),
-                    "finished": bool(finished[p][s]),
-                    "category": problem.category,
-                }
-            )
+    records = [
+        _record(p, problem, s, text, extract(text, problem), num_tokens[p][s], finished[p][s])
+        for p, problem in enumerate(problems)
+        for s, text in enumerate(completions[p])
+    ]
     owners = [problems[r["problem_index"]] for r in records]
     _judge_records(judge or Judge(), task, records, owners)
     return records
@@ -275,29 +263,46 @@ def episode_records(
     records = []
     for p, problem in enumerate(problems):
         for s, e in enumerate(episodes[p]):
-            records.append(
-                {
-                    "problem_index": p,
-                    "problem_id": problem.id,
-                    "prompt": problem.prompt,
-                    "answer": problem.answer,
-                    "sample_index": s,
-                    "completion": e.last_action,
-                    "extracted_answer": extract(e.last_action, problem),
-                    "score": e.reward,
-                    "correct": succeeded(e),
-                    "num_tokens": len(e.completion_ids),
-                    "finished": not e.truncated,
-                    "category": problem.category,
-                    "reward": e.reward,
-                    "turns": e.num_turns,
-                    "tool_calls": e.tool_calls,
-                    "tool_errors": e.tool_errors,
-                    "invalid_actions": e.invalid_actions,
-                    "transcript": json.dumps(e.messages, ensure_ascii=False),
-                }
+            text = e.last_action
+            record = _record(
+                p, problem, s, text, extract(text, problem), len(e.completion_ids), not e.truncated
             )
+            record.update(
+                score=e.reward,
+                correct=succeeded(e),
+                reward=e.reward,
+                turns=e.num_turns,
+                tool_calls=e.tool_calls,
+                tool_errors=e.tool_errors,
+                invalid_actions=e.invalid_actions,
+                transcript=json.dumps(e.messages, ensure_ascii=False),
+            )
+            records.append(record)
     return records
+
+
+def _record(
+    p: int,
+    problem: Problem,
+    s: int,
+    completion: str,
+    extracted: str | None,
+    num_tokens: int,
+    finished: bool,
+) -> dict[str, Any]:
+    """The :data:`SCHEMA` columns of sample ``s`` of problem ``p`` (before judging)."""
+    return {
+        "problem_index": p,
+        "problem_id": problem.id,
+        "prompt": problem.prompt,
+        "answer": problem.answer,
+        "sample_index": s,
+        "completion": completion,
+        "extracted_answer": extracted,
+        "num_tokens": int(num_tokens),
+        "finished": bool(finished),
+        "category": problem.category,
+    }
 
 
 def _judge_records(

@@ -15,8 +15,6 @@ and at most ``max_abs`` in magnitude.
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +28,7 @@ from rlvr.rewards.registry import (
     RewardConfigError,
     RewardSpec,
 )
+from rlvr.user_code import import_user_module
 
 CALLABLE_MARKER = "<python callable>:"
 
@@ -63,25 +62,7 @@ def load_function(spec: str) -> Callable[..., Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise RewardConfigError(f"reward {spec!r}: expected 'module:function'")
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.append(cwd)
-        importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name == module_name or module_name.startswith(f"{err.name}."):
-            raise RewardConfigError(
-                f"reward {spec!r}: no module named {err.name!r} in the current directory "
-                f"{cwd} (which is on sys.path) or on PYTHONPATH"
-            ) from None
-        raise RewardConfigError(
-            f"reward {spec!r}: importing module {module_name!r} failed: {err}"
-        ) from err
-    except Exception as err:  # noqa: BLE001 - any error in the user's module is reported
-        raise RewardConfigError(
-            f"reward {spec!r}: importing module {module_name!r} raised {type(err).__name__}: {err}"
-        ) from err
+    module = import_user_module(module_name, f"reward {spec!r}", RewardConfigError)
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RewardConfigError(
