@@ -47,6 +47,7 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/grpo_step.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/episodes.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
