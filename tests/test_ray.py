@@ -47,7 +47,15 @@ def local_config(run_dir: Path, steps: int = 3, **sections) -> dict:
 
 
 def ray_config(run_dir: Path, workers: int = 1, steps: int = 3, **sections) -> dict:
-    distributed = {"backend": "ray", "rollout_workers": workers, "cpus_per_worker": 0.25}
+    # every wait of these tiny runs takes seconds: a rare hang in re-forming the weight group
+    # after a worker is replaced (seen once in ~10 runs, then survived by the timeout) costs a
+    # minute here instead of the default ten
+    distributed = {
+        "backend": "ray",
+        "rollout_workers": workers,
+        "cpus_per_worker": 0.25,
+        "timeout_s": 60,
+    }
     distributed.update(sections.pop("distributed", {}))
     return local_config(run_dir, steps=steps, distributed=distributed, **sections)
 
