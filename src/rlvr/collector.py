@@ -349,9 +349,7 @@ class Collector:
             self._reward_metrics.setdefault(key, []).append(value)
         if self.algo.overlong_buffer_frac is not None:
             lengths = torch.tensor([len(c) for c in scored.completion_ids])
-            budget = self.cfg.rollout.max_new_tokens
-            if self.cfg.env.name is not None:  # an episode's tokens after its prompt
-                budget = self.cfg.env.max_episode_tokens
+            budget = self.cfg.max_completion_tokens
             cache_len = max(1, round(self.algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
         self._reward_seconds += scored.reward_seconds

@@ -720,6 +720,12 @@ class Config(Section):
     distributed: DistributedConfig = DistributedConfig()
     env: EnvConfig = EnvConfig()
 
+    @property
+    def max_completion_tokens(self) -> int:
+        """Most tokens after a prompt: ``rollout.max_new_tokens``, or an agent episode's
+        ``env.max_episode_tokens`` (DAPO's overlong budget, Dr. GRPO's length normaliser)."""
+        return self.rollout.max_new_tokens if self.env.name is None else self.env.max_episode_tokens
+
     @model_validator(mode="after")
     def _behaviour_correction(self) -> Config:
         """Asynchronous rollouts weight the loss by pi_proximal / pi_behaviour (AReaL's decoupled

@@ -236,7 +236,7 @@ def _micro_batch_loss(
     if algo.entropy_coef:
         loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
     tokens, seqs = totals
-    max_len = cfg.rollout.max_new_tokens if cfg.env.name is None else cfg.env.max_episode_tokens
+    max_len = cfg.max_completion_tokens
     loss = algorithms.aggregate(
         loss_tok, sub_mask, algo.aggregation, total_tokens=tokens, total_seqs=seqs, max_len=max_len
     )

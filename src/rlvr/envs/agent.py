@@ -31,7 +31,7 @@ COUNTS = (
     "turns",
     "truncated",
     "successes",
-    "actions_invalid",
+    "invalid_actions",
     "tool_calls",
     "tool_errors",
     "observations_cut",
@@ -58,25 +58,42 @@ def counts(episodes: list[Episode]) -> dict[str, float]:
         "turns": float(sum(e.num_turns for e in episodes)),
         "truncated": float(sum(e.truncated for e in episodes)),
         "successes": float(sum(succeeded(e) for e in episodes)),
-        "actions_invalid": float(sum(e.invalid_actions for e in episodes)),
+        "invalid_actions": float(sum(e.invalid_actions for e in episodes)),
         "tool_calls": float(sum(e.tool_calls for e in episodes)),
         "tool_errors": float(sum(e.tool_errors for e in episodes)),
         "observations_cut": float(sum(e.observations_cut for e in episodes)),
     }
 
 
+def tool_means(
+    episodes: float, turns: float, tool_calls: float, tool_errors: float, invalid: float
+) -> dict[str, float]:
+    """The agent statistics of training steps and evaluations, from counts summed over
+    ``episodes``: turns, tool calls and tool errors per episode, invalid actions per action."""
+    n = max(episodes, 1.0)
+    return {
+        "turns_mean": turns / n,
+        "tool_calls_mean": tool_calls / n,
+        "tool_errors_mean": tool_errors / n,
+        "tool_invalid_frac": invalid / max(turns, 1.0),
+    }
+
+
 def episode_metrics(total: dict[str, float]) -> dict[str, float]:
     """Metrics of summed :func:`counts`: ``episodes/*`` and ``tools/*`` (per episode, or
     fractions of actions)."""
-    n, turns = max(total["episodes"], 1.0), max(total["turns"], 1.0)
+    n = max(total["episodes"], 1.0)
+    means = tool_means(
+        n, total["turns"], total["tool_calls"], total["tool_errors"], total["invalid_actions"]
+    )
     return {
-        "episodes/turns_mean": total["turns"] / n,
+        "episodes/turns_mean": means["turns_mean"],
         "episodes/truncated_frac": total["truncated"] / n,
         "episodes/success_frac": total["successes"] / n,
         "episodes/observations_cut": total["observations_cut"],
-        "tools/calls": total["tool_calls"] / n,
-        "tools/errors": total["tool_errors"] / n,
-        "tools/invalid_frac": total["actions_invalid"] / turns,
+        "tools/calls": means["tool_calls_mean"],
+        "tools/errors": means["tool_errors_mean"],
+        "tools/invalid_frac": means["tool_invalid_frac"],
     }
 
 

@@ -83,12 +83,19 @@ def accuracy_metrics(
     if judge_name == "reward":
         out["reward_mean"] = sum(records.scores) / n
     if records.extras:  # agent episodes
+        from rlvr.envs.agent import tool_means
+
         extras = {k: sum(v) for k, v in records.extras.items()}
         out["reward_mean"] = sum(records.scores) / n
-        out["turns_mean"] = extras["turns"] / n
-        out["tool_calls_mean"] = extras["tool_calls"] / n
-        out["tool_errors_mean"] = extras["tool_errors"] / n
-        out["tool_invalid_frac"] = extras["invalid_actions"] / max(extras["turns"], 1.0)
+        out.update(
+            tool_means(
+                n,
+                extras["turns"],
+                extras["tool_calls"],
+                extras["tool_errors"],
+                extras["invalid_actions"],
+            )
+        )
     by_category: dict[str, list[bool]] = {}
     for problem, ok in zip(problems, records.correct, strict=True):
         if problem.category:

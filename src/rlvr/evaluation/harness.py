@@ -387,17 +387,20 @@ def per_problem_values(out_dir: Path, metric: str) -> dict[str, float] | None:
 
 
 def _episode_means(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Means over an agent evaluation's episodes: success is ``accuracy``; these add the return,
-    turns, tool calls and errors per episode, and invalid actions per action."""
-    count = len(records)
-    turns = sum(int(r["turns"]) for r in records)
-    return {
-        "reward_mean": sum(float(r["reward"]) for r in records) / count,
-        "turns_mean": turns / count,
-        "tool_calls_mean": sum(int(r["tool_calls"]) for r in records) / count,
-        "tool_errors_mean": sum(int(r["tool_errors"]) for r in records) / count,
-        "tool_invalid_frac": sum(int(r["invalid_actions"]) for r in records) / max(turns, 1),
-    }
+    """Means over an agent evaluation's episodes: success is ``accuracy``; these add the return
+    and :func:`rlvr.envs.agent.tool_means`."""
+    from rlvr.envs.agent import tool_means
+
+    keys = ("reward", "turns", "tool_calls", "tool_errors", "invalid_actions")
+    total = {k: sum(float(r[k]) for r in records) for k in keys}
+    means = tool_means(
+        len(records),
+        total["turns"],
+        total["tool_calls"],
+        total["tool_errors"],
+        total["invalid_actions"],
+    )
+    return {"reward_mean": total["reward"] / len(records), **means}
 
 
 def compute_summary_metrics(
