@@ -28,6 +28,7 @@ from rlvr.data import ArithmeticTask
 from rlvr.devices import resolve_device
 from rlvr.models import encode_prompt, load_model, load_tokenizer, stop_token_ids
 from rlvr.rollout import SamplingParams, TorchEngine, describe_device
+from rlvr.rollout.streams import group_keys, stream_key
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -127,7 +128,7 @@ def main() -> None:
     engine = TorchEngine(copy.deepcopy(model), tok.pad_token_id, dtype=dtype)
 
     def ours() -> int:
-        rollout = engine.generate(prompts, args.n, params, torch.Generator().manual_seed(0))
+        rollout = engine.generate(prompts, args.n, params, group_keys(stream_key(0), len(prompts), args.n))
         return sum(len(c) for c in rollout.completion_ids)
 
     sides = {"baseline": baseline, "ours": ours}
@@ -137,7 +138,7 @@ def main() -> None:
 
         def with_vllm() -> int:
             rollout = vllm_engine.generate(
-                prompts, args.n, params, torch.Generator().manual_seed(0)
+                prompts, args.n, params, group_keys(stream_key(0), len(prompts), args.n)
             )
             return sum(len(c) for c in rollout.completion_ids)
 
