@@ -1,0 +1,149 @@
+"""Per-step metrics of small runs, recorded once from the code before the training spine was
+reorganised (issue 24) and kept as test data (``tests/data/spine_reference.json``), so the
+reorganised spine is checked to train exactly as the old one did.
+
+Record again (only when a change is *meant* to alter training)::
+
+    .venv/bin/python tests/spine_reference.py
+
+``test_spine_reference.py`` reruns every config and compares: bitwise on the CPU and torch that
+recorded them, within 1e-6 relative elsewhere (other kernels sum in another order).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data" / "spine_reference.json"
+STEPS = 3
+VOLATILE = ("time/", "rollout/tokens_per_s", "rollout/seconds", "lr")
+"""Metrics that depend on the clock (or repeat the schedule), not on what was computed."""
+
+
+def _base(run_dir: Path) -> dict[str, Any]:
+    return {
+        "model": {"name": "tiny-random-llama"},
+        "task": {"name": "arithmetic", "level": 1, "n_eval": 8},
+        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 12, "dtype": "fp32"},
+        "reward": {"function": "rewards_for_tests:letter_fraction"},
+        "algorithm": {"preset": "grpo", "beta": 0.0},
+        "train": {
+            "steps": STEPS,
+            "lr": 1e-3,
+            "micro_batch_size": 3,
+            "threads": 1,
+            "autocast": "fp32",
+            "device": "cpu",
+        },
+        "eval": {"before": False, "after": False},
+        "logging": {
+            "run_dir": str(run_dir),
+            "progress": False,
+            "tensorboard": False,
+            "samples_per_step": 8,
+        },
+        "checkpoint": {"every": 0, "save_final": False},
+    }
+
+
+def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The pinned runs: a plain task with a reference and several minibatches and epochs, DAPO's
+    dynamic sampling, a group reward (TTRL's majority vote) beside a per-sample one, and a
+    multi-turn agent environment with GiGPO credit."""
+    plain = _base(run_dir)
+    plain["algorithm"] = {"preset": "grpo", "beta": 0.04, "ppo_epochs": 2, "minibatches": 2}
+    dapo = _base(run_dir)
+    dapo["algorithm"] = {"preset": "dapo", "max_draws": 3}
+    group = _base(run_dir)
+    group["reward"] = {
+        "terms": [
+            {"name": "majority_vote"},
+            {"name": "rewards_for_tests:letter_fraction", "weight": 0.5},
+        ]
+    }
+    agent = _base(run_dir)
+    agent["reward"] = {"function": None}
+    agent["env"] = {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 40}
+    agent["algorithm"] = {"preset": "grpo", "beta": 0.0, "credit": "gigpo"}
+    return {"plain": plain, "dapo": dapo, "group_reward": group, "agent": agent}
+
+
+def machine() -> str:
+    """The CPU and torch build that computed the numbers (bitwise equality is asked only there)."""
+    model = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model} | torch {torch.__version__}"
+
+
+def run(name: str, run_dir: Path) -> list[dict[str, Any]]:
+    """Train config ``name`` in ``run_dir``; each step's metrics (clock-free) and samples."""
+    from rlvr import train
+    from rlvr.config import build_config
+    from rlvr.logging import read_metrics
+
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    train(build_config(configs(run_dir)[name]))
+    samples: dict[int, list[str]] = {}
+    with open(run_dir / "samples.jsonl", encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            samples.setdefault(row["step"], []).append(row["completion"])
+    steps = []
+    for row in read_metrics(run_dir):
+        metrics = {
+            k: v
+            for k, v in row.items()
+            if k != "step" and isinstance(v, int | float) and not k.startswith(VOLATILE)
+        }
+        steps.append({"step": row["step"], "metrics": metrics, "completions": samples[row["step"]]})
+    return steps
+
+
+def compare(recorded: list[dict], now: list[dict], exact: bool) -> list[str]:
+    """Differences between a recorded run and a new one (empty: the same training)."""
+    problems = []
+    if [r["step"] for r in recorded] != [r["step"] for r in now]:
+        return [f"steps {[r['step'] for r in recorded]} != {[r['step'] for r in now]}"]
+    for old, new in zip(recorded, now, strict=True):
+        if old["completions"] != new["completions"]:
+            problems.append(f"step {old['step']}: other completions were sampled")
+        for key, value in old["metrics"].items():
+            if key not in new["metrics"]:
+                problems.append(f"step {old['step']}: {key} no longer logged")
+                continue
+            got = new["metrics"][key]
+            same = got == value or (math.isnan(got) and math.isnan(value))
+            if not same and (exact or not math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9)):
+                problems.append(f"step {old['step']}: {key} {value!r} -> {got!r}")
+    return problems
+
+
+def main() -> None:
+    import tempfile
+
+    out: dict[str, Any] = {"machine": machine(), "runs": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in configs(Path(tmp)):
+            out["runs"][name] = run(name, Path(tmp) / name)
+            print(f"{name}: {len(out['runs'][name])} steps", file=sys.stderr)
+    DATA.parent.mkdir(exist_ok=True)
+    DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {DATA} on {out['machine']}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
