@@ -30,7 +30,9 @@ demo: $(STAMP)
 demo-agent: $(STAMP)
 	$(BIN)/rlvr train configs/agent_calculator.yaml
 
+# the import contracts of pyproject.toml (layers, no cycles) first: seconds
 test: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/pytest tests
 
 bench/.venv-trl/.installed:
@@ -50,6 +52,7 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/episodes.py
 
 lint: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 

@@ -128,7 +128,9 @@ def main() -> None:
     engine = TorchEngine(copy.deepcopy(model), tok.pad_token_id, dtype=dtype)
 
     def ours() -> int:
-        rollout = engine.generate(prompts, args.n, params, group_keys(stream_key(0), len(prompts), args.n))
+        rollout = engine.generate(
+            prompts, args.n, params, group_keys(stream_key(0), len(prompts), args.n)
+        )
         return sum(len(c) for c in rollout.completion_ids)
 
     sides = {"baseline": baseline, "ours": ours}

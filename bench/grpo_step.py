@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import rlvr.rewards.verifiers as verifiers
+import rlvr.answers as answers
 from rlvr.config import build_config
 from rlvr.data import ArithmeticTask
 from rlvr.devices import resolve_device
@@ -62,7 +62,7 @@ def main() -> None:
             "model_dir": str(resolve("smollm2-135m-instruct")),
             "prompts": [p.prompt for p in problems],
             "answers": [p.answer for p in problems],
-            "verifier_file": verifiers.__file__,
+            "verifier_file": answers.__file__,
             "output_dir": f"{tmp}/trl",
             "device": str(device),
         }

@@ -27,10 +27,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
 
-from rlvr.rewards import cgroups, code, remote, sandbox
+from rlvr.rewards import code, remote
 from rlvr.rewards.code import _run_asserts, parse_harness_output
-from rlvr.rewards.sandbox import SandboxLimits, run_python
 from rlvr.rollout import describe_device
+from rlvr.sandbox import cgroups, sandbox
+from rlvr.sandbox.sandbox import SandboxLimits, run_python
 
 SOLUTION = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from rlvr.cli import app
 from rlvr.config import build_config
 from rlvr.logging import read_metrics
-from rlvr.rewards.registry import RewardError
+from rlvr.rewards.protocol import RewardError
 from rlvr.trainer import train
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from rlvr import cli
 from rlvr.algorithms import PRESETS
-from rlvr.curriculum import SAMPLERS
+from rlvr.curriculum import CURRICULA
 from rlvr.data import TASKS
 from rlvr.envs.registry import ENVS
 
@@ -20,15 +20,27 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LISTINGS = {
     "algorithms": list(PRESETS),
     "tasks": list(TASKS),
-    "curricula": list(SAMPLERS),
+    "curricula": list(CURRICULA),
     "envs": [*ENVS, "module:Class"],
 }
 
 
+PARTS_TITLE = "registered parts"
+
+
 def _run(command: str, columns: int, *args: str) -> str:
+    """The command's output; for ``algorithms``, its first listing (the presets)."""
     result = CliRunner().invoke(cli.app, [command, *args], env={"COLUMNS": str(columns)})
     assert result.exit_code == 0, result.output
-    return ANSI.sub("", result.output)
+    return ANSI.sub("", result.output).split(PARTS_TITLE)[0].rstrip(" \n") + "\n"
+
+
+def test_algorithms_lists_every_registered_part() -> None:
+    result = CliRunner().invoke(cli.app, ["algorithms"], env={"COLUMNS": "40"})
+    parts = ANSI.sub("", result.output).split(PARTS_TITLE)[1]
+    for key in ("algorithm.advantage", "algorithm.group_selector", "algorithm.credit"):
+        assert key in parts
+    assert "pass_rate" in parts and "reward_per_token" in parts
 
 
 @pytest.mark.parametrize(

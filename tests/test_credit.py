@@ -255,7 +255,7 @@ def test_bad_inputs_are_named(rewards, anchors, groups, match):
 
 
 def test_bad_names_and_parameters():
-    with pytest.raises(ValueError, match="accepted: broadcast, gated, gigpo, turn_discounted"):
+    with pytest.raises(ValueError, match="registered: broadcast, gated, gigpo, turn_discounted"):
         assign_credit("turn", REWARDS, None, GROUPS, grpo)
     with pytest.raises(ValueError, match="'gigpo' needs anchors"):
         assign_credit("gigpo", REWARDS, None, GROUPS, grpo)

@@ -184,14 +184,14 @@ def test_category_curriculum_needs_categories():
 
 def test_config_levels_and_curriculum_errors():
     cfg = build_config({"task": {"levels": [1, 3]}, "curriculum": {"name": "dump"}})
-    assert cfg.curriculum.params() == {"window": 300, "exploration": 1.0}
+    assert cfg.curriculum.kwargs() == {"window": 300, "exploration": 1.0}
     task = build_task(cfg.task)
     assert isinstance(task, MixtureTask) and task.categories == ("L1", "L3")
-    sampler = make_sampler(cfg.curriculum.name, task, **cfg.curriculum.params())
+    sampler = make_sampler(cfg.curriculum.name, task, **cfg.curriculum.kwargs())
     assert sampler.temperature == 0.1  # the sampler's own default when unset
     sec = build_config({"task": {"levels": [1, 3]}, "curriculum": {"name": "sec"}}).curriculum
-    assert make_sampler("sec", task, **sec.params()).temperature == 1.0
-    assert sec.model_copy(update={"temperature": 0.2}).params()["temperature"] == 0.2
+    assert make_sampler("sec", task, **sec.kwargs()).temperature == 1.0
+    assert sec.model_copy(update={"temperature": 0.2}).kwargs()["temperature"] == 0.2
     with pytest.raises(ConfigError, match="curriculum.name: sec"):
         build_config({"curriculum": {"name": "sec"}})
     with pytest.raises(ConfigError, match="within 1..3"):

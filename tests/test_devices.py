@@ -10,14 +10,14 @@ import pytest
 import torch
 from test_trainer import step_rows, tiny_config
 
-import rlvr.collector
-import rlvr.learner
+import rlvr.trainer.collect
+import rlvr.trainer.learn
 from rlvr.config import build_config
 from rlvr.devices import DeviceError, resolve_device
 from rlvr.errors import OutOfMemory
-from rlvr.parts import build_parts
 from rlvr.rollout.torch_engine import attention_for, auto_dtype
 from rlvr.trainer import train
+from rlvr.trainer.backends import build_parts
 
 
 def test_resolve_device(monkeypatch):
@@ -66,7 +66,7 @@ def test_running_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
     def exhausted(self, data):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.20 GiB")
 
-    monkeypatch.setattr(rlvr.learner.Learner, "update", exhausted)
+    monkeypatch.setattr(rlvr.trainer.learn.Learner, "update", exhausted)
     run_dir = tmp_path / "run"
     with pytest.raises(OutOfMemory) as info:
         train(build_config(tiny_config(run_dir, steps=2)))
@@ -81,7 +81,7 @@ def test_cpu_allocation_failure_while_sampling_is_reported_too(tmp_path, monkeyp
     def exhausted(self, step):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried 9 GB")
 
-    monkeypatch.setattr(rlvr.collector.Collector, "collect", exhausted)
+    monkeypatch.setattr(rlvr.trainer.collect.Collector, "collect", exhausted)
     with pytest.raises(OutOfMemory, match="while sampling.*rollout.max_batch"):
         train(build_config(tiny_config(tmp_path / "run", steps=1)))
 
@@ -96,11 +96,11 @@ def test_gradient_checkpointing_and_compile_are_wired(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "compile", fake_compile)
     cfg = tiny_config(tmp_path / "run", train={"gradient_checkpointing": True, "compile": True})
     parts = build_parts(build_config(cfg))
-    policy = parts.learner.policy
+    policy = parts.learners.policy
     assert getattr(policy, "is_activation_checkpointing", None) or policy.is_gradient_checkpointing
-    assert compiled == [parts.learner.policy] and parts.learner.compiled is compiled[0]
+    assert compiled == [parts.learners.policy] and parts.learners.compiled is compiled[0]
     data, _ = parts.collector.collect(1)
-    metrics, bad = parts.learner.update(data)
+    metrics, bad = parts.learners.update(data)
     assert bad is None and "policy/loss" in metrics
 
 

@@ -352,7 +352,7 @@ def test_agent_configs_that_would_mislead_are_refused(tmp_path):
     with pytest.raises(ValueError, match="set env.name"):
         build_config({"algorithm": {"credit": "gigpo"}})
     with pytest.raises(ValueError, match="overlong"):
-        from rlvr.parts import resolve_algorithm
+        from rlvr.trainer.build import resolve_algorithm
 
         resolve_algorithm(
             build_config(

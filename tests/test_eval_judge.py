@@ -21,7 +21,7 @@ from rlvr.evaluation.harness import (
     save_eval,
     score_records,
 )
-from rlvr.evaluation.judge import build_judge
+from rlvr.judging.judge import build_judge
 from rlvr.logging import read_metrics
 from rlvr.rewards import register_reward
 

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-import rlvr.learner
+import rlvr.trainer.learn
 from rlvr import algorithms
 from rlvr.config import build_config
-from rlvr.learner import Learner, lr_lambda
-from rlvr.trajectories import Trajectories
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.learn import Learner, lr_lambda
 
 L4 = math.log(4.0)
 # log pi_train - log pi_sampler of every token, rows of 3, 1, 4 and 2 tokens (10 in all)
@@ -95,7 +95,7 @@ def test_mismatch_metrics_are_token_means_over_the_batch_once(tiny, monkeypatch,
         calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(rlvr.learner.algorithms, "mismatch_metrics", counted)
+    monkeypatch.setattr(rlvr.trainer.learn.algorithms, "mismatch_metrics", counted)
     metrics, bad = learner.update(data)
     assert bad is None
     assert {k: metrics[k] for k in MISMATCH} == pytest.approx(MISMATCH, abs=1e-5)

@@ -1,4 +1,4 @@
-"""The trainer as parts (rlvr.collector, rlvr.trajectories, rlvr.learner): each alone, the
+"""The trainer as parts (rlvr.trainer: collect, batch, learn): each alone, the
 batch crossing a process boundary by pickle, and the learner's state moved between learners."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from test_trainer import tiny_config
 
 from rlvr.config import build_config
 from rlvr.data import Problem
-from rlvr.parts import build_parts
-from rlvr.trajectories import Trajectories, merge
+from rlvr.trainer.backends import build_parts
+from rlvr.trainer.batch import Trajectories
 
 
 def _parts(tmp_path, **sections):
@@ -27,21 +27,21 @@ def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def test_merge_offsets_group_ids_and_keeps_the_oldest_version():
     def part(problems: int, samples: int, version: int) -> Trajectories:
         return Trajectories(
-            [Problem(f"p{i}", "q", "a") for i in range(problems)],
-            [[1, 2]] * problems,
-            [[3]] * samples,
-            [[-0.5]] * samples,
-            [True] * samples,
-            ["x"] * samples,
-            torch.ones(samples),
-            torch.arange(samples) % problems,
-            None,
-            10.0,
-            {"r": [1.0] * samples},
-            version,
+            problems=[Problem(f"p{i}", "q", "a") for i in range(problems)],
+            prompt_ids=[[1, 2]] * problems,
+            completion_ids=[[3]] * samples,
+            sampler_logprobs=[[-0.5]] * samples,
+            finished=[True] * samples,
+            texts=["x"] * samples,
+            rewards=torch.ones(samples),
+            group_ids=torch.arange(samples) % problems,
+            greedy_rewards=None,
+            tokens_per_s=10.0,
+            terms={"r": [1.0] * samples},
+            policy_version=version,
         )
 
-    merged = merge([part(2, 4, 3), part(1, 2, 2)])
+    merged = Trajectories.merge([part(2, 4, 3), part(1, 2, 2)])
     assert merged.group_ids.tolist() == [0, 1, 0, 1, 2, 2]
     assert len(merged) == 6 and len(merged.problems) == 3 and merged.policy_version == 2
     assert merged.terms["r"] == [1.0] * 6
@@ -59,19 +59,19 @@ def test_a_batch_crosses_a_process_boundary_and_trains_the_same(tmp_path):
     copy_of_data = pickle.loads(wire)
 
     other = _parts(tmp_path)
-    other.learner.load_state_dict(copy.deepcopy(parts.learner.state_dict()))
-    other.generator.set_state(parts.generator.get_state())
-    first, bad = parts.learner.update(data)
-    second, bad_other = other.learner.update(copy_of_data)
+    other.learners.load_state_dict(copy.deepcopy(parts.learners.state_dict()))
+    other.learners.generator.set_state(parts.learners.generator.get_state())
+    first, bad = parts.learners.update(data)
+    second, bad_other = other.learners.update(copy_of_data)
     assert bad is None and bad_other is None and first == second
-    a, b = _weights(parts.learner.policy), _weights(other.learner.policy)
+    a, b = _weights(parts.learners.policy), _weights(other.learners.policy)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert parts.learner.version == 1
+    assert parts.learners.version == 1
 
 
 def test_publishing_gives_the_collector_the_new_weights_and_version(tmp_path):
     parts = _parts(tmp_path, rollout={"dtype": "bf16"})  # the engine holds its own copy
-    collector, learner = parts.collector, parts.learner
+    collector, learner = parts.collector, parts.learners
     engine_model = collector.rollouts.engine.model
     assert engine_model is not learner.policy
     data, _ = collector.collect(1)
@@ -86,12 +86,12 @@ def test_publishing_gives_the_collector_the_new_weights_and_version(tmp_path):
 
 def test_learner_state_round_trips(tmp_path):
     parts = _parts(tmp_path, algorithm={"preset": "ppo"})  # a value head as well
-    learner = parts.learner
+    learner = parts.learners
     assert set(learner.modules()) == {"value_head"}
     data, _ = parts.collector.collect(1)
     learner.update(data)
     state = copy.deepcopy(learner.state_dict())
-    other = _parts(tmp_path, algorithm={"preset": "ppo"}).learner
+    other = _parts(tmp_path, algorithm={"preset": "ppo"}).learners
     other.load_state_dict(state)
     assert other.version == learner.version == 1
     assert other.scheduler.last_epoch == learner.scheduler.last_epoch
@@ -111,11 +111,11 @@ def test_a_collector_and_learner_step_by_hand_equals_the_trainers_step(tmp_path)
     torch.manual_seed(0)  # as train() seeds torch before building the parts
     parts = _parts(tmp_path)
     data, sampling_metrics = parts.collector.collect(1)
-    metrics, bad = parts.learner.update(data)
+    metrics, bad = parts.learners.update(data)
     assert bad is None
     logged = step_rows(run_dir)[1]
     assert logged["reward/mean"] == data.rewards.mean().item()
     assert logged["policy/loss"] == metrics["policy/loss"]
     saved = load_file(str(run_dir / "checkpoints" / "step_000001" / "model.safetensors"))
-    ours = parts.learner.policy.state_dict()
+    ours = parts.learners.policy.state_dict()
     assert all(torch.equal(saved[k], ours[k]) for k in saved)

@@ -99,7 +99,7 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     """Two rollout workers, each sampling half the groups; ray.kill one while its shard of
     step 2 is being sampled: it is recreated, given the weights it served, its shard sent
     again; every step's metrics equal one process's (step 1 undisturbed, 2 and 3 after)."""
-    from rlvr.distributed import ray_backend
+    from rlvr.trainer.backends import ray as ray_backend
 
     killed = []
 
@@ -140,8 +140,8 @@ def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_pro
     """An asynchronous Ray run (the learners train while the two workers sample ahead): the
     learner is killed in step 2, so the checkpoint of step 1 holds the batch sampled ahead; the
     run ends naming the resume command, and the resumed run logs one process's steps."""
-    from rlvr.distributed import ray_backend
     from rlvr.errors import WorkerFailed
+    from rlvr.trainer.backends import ray as ray_backend
 
     run_dir = tmp_path_factory.mktemp("resumed") / "run"
     cfg = ray_config(run_dir, 2, rollout={"max_staleness": 1})
@@ -164,7 +164,7 @@ def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_pro
 
 
 def test_impossible_resources_fail_fast_naming_the_resource(cluster, tmp_path):
-    from rlvr.distributed.ray_backend import InfeasibleResources
+    from rlvr.trainer.backends.ray import InfeasibleResources
 
     start = time.perf_counter()
     cfg = ray_config(tmp_path / "run", 4, distributed={"cpus_per_worker": 1})
@@ -181,8 +181,8 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
     """Two data-parallel learners (gloo) on one batch: the summed gradient equals one
     process's to 1e-6; then learner rank 0 broadcasts the weights to two rollout workers,
     which hold them bit for bit."""
-    from rlvr.distributed.ray_backend import RayLearners, RayRollouts
-    from rlvr.parts import build_parts
+    from rlvr.trainer.backends import build_parts
+    from rlvr.trainer.backends.ray import RayLearners, RayRollouts
 
     sections = {"train": {"micro_batch_size": 2}, "distributed": {"learners": 2}}
     cfg = build_config(ray_config(tmp_path / "run", 2, **sections))
@@ -192,8 +192,8 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
         )
     )
     data, _ = parts.collector.collect(1)
-    parts.learner.update(data)
-    want = [p.grad for _, p in sorted(parts.learner.policy.named_parameters())]
+    parts.learners.update(data)
+    want = [p.grad for _, p in sorted(parts.learners.policy.named_parameters())]
 
     learners = RayLearners(cfg)
     try:

@@ -35,7 +35,7 @@ def two_nodes():
 def test_a_lost_node_is_survived_with_the_same_metrics(
     two_nodes, tmp_path, tmp_path_factory, monkeypatch, capfd
 ):
-    from rlvr.distributed import ray_backend
+    from rlvr.trainer.backends import ray as ray_backend
 
     cluster, node = two_nodes
     factory = tmp_path_factory  # one process's run, shared with test_ray (same xdist worker)

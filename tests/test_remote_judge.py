@@ -10,7 +10,7 @@ import pytest
 
 from rlvr.data.base import Problem
 from rlvr.rewards.code import python_unit_tests, run_unit_tests
-from rlvr.rewards.sandbox import SandboxLimits
+from rlvr.sandbox.sandbox import SandboxLimits
 
 LIMITS = {"wall_seconds": 5.0, "cpu_seconds": 3.0}
 # The commonest form, and an assignment with a generator over calls. The expected 987654321

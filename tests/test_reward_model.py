@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 from rlvr.cli import app
 from rlvr.config import build_config
 from rlvr.data.base import Problem
-from rlvr.rewards import CombinedReward, get_reward
-from rlvr.rewards.reward_model import (
+from rlvr.reward_models import (
     METADATA_FILE,
     RewardModelConfig,
     bradley_terry_loss,
@@ -28,12 +27,13 @@ from rlvr.rewards.reward_model import (
     load_pairs,
     load_reward_model,
     new_reward_model,
-    normalize_rewards,
     pairwise_metrics,
     right_pad,
     split_indices,
     train_reward_model,
 )
+from rlvr.rewards import CombinedReward, get_reward
+from rlvr.rewards.reward_model import normalize_rewards
 from rlvr.trainer import train
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -18,7 +18,7 @@ from rlvr.rewards.code import (
     run_unit_tests,
     run_unit_tests_batch,
 )
-from rlvr.rewards.sandbox import SandboxLimits
+from rlvr.sandbox.sandbox import SandboxLimits
 
 LIMITS = {"wall_seconds": 2.0, "cpu_seconds": 2.0}
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(10, 5) == 15"]

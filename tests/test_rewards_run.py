@@ -135,9 +135,9 @@ def test_hanging_user_function_times_out(task, function):
 
 
 def test_timed_out_calls_piling_up_in_threads_stop_the_run(task, monkeypatch):
-    import rlvr.rewards.registry as registry
+    import rlvr.rewards.executor as executor
 
-    monkeypatch.setattr(registry, "MAX_ABANDONED_THREADS", 3)
+    monkeypatch.setattr(executor, "MAX_ABANDONED_THREADS", 3)
     problems = [task.train_problem(0)] * 2
     with build_reward(task, "rewards_for_tests:hangs_on_wait", on_error="zero", timeout_s=0.2) as r:
         r(["wait", "wait"], problems)  # 2 abandoned: still scored 0 each

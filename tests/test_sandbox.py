@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_sandbox_attacks import descendants, is_pool_helper, leaked_sandbox_processes
 
-from rlvr.rewards.sandbox import (
+from rlvr.sandbox.sandbox import (
     SANDBOX_UID_BASE,
     SANDBOX_UID_COUNT,
     SandboxLimits,

@@ -36,7 +36,7 @@ from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import Problem
 from rlvr.rewards import build_reward
 from rlvr.rewards.code import python_unit_tests
-from rlvr.rewards.sandbox import (
+from rlvr.sandbox.sandbox import (
     ETC_FILES,
     RUNTIME_DIRS,
     SANDBOX_UID_BASE,

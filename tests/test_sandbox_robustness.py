@@ -19,9 +19,10 @@ import pytest
 from test_sandbox_attacks import descendants, leaked_sandbox_processes, recorded_workdirs
 
 from rlvr.data.base import Problem
-from rlvr.rewards import CombinedReward, sandbox
+from rlvr.rewards import CombinedReward
 from rlvr.rewards.code import BUDGET_SPENT, parse_harness_output, python_unit_tests
-from rlvr.rewards.sandbox import remove_tree, run_python
+from rlvr.sandbox import sandbox
+from rlvr.sandbox.sandbox import remove_tree, run_python
 
 LIMITS = {"wall_seconds": 4.0, "cpu_seconds": 2.0, "memory_bytes": 256 << 20}
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
@@ -226,7 +227,7 @@ def test_remove_tree_falls_back_to_rm_and_never_raises(tmp_path, monkeypatch, ca
     monkeypatch.setattr(sandbox.subprocess, "run", no_rm)
     stuck = tmp_path / "stuck"
     stuck.mkdir()
-    with caplog.at_level(logging.WARNING, logger="rlvr.rewards.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.sandbox.sandbox"):
         remove_tree(stuck)  # nothing can remove it: logged, not raised
     assert f"could not remove the workdir {stuck}" in caplog.text
 

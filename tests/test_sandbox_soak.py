@@ -18,8 +18,8 @@ from test_sandbox_attacks import nothing_left_behind, require
 
 from rlvr.data.base import Problem
 from rlvr.rewards.code import python_unit_tests
-from rlvr.rewards.registry import Score
-from rlvr.rewards.sandbox import run_python
+from rlvr.rewards.protocol import Score
+from rlvr.sandbox.sandbox import run_python
 
 SAMPLES = int(os.environ.get("RLVR_SOAK_SAMPLES", "400"))  # 400 take ~25 s; make test's budget
 LOOP_EVERY = 50  # one sample in 50 is an infinite loop

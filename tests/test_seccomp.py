@@ -1,4 +1,4 @@
-"""The sandbox's seccomp filter (rlvr.rewards.seccomp).
+"""The sandbox's seccomp filter (rlvr.sandbox.seccomp).
 
 Two kinds of checks: the programs for every supported architecture are decoded and run
 through a small classic-BPF interpreter (jumps in range, each system call number gets the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.rewards.seccomp import (
+from rlvr.sandbox.seccomp import (
     ALLOWED_PERSONAS,
     BPF_MAXINSNS,
     CLONE_NAMESPACE_FLAGS,

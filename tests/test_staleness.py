@@ -11,8 +11,9 @@ from safetensors.torch import load_file
 from test_trainer import step_rows, tiny_config
 
 from rlvr.config import build_config
-from rlvr.parts import build_parts
-from rlvr.trainer import _staleness, train
+from rlvr.trainer import train
+from rlvr.trainer.backends import build_parts
+from rlvr.trainer.metrics import staleness
 
 
 def test_staleness_zero_is_the_synchronous_loop_to_the_bit(tmp_path):
@@ -24,12 +25,12 @@ def test_staleness_zero_is_the_synchronous_loop_to_the_bit(tmp_path):
     for step in (1, 2):
         data, _ = parts.collector.collect(step)
         assert data.policy_version == step - 1
-        metrics, bad = parts.learner.update(data)
+        metrics, bad = parts.learners.update(data)
         assert bad is None
-        parts.collector.publish(parts.learner.weights(), parts.learner.version)
+        parts.collector.publish(parts.learners.weights(), parts.learners.version)
         assert step_rows(run_dir)[step]["policy/loss"] == metrics["policy/loss"]
     saved = load_file(str(run_dir / "checkpoints" / "step_000002" / "model.safetensors"))
-    ours = parts.learner.policy.state_dict()
+    ours = parts.learners.policy.state_dict()
     assert all(torch.equal(saved[k], ours[k]) for k in saved)
 
 
@@ -45,9 +46,9 @@ def test_a_batch_beyond_the_bound_is_refused():
     class Batch:
         policy_version = 3
 
-    assert _staleness(4, Batch(), 1) == {"staleness/mean": 1.0, "staleness/max": 1.0}
+    assert staleness(4, Batch(), 1) == {"staleness/mean": 1.0, "staleness/max": 1.0}
     with pytest.raises(RuntimeError, match="staleness 2 outside"):
-        _staleness(5, Batch(), 1)
+        staleness(5, Batch(), 1)
 
 
 def test_asynchronous_runs_truncate_the_behaviour_weight_unless_told_otherwise(tmp_path):

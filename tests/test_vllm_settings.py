@@ -89,13 +89,13 @@ def test_sleep_mode_wakes_each_memory_tag_once_in_the_right_order():
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    """Any model load in rlvr.parts fails the test: the check must come first."""
-    import rlvr.parts
+    """Any model load in rlvr.trainer.build fails the test: the check must come first."""
+    import rlvr.trainer.build
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr(rlvr.parts, "load_model", no_model)
+    monkeypatch.setattr(rlvr.trainer.build, "load_model", no_model)
 
 
 def test_a_missing_vllm_stops_the_run_before_any_model_loads(tmp_path, monkeypatch, no_model_loads):

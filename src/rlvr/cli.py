@@ -3,11 +3,16 @@
 A user-facing error (:class:`rlvr.errors.RlvrError`: bad config, data, model path, reward, a run
 that went non-finite) is printed as one message without a traceback and exits 2 (1 for a run
 that failed while training); ``rlvr --debug ...`` (or ``RLVR_DEBUG=1``) shows the traceback.
-A run stopped by SIGINT / SIGTERM exits 130 / 143 after writing its checkpoint.
+A run stopped by SIGINT / SIGTERM exits 130 / 143 after writing its checkpoint; Ctrl-C before
+the first step (or outside a run) exits 130 without a traceback, even where library code lost the
+``KeyboardInterrupt`` (:mod:`rlvr.interrupts`).
 """
 
 from __future__ import annotations
 
+import rlvr._record_sigint  # noqa: F401 - first: Ctrl-C during the imports below is recorded
+
+# isort: split
 import json
 import os
 import textwrap
@@ -21,8 +26,10 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from rlvr import interrupts
 from rlvr.errors import RlvrError
 
+interrupts.install()  # imported: Ctrl-C raises again (one recorded meanwhile: at the command)
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 _debug = [bool(os.environ.get("RLVR_DEBUG"))]
@@ -32,22 +39,43 @@ class _Commands(TyperGroup):
     """rlvr's command group: user-facing errors become a message and an exit status: 2 for bad
     input (config, data, model path, reward spec: the ``ValueError`` kinds of
     :class:`RlvrError`), 1 for a run that failed (non-finite, a reward failing mid-run, a
-    checkpoint that cannot be written), 130 for Ctrl-C outside a training step."""
+    checkpoint that cannot be written), 130 for Ctrl-C outside a training step: also when
+    library code swallowed the ``KeyboardInterrupt`` or turned it into another error (a SIGINT
+    recorded by :mod:`rlvr.interrupts`)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
-        except RlvrError as err:
-            if _debug[0]:
-                raise
-            err_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False)
-            err_console.print("(rlvr --debug ... shows the traceback)", style="dim")
-            raise typer.Exit(2 if isinstance(err, ValueError) else 1) from None
+            interrupts.start_command()  # Ctrl-C raises and is recorded; one during the imports
+            result = super().invoke(ctx)
         except KeyboardInterrupt:
             if _debug[0]:
                 raise
-            err_console.print("interrupted")
-            raise typer.Exit(130) from None
+            _interrupted()
+        except (typer.Exit, click.exceptions.Exit):
+            raise  # an exit status chosen by the command (130/143: a run stopped by a signal)
+        except RlvrError as err:
+            if _debug[0]:
+                raise
+            if interrupts.received():  # e.g. a model load failing because Ctrl-C cut it short
+                _interrupted()
+            err_console.print(Text.assemble(("error: ", "bold red"), str(err)), highlight=False)
+            err_console.print("(rlvr --debug ... shows the traceback)", style="dim")
+            raise typer.Exit(2 if isinstance(err, ValueError) else 1) from None
+        except Exception:
+            if interrupts.received() and not _debug[0]:  # Ctrl-C disguised by library code
+                _interrupted()
+            raise
+        else:
+            if interrupts.received():  # swallowed by library code: the command still stops
+                _interrupted()
+            return result
+        finally:
+            interrupts.end_command()
+
+
+def _interrupted() -> None:
+    err_console.print("interrupted")
+    raise typer.Exit(130) from None
 
 
 app = typer.Typer(
@@ -114,6 +142,7 @@ def train(
       rlvr train --resume runs/20261121-120000-arithmetic --set train.steps=60
     """
     from rlvr.config import load_config
+    from rlvr.run_checks import check_writable
     from rlvr.rundir import check_new_run
 
     if config is None and resume is None:
@@ -128,6 +157,7 @@ def train(
         base = load_config(config, set_ or [])
         if base.logging.run_dir:  # refuse a used directory before the slow imports
             check_new_run(Path(base.logging.run_dir), overwrite)
+            check_writable(Path(base.logging.run_dir))  # RunDirError
     from rlvr.trainer import train as run_training
 
     summary = run_training(base, resume=resume, overwrite=overwrite)
@@ -645,7 +675,9 @@ def envs() -> None:
     Example: rlvr envs
     """
     from rlvr.envs.registry import ENVS
+    from rlvr.plugins import load_entry_points
 
+    load_entry_points()
     rows = [[name, about] for name, (_, about) in ENVS.items()]
     rows.append(["module:Class", "your own environment (reset / step), see docs/agents.md"])
     _print_listing("environments (env.name)", ["name", "description"], rows)
@@ -657,27 +689,49 @@ def curricula() -> None:
 
     Example: rlvr curricula
     """
-    from rlvr.curriculum import SAMPLERS
+    from rlvr.curriculum import CURRICULA
+    from rlvr.plugins import load_entry_points
 
+    load_entry_points()
     _print_listing(
         "curricula (curriculum.name; sec and dump need task.levels or task.category_column)",
         ["name", "description"],
-        [list(item) for item in SAMPLERS.items()],
+        [[name, entry.description] for name, entry in CURRICULA.items()],
     )
 
 
 @app.command()
 def algorithms(
     name: Annotated[str | None, typer.Argument(help="a preset to show in full")] = None,
+    plugin: Annotated[
+        list[str] | None,
+        typer.Option(help="a plug-in module (or .py file) to import first; repeatable"),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="import this config's plugins first (a file or run dir)")
+    ] = None,
 ) -> None:
-    """List algorithm presets, or show the resolved parts of one.
+    """List algorithm presets and every registered part a config can select (installed
+    plug-ins' included), or show the resolved parts of one preset.
 
-    Example: rlvr algorithms dapo
+    Examples:
+
+      rlvr algorithms
+
+      rlvr algorithms dapo
+
+      rlvr algorithms --plugin my_parts.py
     """
     import dataclasses
 
     from rlvr.algorithms import PRESETS, get_preset
+    from rlvr.config import load_config
+    from rlvr.plugins import load_plugins
+    from rlvr.registries import algorithm_parts
 
+    if config is not None:
+        load_config(config / "config.yaml" if config.is_dir() else config)
+    load_plugins(plugin or [], Path.cwd())
     if name is not None:
         try:
             preset = get_preset(name)
@@ -703,6 +757,12 @@ def algorithms(
         "algorithm presets (rlvr algorithms NAME for every part)",
         ["name", "advantage", "loss", "clip", "aggregation", "KL", "summary"],
         rows,
+    )
+    parts = [[key, ", ".join(sorted(registry))] for key, registry in algorithm_parts().items()]
+    _print_listing(
+        "registered parts (each selectable by its key; @register_* in a plug-in adds one)",
+        ["key", "names"],
+        parts[1:],
     )
 
 
@@ -808,7 +868,7 @@ def rm_train(
 
     Example: rlvr rm train --data pairs.jsonl --model smollm2-135m-instruct --out runs/rm
     """
-    from rlvr.rewards.reward_model import RewardModelConfig, train_reward_model
+    from rlvr.reward_models.train import RewardModelConfig, train_reward_model
 
     try:
         config = RewardModelConfig(
@@ -855,7 +915,7 @@ def rm_eval(
 
     Example: rlvr rm eval --model-dir runs/rm --data pairs-test.jsonl
     """
-    from rlvr.rewards.reward_model import evaluate_pairs, load_pairs, load_reward_model
+    from rlvr.reward_models import evaluate_pairs, load_pairs, load_reward_model
 
     try:
         pairs = load_pairs(data, prompt_column, chosen_column, rejected_column)

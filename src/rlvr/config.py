@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from rlvr.errors import RlvrError
+from rlvr.plugins import load_entry_points, load_plugins
 from rlvr.templates import answer_regex, template_fields
 
 
@@ -215,11 +224,11 @@ class TaskConfig(Section):
 class CurriculumConfig(Section):
     """Which training problems each step sees (``rlvr.curriculum``)."""
 
-    name: Literal["sequential", "sec", "dump"] = Field(
+    name: str = Field(
         "sequential",
-        description="sequential (the task's stream in order), sec (Self-Evolving Curriculum), "
-        "dump (UCB over categories); sec and dump need task.levels or a file task's "
-        "task.category_column",
+        description="a registered curriculum: sequential (the task's stream in order), sec "
+        "(Self-Evolving Curriculum), dump (UCB over categories), or a plug-in's; sec and dump "
+        "need task.levels or a file task's task.category_column",
     )
     alpha: float = Field(0.5, gt=0, le=1, description="sec: TD(0) step size of category values")
     temperature: float | None = Field(
@@ -230,17 +239,20 @@ class CurriculumConfig(Section):
     )
     window: int = Field(300, ge=1, description="dump: recent absolute advantages per category")
     exploration: float = Field(1.0, ge=0, description="dump: UCB exploration coefficient c")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keyword arguments of a plug-in's curriculum (checked against its signature)",
+    )
 
-    def params(self) -> dict[str, Any]:
-        """Constructor arguments of the named sampler (``rlvr.curriculum.make_sampler``); an
-        unset temperature leaves the sampler's own default."""
+    def kwargs(self) -> dict[str, Any]:
+        """Constructor arguments of the named sampler (``rlvr.curriculum.make_sampler``): the
+        built-ins' fields (an unset temperature leaves the sampler's own default), and
+        ``params``."""
         own = {"sec": ("alpha",), "dump": ("window", "exploration")}.get(self.name)
-        if own is None:
-            return {}
-        params = {key: getattr(self, key) for key in own}
-        if self.temperature is not None:
-            params["temperature"] = self.temperature
-        return params
+        kwargs = {key: getattr(self, key) for key in own or ()}
+        if own is not None and self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        return {**kwargs, **self.params}
 
 
 class VLLMConfig(Section):
@@ -398,54 +410,33 @@ class AlgorithmConfig(Section):
     ``rlvr.algorithms.resolve(preset, **overrides())``.
     """
 
-    preset: Literal[
+    preset: str = Field(
         "grpo",
-        "dr_grpo",
-        "dapo",
-        "gspo",
-        "gmpo",
-        "gpg",
-        "rloo",
-        "reinforce_pp",
-        "reinforce_pp_baseline",
-        "remax",
-        "cispo",
-        "ppo",
-        "nsr",
-    ] = "grpo"
-    advantage: (
-        Literal[
-            "grpo",
-            "dr_grpo",
-            "rloo",
-            "reinforce",
-            "gpg",
-            "remax",
-            "reinforce_pp",
-            "reinforce_pp_baseline",
-            "gae",
-        ]
-        | None
-    ) = None
-    policy_loss: Literal["token", "sequence", "geometric", "cispo", "none"] | None = Field(
+        description="a registered preset (rlvr algorithms lists them, plug-ins' included)",
+    )
+    advantage: str | None = Field(
         None,
-        description="ratio / loss kind: token (PPO), sequence (GSPO), geometric (GMPO), "
-        "cispo, none (REINFORCE)",
+        description="a registered advantage estimator (grpo, dr_grpo, rloo, reinforce, gpg, "
+        "remax, reinforce_pp, reinforce_pp_baseline, gae, or a plug-in's)",
+    )
+    policy_loss: str | None = Field(
+        None,
+        description="a registered policy loss: token (PPO), sequence (GSPO), geometric (GMPO), "
+        "cispo, none (REINFORCE), or a plug-in's",
     )
     clip_low: float | None = Field(
         None, ge=0, description="eps_low (log space for geometric; 1: no lower bound)"
     )
     clip_high: float | None = Field(None, ge=0, description="eps_high (log space for geometric)")
     dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
-    aggregation: (
-        Literal[
-            "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
-        ]
-        | None
-    ) = None
+    aggregation: str | None = Field(
+        None,
+        description="a registered loss aggregation: token-mean, seq-mean-token-mean, "
+        "seq-mean-token-sum, seq-mean-token-sum-norm, or a plug-in's",
+    )
     beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
-    kl_estimator: Literal["k1", "k2", "k3", "k3+"] | None = Field(
-        None, description="KL estimator (docs/algorithms.md)"
+    kl_estimator: str | None = Field(
+        None, description="a registered KL estimator: k1, k2, k3, k3+ (docs/algorithms.md)"
     )
     kl_in: Literal["loss", "reward"] | None = Field(
         None, description="KL term in the per-token loss or in the token rewards"
@@ -471,10 +462,24 @@ class AlgorithmConfig(Section):
         None, description="DAPO: drop groups of equal rewards, refill the batch"
     )
     max_draws: int | None = Field(None, ge=1, description="rollout draws per step at most")
-    group_filter: Literal["shortest", "reward_per_token"] | None = Field(
-        None, description="GFPO: keep group_size of oversample * group_size per prompt"
+    group_filter: str | None = Field(
+        None,
+        description="GFPO: keep group_size of oversample * group_size per prompt by a "
+        "registered criterion (shortest, reward_per_token, or a plug-in's)",
     )
     group_filter_oversample: int | None = Field(None, ge=2)
+    group_selector: str | None = Field(
+        None,
+        description="drop whole groups by a registered selector: informative (DAPO's, what "
+        "dynamic_sampling uses), pass_rate (keep groups whose pass rate is within "
+        "params.group_selector {low, high}), or a plug-in's; max_draws > 1 refills the batch",
+    )
+    params: dict[str, dict[str, Any]] | None = Field(
+        None,
+        description="each selected part's own keyword arguments, by part: advantage, "
+        "policy_loss, aggregation, kl_estimator, group_filter, group_selector; e.g. "
+        "{advantage: {eps: 1e-4}}, checked against the part's signature",
+    )
     reference_reset_every: int | None = Field(
         None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
     )
@@ -509,9 +514,10 @@ class AlgorithmConfig(Section):
         "sequence) or geometric (exp of the mean log-ratio, length-independent): both mask "
         "whole sequences",
     )
-    credit: Literal["broadcast", "turn_discounted", "gigpo", "gated"] = Field(
+    credit: str = Field(
         "broadcast",
-        description="agent episodes: credit across turns (rlvr.algorithms.credit): broadcast "
+        description="agent episodes: a registered credit rule across turns "
+        "(rlvr.algorithms.credit): broadcast "
         "(the episode's advantage on every action), turn_discounted (discounted return of each "
         "turn, compared at equal depth), gigpo (episode + gigpo_weight x step advantage within "
         "turns sharing an anchor state; Feng et al. 2025), gated (turn_discounted with "
@@ -636,6 +642,12 @@ class TrainConfig(Section):
         description="a step whose rewards, advantages, loss or gradient norm is NaN/inf is "
         "skipped (train/skipped_nonfinite); this many in a row stop the run",
     )
+    max_collapsed_steps: int = Field(
+        3,
+        ge=1,
+        description="this many steps in a row of a collapsed policy (uniform over the "
+        "vocabulary, or a gradient norm of exactly 0 while rewards differ) stop the run",
+    )
 
 
 class EvalConfig(Section):
@@ -707,6 +719,13 @@ class CheckpointConfig(Section):
 class Config(Section):
     """A whole run."""
 
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules imported before the config is checked, whose @register_* "
+        "decorators add parts it can select: module names on sys.path, or modules / .py files "
+        "next to the config file (recorded by absolute path); installed packages' 'rlvr.plugins' "
+        "entry points are imported too",
+    )
     model: ModelConfig = ModelConfig()
     task: TaskConfig = TaskConfig()
     curriculum: CurriculumConfig = CurriculumConfig()
@@ -725,6 +744,51 @@ class Config(Section):
         """Most tokens after a prompt: ``rollout.max_new_tokens``, or an agent episode's
         ``env.max_episode_tokens`` (DAPO's overlong budget, Dr. GRPO's length normaliser)."""
         return self.rollout.max_new_tokens if self.env.name is None else self.env.max_episode_tokens
+
+    @model_validator(mode="before")
+    @classmethod
+    def _import_plugins(cls, data: Any, info: ValidationInfo) -> Any:
+        """Import the entry points and ``plugins`` first, so their parts are registered when
+        the names below are checked; entries found next to the config are recorded by path."""
+        load_entry_points()
+        if not isinstance(data, dict) or not data.get("plugins"):
+            return data
+        entries = data["plugins"]
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise ValueError(
+                f"plugins must be a list of module names or .py files, got {entries!r}"
+            )
+        base_dir = (info.context or {}).get("base_dir")
+        return {**data, "plugins": load_plugins(entries, base_dir)}
+
+    @model_validator(mode="after")
+    def _check_registered_names(self) -> Config:
+        """The algorithm's parts (preset, estimator, loss, aggregation, KL, filters, params) and
+        the credit rule are registered names, users' plug-ins included. The registries are
+        imported here, not with this module: they import torch, which processes that only read
+        configs (reward workers) need not pay for."""
+        from rlvr import algorithms
+        from rlvr.algorithms.credit import CREDIT
+
+        algo = self.algorithm
+        for key, registry in (
+            ("preset", algorithms.PRESETS),
+            ("advantage", algorithms.ADVANTAGES),
+            ("policy_loss", algorithms.POLICY_LOSSES),
+            ("aggregation", algorithms.AGGREGATIONS),
+            ("kl_estimator", algorithms.KL_ESTIMATORS),
+            ("group_filter", algorithms.GROUP_FILTERS),
+            ("group_selector", algorithms.GROUP_SELECTORS),
+            ("credit", CREDIT),
+        ):
+            value = getattr(algo, key)
+            if value is not None and value not in registry:
+                raise ValueError(f"algorithm.{key}: {registry.unknown(value)}")
+        try:
+            algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        return self
 
     @model_validator(mode="after")
     def _behaviour_correction(self) -> Config:
@@ -782,7 +846,10 @@ def _format_errors(err: ValidationError) -> str:
             allowed = _fields_at(parent)
             lines.append(f"{path}: unknown key; allowed keys here: {', '.join(allowed)}")
             continue
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:  # a check across sections names its fields itself
+            lines.append(msg)
+            continue
         got = e.get("input")
         lines.append(f"{path}: {msg} (got {got!r})")
     return "invalid config:\n  " + "\n  ".join(lines)
@@ -850,21 +917,66 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def build_config(data: dict[str, Any], overrides: list[str] | None = None) -> Config:
-    """Validate ``data`` after applying ``--set`` style overrides."""
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
+"""Suffixes that make ``task.path`` a local file rather than a dataset name."""
+
+
+def _resolve_data_path(data: dict[str, Any], base_dir: Path) -> None:
+    """Make a relative ``task.path`` of a config file absolute against ``base_dir`` (the config
+    file's directory) when it exists there; ConfigError naming both directories looked in when
+    it is plainly a local file (a data suffix, ``./`` or ``../``) found in neither."""
+    task = data.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("path"), str):
+        return
+    raw = task["path"]
+    path = Path(raw).expanduser()
+    if path.is_absolute():
+        return
+    if (base_dir / path).exists():
+        task["path"] = str((base_dir / path).resolve())
+        return
+    local = raw.startswith(("./", "../")) or path.suffix.lower() in DATA_SUFFIXES
+    if local and not path.exists():
+        raise ConfigError(
+            f"task.path {raw!r}: no such file or directory next to the config ({base_dir}) nor "
+            f"in the current directory ({Path.cwd()}); relative paths in a config file are read "
+            "from the config file's directory"
+        )
+
+
+def build_config(
+    data: dict[str, Any], overrides: list[str] | None = None, base_dir: Path | None = None
+) -> Config:
+    """Validate ``data`` after applying ``--set`` style overrides.
+
+    ``base_dir``: the directory of the file ``data`` came from. Its relative ``task.path`` is
+    read from there, plug-ins are looked for there (``plugins``), and it is appended to
+    ``sys.path`` (after the installed packages) so ``module:function`` rewards and
+    ``module:Class`` environments beside the config import from any working directory.
+    Overrides are values typed on the command line: their paths stay relative to the current
+    directory.
+    """
     data = json.loads(json.dumps(data))  # deep copy
+    if base_dir is not None:
+        base_dir = base_dir.resolve()
+        _resolve_data_path(data, base_dir)
+        if str(base_dir) not in sys.path:
+            sys.path.append(str(base_dir))
     for text in overrides or []:
         key, value = parse_override(text)
         _set_dotted(data, key, value)
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as err:
         raise ConfigError(_format_errors(err)) from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Load a config file (or the defaults when ``path`` is None) and apply overrides."""
-    return build_config(read_file(path) if path else {}, overrides)
+    """Load a config file (or the defaults when ``path`` is None) and apply overrides; paths and
+    plug-ins in the file are relative to its directory (:func:`build_config`)."""
+    if path is None:
+        return build_config({}, overrides)
+    return build_config(read_file(path), overrides, Path(path).parent)
 
 
 def save_config(config: Config, path: str | Path) -> None:

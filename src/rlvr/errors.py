@@ -25,3 +25,13 @@ class OutOfMemory(RlvrError, MemoryError):
 class WorkerFailed(RlvrError, RuntimeError):
     """A distributed run that cannot go on: a learner failed, or rollout workers failed more
     often than ``distributed.max_restarts``; the message says how to resume."""
+
+
+class CollapseError(RlvrError, ArithmeticError):
+    """A run whose policy collapsed (uniform over the vocabulary, or a gradient of exactly zero)
+    too many steps in a row (``train.max_collapsed_steps``)."""
+
+
+class RunDirError(RlvrError, OSError):
+    """A run or checkpoint directory that cannot be written, or a disk without room for one
+    checkpoint; found before the first step."""

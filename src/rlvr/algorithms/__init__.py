@@ -24,13 +24,17 @@ from rlvr.algorithms.advantages import (
     token_rewards,
     weight_by_sign,
 )
+from rlvr.algorithms.credit import CREDIT, register_credit
 from rlvr.algorithms.filters import (
     GROUP_FILTERS,
+    GROUP_SELECTORS,
     GroupAccumulator,
     entropy_threshold,
     group_filter,
     informative_groups,
+    pass_rate_band,
     register_group_filter,
+    register_group_selector,
     top_entropy_mask,
 )
 from rlvr.algorithms.importance import MISMATCH_BAND, importance_weights, mismatch_metrics
@@ -71,6 +75,7 @@ from rlvr.algorithms.presets import (
     advantage_kwargs,
     get_preset,
     preset_advantages,
+    register_preset,
     resolve,
     validate,
 )
@@ -79,7 +84,9 @@ from rlvr.algorithms.shaping import overlong_penalty
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "CREDIT",
     "GROUP_FILTERS",
+    "GROUP_SELECTORS",
     "KL_ESTIMATORS",
     "KL_PLACEMENTS",
     "MISMATCH_BAND",
@@ -120,14 +127,18 @@ __all__ = [
     "mismatch_metrics",
     "normalize_batch",
     "overlong_penalty",
+    "pass_rate_band",
     "policy_loss",
     "policy_metrics",
     "preset_advantages",
     "register_advantage",
     "register_aggregation",
+    "register_credit",
     "register_group_filter",
+    "register_group_selector",
     "register_kl",
     "register_policy_loss",
+    "register_preset",
     "reinforce",
     "reinforce_policy_loss",
     "reinforce_pp",

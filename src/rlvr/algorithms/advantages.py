@@ -29,6 +29,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from rlvr.registry import Registry
+
 # ---------------------------------------------------------------- group indexing
 
 
@@ -480,7 +482,7 @@ class AdvantageEstimator:
     uses_token_kl: bool
 
 
-ADVANTAGES: dict[str, AdvantageEstimator] = {}
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
 def register_advantage(
@@ -505,11 +507,9 @@ def register_advantage(
         raise ValueError(f"requires: unknown AdvantageInputs fields {sorted(unknown)}")
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
         params = tuple(inspect.signature(fn).parameters)[1:]
-        ADVANTAGES[name] = AdvantageEstimator(
-            name, fn, tuple(requires), params, token_level, uses_token_kl
+        ADVANTAGES.add(
+            name, AdvantageEstimator(name, fn, tuple(requires), params, token_level, uses_token_kl)
         )
         return fn
 
@@ -607,11 +607,7 @@ def compute_advantages(name: str, inputs: AdvantageInputs, **hyperparams: float)
     Raises:
         ValueError: unknown name or hyperparameter, or a required input missing.
     """
-    if name not in ADVANTAGES:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; accepted: {', '.join(sorted(ADVANTAGES))}"
-        )
-    estimator = ADVANTAGES[name]
+    estimator = ADVANTAGES.get_or_raise(name)
     unknown = sorted(set(hyperparams) - set(estimator.hyperparams))
     if unknown:
         accepted = ", ".join(estimator.hyperparams) or "none"

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
+
+from rlvr.registry import Registry
 
 Estimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 TurnValues = list[list[float]]
@@ -313,13 +316,56 @@ def gigpo_credit(
 
 # ---------------------------------------------------------------- by name
 
-CREDIT: dict[str, str] = {
-    "broadcast": "the episode's group advantage on every turn (GRPO)",
-    "turn_discounted": "discounted return of each turn, compared at equal depth (MT-GRPO)",
-    "gigpo": "episode advantage + weight x step advantage within anchor states (GiGPO)",
-    "gated": "turn_discounted on rewards gated by the outcome (G-RA)",
-}
-"""The credit rules of :func:`assign_credit` (``algorithm.credit``), with what each does."""
+
+@dataclass(frozen=True)
+class CreditRule:
+    """A registered credit rule: ``fn(turn_rewards, anchors, group_ids, estimator, *, gamma,
+    weight, gate) -> ragged [N][K_i] advantages`` and one line on what it does."""
+
+    fn: Callable[..., TurnValues]
+    description: str
+
+
+CREDIT: Registry[CreditRule] = Registry("credit rule")
+"""The credit rules of :func:`assign_credit` (``algorithm.credit``), users' included."""
+
+
+def register_credit(name: str, description: str) -> Callable[[Callable], Callable]:
+    """Decorator: add a credit rule ``fn(turn_rewards, anchors, group_ids, estimator, *, gamma,
+    weight, gate) -> ragged [N][K_i]`` (the arguments of :func:`assign_credit`)."""
+
+    def decorator(fn: Callable[..., TurnValues]) -> Callable[..., TurnValues]:
+        CREDIT.add(name, CreditRule(fn, description))
+        return fn
+
+    return decorator
+
+
+@register_credit("broadcast", "the episode's group advantage on every turn (GRPO)")
+def _broadcast_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, gate):
+    return broadcast_credit(turn_rewards, group_ids, estimator)
+
+
+@register_credit(
+    "turn_discounted", "discounted return of each turn, compared at equal depth (MT-GRPO)"
+)
+def _turn_discounted_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, gate):
+    return turn_discounted_credit(turn_rewards, group_ids, estimator, gamma)
+
+
+@register_credit(
+    "gigpo", "episode advantage + weight x step advantage within anchor states (GiGPO)"
+)
+def _gigpo_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, gate):
+    if anchors is None:
+        raise ValueError("credit rule 'gigpo' needs anchors: one state key (or None) per turn")
+    return gigpo_credit(turn_rewards, anchors, group_ids, estimator, gamma, weight)
+
+
+@register_credit("gated", "turn_discounted on rewards gated by the outcome (G-RA)")
+def _gated_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, gate):
+    gated = gate_turn_rewards(turn_rewards, gate)
+    return turn_discounted_credit(gated, group_ids, estimator, gamma)
 
 
 def assign_credit(
@@ -335,7 +381,7 @@ def assign_credit(
     """Per-turn advantages by the credit rule ``name`` of :data:`CREDIT`.
 
     Args:
-        name: ``broadcast``, ``turn_discounted``, ``gigpo`` or ``gated``.
+        name: ``broadcast``, ``turn_discounted``, ``gigpo``, ``gated`` or a user's rule.
         turn_rewards: N lists of K_i >= 1 finite per-turn rewards.
         anchors: N lists of K_i hashable anchor state keys or None per turn; needed by
             ``gigpo``, checked against turn_rewards by every rule when given.
@@ -350,23 +396,15 @@ def assign_credit(
         ValueError: unknown name, or inputs of mismatched shapes, empty episodes, non-finite
             rewards or parameters.
     """
-    if name not in CREDIT:
-        raise ValueError(f"unknown credit rule {name!r}; accepted: {', '.join(sorted(CREDIT))}")
+    rule = CREDIT.get_or_raise(name)
     for param, value in (("gamma", gamma), ("weight", weight), ("gate", gate)):
         if not math.isfinite(value):
             raise ValueError(f"assign_credit: {param} must be finite, got {value}")
     if anchors is not None:
         _check_anchors(anchors, _check_rewards(turn_rewards))
-    if name == "broadcast":
-        return broadcast_credit(turn_rewards, group_ids, estimator)
-    if name == "turn_discounted":
-        return turn_discounted_credit(turn_rewards, group_ids, estimator, gamma)
-    if name == "gated":
-        gated = gate_turn_rewards(turn_rewards, gate)
-        return turn_discounted_credit(gated, group_ids, estimator, gamma)
-    if anchors is None:
-        raise ValueError("credit rule 'gigpo' needs anchors: one state key (or None) per turn")
-    return gigpo_credit(turn_rewards, anchors, group_ids, estimator, gamma, weight)
+    return rule.fn(
+        turn_rewards, anchors, group_ids, estimator, gamma=gamma, weight=weight, gate=gate
+    )
 
 
 # ---------------------------------------------------------------- onto tokens

@@ -2,6 +2,8 @@
 
 - DAPO dynamic sampling (Yu et al. 2025): :func:`informative_groups` and the
   :class:`GroupAccumulator` that refills a batch with informative groups.
+- Group selectors, :data:`GROUP_SELECTORS`: which whole groups a step keeps (``informative``:
+  DAPO's; ``pass_rate``: balanced online difficulty filtering, Bae et al. 2025).
 - GFPO group filtering (Shrivastava et al. 2025): :func:`group_filter`, registry
   :data:`GROUP_FILTERS`.
 - High-entropy token selection (Wang et al. 2025, "Beyond the 80/20 Rule"):
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlvr.algorithms.advantages import _group_sums, _group_varies
+from rlvr.registry import Registry
 
 
 def informative_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -61,12 +64,16 @@ class GroupAccumulator:
         target_groups: groups wanted in the batch (>= 1).
         max_draws: most draws (>= 1), the first included.
         only_informative: drop groups whose rewards are all equal.
+        select: ``select(rewards [N], group_ids [N]) -> [K] bool`` choosing the groups to keep
+            (a :data:`GROUP_SELECTORS` entry with its params); when given it replaces
+            ``only_informative``.
         draws, groups_seen, groups_informative, groups_kept: counters so far.
     """
 
     target_groups: int
     max_draws: int = 1
     only_informative: bool = True
+    select: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     draws: int = field(default=0, init=False)
     groups_seen: int = field(default=0, init=False)
     groups_informative: int = field(default=0, init=False)
@@ -98,7 +105,15 @@ class GroupAccumulator:
             )
         _, inverse = torch.unique(group_ids, return_inverse=True)
         informative = informative_groups(rewards, group_ids)  # [K]
-        eligible = informative if self.only_informative else torch.ones_like(informative)
+        if self.select is not None:
+            eligible = self.select(rewards, group_ids).to(torch.bool)
+            if eligible.shape != informative.shape:
+                raise ValueError(
+                    f"a group selector must return one bool per group ({informative.numel()}), "
+                    f"got shape {tuple(eligible.shape)}"
+                )
+        else:
+            eligible = informative if self.only_informative else torch.ones_like(informative)
         chosen = eligible.nonzero().squeeze(-1)[: self.target_groups - self.groups_kept]
         selected = torch.zeros_like(informative)
         selected[chosen] = True
@@ -120,19 +135,68 @@ class GroupAccumulator:
         }
 
 
-ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+SelectFn = Callable[..., torch.Tensor]
 
-GROUP_FILTERS: dict[str, ScoreFn] = {}
+GROUP_SELECTORS: Registry[SelectFn] = Registry("group selector")
+
+
+def register_group_selector(name: str) -> Callable[[SelectFn], SelectFn]:
+    """Decorator: add ``select(rewards [N], group_ids [N], **params) -> [K] bool``, one flag per
+    distinct group id in ascending order (True: the group trains). ``algorithm.group_selector``
+    names it, ``algorithm.params.group_selector`` gives its params; with ``max_draws`` > 1 the
+    batch is refilled with new groups like DAPO's dynamic sampling."""
+
+    def decorator(fn: SelectFn) -> SelectFn:
+        return GROUP_SELECTORS.add(name, fn)
+
+    return decorator
+
+
+@register_group_selector("informative")
+def _informative_selector(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """DAPO's dynamic sampling: groups whose rewards are not all equal."""
+    return informative_groups(rewards, group_ids)
+
+
+@register_group_selector("pass_rate")
+def pass_rate_band(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    low: float = 0.0,
+    high: float = 1.0,
+    threshold: float = 1.0,
+) -> torch.Tensor:
+    """Balanced online difficulty filtering (Bae et al. 2025, "Online Difficulty Filtering for
+    Reasoning Oriented Reinforcement Learning", arXiv:2504.03380): keep the groups whose pass
+    rate p_g = |{i in g : r_i >= threshold}| / |g| lies in [low, high], e.g. low = 0.25,
+    high = 0.75 keeps prompts of intermediate difficulty (low > 0 drops all-failed prompts,
+    high < 1 all-solved ones).
+
+    Args:
+        rewards: [N] rewards.
+        group_ids: [N] integer group ids.
+        low, high: the band of pass rates kept, 0 <= low <= high <= 1.
+        threshold: the least reward that counts as a pass.
+    Returns:
+        [K] bool, one per distinct id in ascending order.
+    """
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"pass_rate needs 0 <= low <= high <= 1, got low={low}, high={high}")
+    _, _, count, passed = _group_sums((rewards >= threshold).float(), group_ids)
+    rate = passed / count  # p_g
+    return (rate >= low) & (rate <= high)
+
+
+ScoreFn = Callable[..., torch.Tensor]
+
+GROUP_FILTERS: Registry[ScoreFn] = Registry("group filter")
 
 
 def register_group_filter(name: str) -> Callable[[ScoreFn], ScoreFn]:
     """Decorator: add a criterion ``score(rewards [N], lengths [N]) -> [N]`` (higher is kept)."""
 
     def decorator(fn: ScoreFn) -> ScoreFn:
-        if name in GROUP_FILTERS:
-            raise ValueError(f"group filter {name!r} is already registered")
-        GROUP_FILTERS[name] = fn
-        return fn
+        return GROUP_FILTERS.add(name, fn)
 
     return decorator
 
@@ -155,6 +219,7 @@ def group_filter(
     lengths: torch.Tensor,
     keep: int,
     criterion: str,
+    **params: float,
 ) -> torch.Tensor:
     """GFPO group filtering (Shrivastava et al. 2025, "Sample More to Think Less: Group Filtered
     Policy Optimization for Concise Reasoning", arXiv:2508.09726).
@@ -170,13 +235,11 @@ def group_filter(
         lengths: [N] completion lengths in tokens.
         keep: completions kept per group (>= 1).
         criterion: a key of :data:`GROUP_FILTERS`.
+        params: the criterion's own keyword arguments (``algorithm.params.group_filter``).
     Returns:
         [M] long indices of the kept samples, ascending.
     """
-    if criterion not in GROUP_FILTERS:
-        raise ValueError(
-            f"unknown group filter {criterion!r}; accepted: {', '.join(sorted(GROUP_FILTERS))}"
-        )
+    score_fn = GROUP_FILTERS.get_or_raise(criterion)
     if keep < 1:
         raise ValueError(f"group_filter keeps at least one sample per group, got keep={keep}")
     if lengths.shape != rewards.shape:
@@ -185,7 +248,7 @@ def group_filter(
             f"{tuple(rewards.shape)}"
         )
     _, inverse, count, _ = _group_sums(rewards, group_ids)
-    score = GROUP_FILTERS[criterion](rewards, lengths)
+    score = score_fn(rewards, lengths, **params)
     by_score = torch.argsort(-score, stable=True)  # best first, ties by index
     order = by_score[torch.argsort(inverse[by_score], stable=True)]  # then grouped
     start = torch.cumsum(count, 0).long() - count.long()  # first position of each group

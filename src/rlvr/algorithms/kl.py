@@ -29,9 +29,11 @@ from collections.abc import Callable
 
 import torch
 
+from rlvr.registry import Registry
+
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-KL_ESTIMATORS: dict[str, KLFn] = {}
+KL_ESTIMATORS: Registry[KLFn] = Registry("KL estimator")
 
 K3_LOG_RATIO_BOUND = 20.0
 
@@ -40,10 +42,7 @@ def register_kl(name: str) -> Callable[[KLFn], KLFn]:
     """Decorator: add an estimator ``fn(logp [B, T], ref_logp [B, T]) -> [B, T]``."""
 
     def decorator(fn: KLFn) -> KLFn:
-        if name in KL_ESTIMATORS:
-            raise ValueError(f"KL estimator {name!r} is already registered")
-        KL_ESTIMATORS[name] = fn
-        return fn
+        return KL_ESTIMATORS.add(name, fn)
 
     return decorator
 
@@ -92,13 +91,12 @@ def kl_k3_st(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return k2 + (kl_k3(logp, ref_logp) - k2).detach()  # k2 + sg(k3 - k2)
 
 
-def kl_penalty(name: str, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Per-token KL estimate [B, T] with the estimator registered as ``name`` (k1 .. k3+)."""
-    if name not in KL_ESTIMATORS:
-        raise ValueError(
-            f"unknown KL estimator {name!r}; accepted: {', '.join(sorted(KL_ESTIMATORS))}"
-        )
-    return KL_ESTIMATORS[name](logp, ref_logp)
+def kl_penalty(
+    name: str, logp: torch.Tensor, ref_logp: torch.Tensor, **params: float
+) -> torch.Tensor:
+    """Per-token KL estimate [B, T] with the estimator registered as ``name`` (k1 .. k3+);
+    ``params``: its own keyword arguments (``algorithm.params.kl_estimator``)."""
+    return KL_ESTIMATORS.get_or_raise(name)(logp, ref_logp, **params)
 
 
 def entropy_bonus(entropy: torch.Tensor, coef: float) -> torch.Tensor:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from rlvr.algorithms.kl import kl_k3
+from rlvr.registry import Registry
 
 
 def _per_token(advantages: torch.Tensor) -> torch.Tensor:
@@ -295,7 +297,7 @@ class PolicyLoss:
     summary: str
 
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
 def register_policy_loss(
@@ -310,9 +312,9 @@ def register_policy_loss(
     dual_clip) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES`."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        POLICY_LOSSES[name] = PolicyLoss(name, fn, sequence_level, dual_clip, clip_space, summary)
+        POLICY_LOSSES.add(
+            name, PolicyLoss(name, fn, sequence_level, dual_clip, clip_space, summary)
+        )
         return fn
 
     return decorator
@@ -404,6 +406,7 @@ def policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
+    **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token policy loss of the kind registered as ``kind``.
 
@@ -421,14 +424,13 @@ def policy_loss(
         clip_low, clip_high: eps_low, eps_high (ratio space; log space for "geometric";
             unused by "none").
         dual_clip: the dual-clip bound c > 1 ("token" and "sequence" only), or None.
+        params: the loss's own keyword arguments (``algorithm.params.policy_loss``).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
         ``ratio``, ``is_clipped_low``, ``is_clipped_high``, ``is_dual_clipped``,
         ``approx_kl`` (summarise with :func:`policy_metrics`).
     """
-    if kind not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {kind!r}; accepted: {', '.join(POLICY_LOSSES)}")
-    spec = POLICY_LOSSES[kind]
+    spec = POLICY_LOSSES.get_or_raise(kind)
     if dual_clip is not None and not spec.dual_clip:
         dual = ", ".join(k for k, s in POLICY_LOSSES.items() if s.dual_clip)
         raise ValueError(f"dual_clip applies to the {dual} policy losses, not {kind!r}")
@@ -445,6 +447,7 @@ def policy_loss(
         clip_low=clip_low,
         clip_high=clip_high,
         dual_clip=dual_clip,
+        **params,
     )
 
 
@@ -502,7 +505,7 @@ def _share(total: torch.Tensor, normaliser: torch.Tensor | float) -> torch.Tenso
 
 AggregationFn = Callable[..., torch.Tensor]
 
-AGGREGATIONS: dict[str, AggregationFn] = {}
+AGGREGATIONS: Registry[AggregationFn] = Registry("aggregation")
 
 
 def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
@@ -512,10 +515,7 @@ def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
     """
 
     def decorator(fn: AggregationFn) -> AggregationFn:
-        if name in AGGREGATIONS:
-            raise ValueError(f"aggregation {name!r} is already registered")
-        AGGREGATIONS[name] = fn
-        return fn
+        return AGGREGATIONS.add(name, fn)
 
     return decorator
 
@@ -598,6 +598,7 @@ def aggregate(
     total_tokens: float | None = None,
     total_seqs: float | None = None,
     max_len: int | None = None,
+    **params: Any,
 ) -> torch.Tensor:
     """Reduce a per-token loss to a scalar with the aggregation registered as ``mode``.
 
@@ -608,17 +609,17 @@ def aggregate(
         total_tokens: full-batch sum of the mask, when ``loss`` is one micro-batch of it.
         total_seqs: full-batch number of sequences, when ``loss`` is one micro-batch of it.
         max_len: the constant of seq-mean-token-sum-norm (max response length).
+        params: the aggregation's own keyword arguments (``algorithm.params.aggregation``).
     Returns:
         [] the loss (or, with the normalisers given, this micro-batch's share of it).
     """
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {mode!r}; accepted: {', '.join(AGGREGATIONS)}")
+    AGGREGATIONS.get_or_raise(mode)
     if loss.shape != mask.shape or loss.dim() != 2:
         raise ValueError(
             f"loss and mask must both be [B, T], got {tuple(loss.shape)} and {tuple(mask.shape)}"
         )
     return AGGREGATIONS[mode](
-        loss, mask, total_tokens=total_tokens, total_seqs=total_seqs, max_len=max_len
+        loss, mask, total_tokens=total_tokens, total_seqs=total_seqs, max_len=max_len, **params
     )
 
 

@@ -19,7 +19,9 @@ aggregated with ``aggregation``; with kl_in == "reward" the KL enters the advant
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
@@ -29,9 +31,10 @@ from rlvr.algorithms.advantages import (
     normalize_batch,
     weight_by_sign,
 )
-from rlvr.algorithms.filters import GROUP_FILTERS
+from rlvr.algorithms.filters import GROUP_FILTERS, GROUP_SELECTORS
 from rlvr.algorithms.kl import KL_ESTIMATORS
 from rlvr.algorithms.losses import AGGREGATIONS, POLICY_LOSSES
+from rlvr.registry import Registry, check_params
 
 KL_PLACEMENTS = ("loss", "reward")
 NORMALIZATIONS = ("group", "batch")
@@ -69,12 +72,17 @@ class Preset:
         group_filter: GFPO criterion (:data:`GROUP_FILTERS`), or None.
         group_filter_oversample: GFPO samples oversample * G completions per prompt and keeps
             G (None without group_filter).
+        group_selector: which whole groups train (:data:`GROUP_SELECTORS`), or None: all, or
+            ``informative`` with ``dynamic_sampling``.
         reference_reset_every: ProRL: reset the reference policy to the current one every N
             steps (0: never).
         vf_coef: value loss weight (gae only; 0 otherwise).
         value_clip: value clip range (gae only), or None.
         gamma: GAE discount (gae only; 1 otherwise).
         lam: GAE lambda (gae only; 1 otherwise).
+        params: each selected part's own keyword arguments, by part: ``advantage``,
+            ``policy_loss``, ``aggregation``, ``kl_estimator``, ``group_filter``,
+            ``group_selector`` (checked against the part's signature).
         citation: the paper.
         summary: one line on what the preset does.
     """
@@ -100,16 +108,35 @@ class Preset:
     max_draws: int = 1
     group_filter: str | None = None
     group_filter_oversample: int | None = None
+    group_selector: str | None = None
     reference_reset_every: int = 0
     vf_coef: float = 0.0
     value_clip: float | None = None
     gamma: float = 1.0
     lam: float = 1.0
+    params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
     citation: str
     summary: str
 
+    @property
+    def selector(self) -> str | None:
+        """The group selector a step applies: ``group_selector``, else DAPO's ``informative``
+        with ``dynamic_sampling``, else None (every group trains)."""
+        return self.group_selector or ("informative" if self.dynamic_sampling else None)
+
 
 FIXED_FIELDS = ("name", "citation", "summary")
+
+ARGUMENTS_FILLED = {
+    "advantage": ("inputs", "beta", "gamma", "lam", "baseline"),
+    "policy_loss": ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high", "dual_clip"),
+    "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
+    "kl_estimator": ("logp", "ref_logp"),
+    "group_filter": ("rewards", "lengths"),
+    "group_selector": ("rewards", "group_ids"),
+}
+"""The parts ``params`` configures, with the arguments rlvr fills itself (the advantage's
+beta, gamma, lam and baseline come from the preset's fields)."""
 
 # estimators that already normalise by a std, so normalize="batch" would normalise twice
 _SELF_NORMALISED = ("grpo", "reinforce_pp", "reinforce_pp_baseline")
@@ -118,19 +145,23 @@ _SELF_NORMALISED = ("grpo", "reinforce_pp", "reinforce_pp_baseline")
 def _problems(p: Preset) -> list[str]:
     """Every contradiction or out-of-range value of ``p``, as messages naming the fields."""
     problems = []
-    for field, registry in (
+    for key, registry in (
         ("advantage", ADVANTAGES),
         ("policy_loss", POLICY_LOSSES),
         ("aggregation", AGGREGATIONS),
         ("kl_estimator", KL_ESTIMATORS),
     ):
-        value = getattr(p, field)
+        value = getattr(p, key)
         if value not in registry:
-            problems.append(f"{field} {value!r} is unknown; accepted: {', '.join(registry)}")
+            problems.append(f"{key}: {registry.unknown(value)}")
     if p.kl_in not in KL_PLACEMENTS:
         problems.append(f"kl_in must be one of {KL_PLACEMENTS}, got {p.kl_in!r}")
     if p.normalize not in NORMALIZATIONS:
         problems.append(f"normalize must be one of {NORMALIZATIONS}, got {p.normalize!r}")
+    for name, registry in (("group_filter", GROUP_FILTERS), ("group_selector", GROUP_SELECTORS)):
+        value = getattr(p, name)
+        if value is not None and value not in registry:
+            problems.append(f"{name}: {registry.unknown(value)}")
     if problems:
         return problems  # the checks below look the names up
     estimator, loss = ADVANTAGES[p.advantage], POLICY_LOSSES[p.policy_loss]
@@ -206,16 +237,14 @@ def _problems(p: Preset) -> list[str]:
         problems.append(f"overlong_buffer_frac must be in [0, 1], got {p.overlong_buffer_frac}")
     if p.max_draws < 1:
         problems.append(f"max_draws must be >= 1, got {p.max_draws}")
-    if p.max_draws > 1 and not p.dynamic_sampling:
-        problems.append("max_draws > 1 refills dropped groups, which needs dynamic_sampling")
+    if p.max_draws > 1 and p.selector is None:
+        problems.append(
+            "max_draws > 1 refills dropped groups, which needs dynamic_sampling or a group_selector"
+        )
     if p.dynamic_sampling and "greedy_rewards" in estimator.requires:
         problems.append(
             f"dynamic_sampling drops groups whose sampled rewards are all equal, but "
             f"{p.advantage!r} advantages r_i - r_greedy are nonzero there"
-        )
-    if p.group_filter is not None and p.group_filter not in GROUP_FILTERS:
-        problems.append(
-            f"group_filter {p.group_filter!r} is unknown; accepted: {', '.join(GROUP_FILTERS)}"
         )
     if (p.group_filter is None) != (p.group_filter_oversample is None):
         problems.append("group_filter and group_filter_oversample are set together or not at all")
@@ -239,6 +268,46 @@ def _problems(p: Preset) -> list[str]:
         problems.append(f"gamma and lam must be in [0, 1], got {p.gamma}, {p.lam}")
     if p.value_clip is not None and p.value_clip <= 0:
         problems.append(f"value_clip must be > 0 or None, got {p.value_clip}")
+    problems += _param_problems(p)
+    return problems
+
+
+def _part_function(p: Preset, part: str) -> Any:
+    """The function of the part ``part`` the preset selects, or None when it selects none."""
+    if part == "advantage":
+        return ADVANTAGES[p.advantage].fn
+    if part == "policy_loss":
+        return POLICY_LOSSES[p.policy_loss].fn
+    if part == "aggregation":
+        return AGGREGATIONS[p.aggregation]
+    if part == "kl_estimator":
+        return KL_ESTIMATORS[p.kl_estimator]
+    if part == "group_filter":
+        return None if p.group_filter is None else GROUP_FILTERS[p.group_filter]
+    return None if p.selector is None else GROUP_SELECTORS[p.selector]
+
+
+def _param_problems(p: Preset) -> list[str]:
+    """``params`` that name no part, a part the preset does not select, or arguments its
+    function does not take."""
+    problems = []
+    for part, values in p.params.items():
+        if part not in ARGUMENTS_FILLED:
+            problems.append(
+                f"params.{part}: not a part with parameters; parts: {', '.join(ARGUMENTS_FILLED)}"
+            )
+            continue
+        if not isinstance(values, Mapping):
+            problems.append(f"params.{part} must be a mapping of keyword arguments")
+            continue
+        fn = _part_function(p, part)
+        if fn is None:
+            problems.append(f"params.{part}: the algorithm selects no {part}")
+            continue
+        try:
+            check_params(fn, values, f"params.{part}", ARGUMENTS_FILLED[part])
+        except ValueError as err:
+            problems.append(str(err))
     return problems
 
 
@@ -249,231 +318,237 @@ def validate(preset: Preset) -> None:
         raise ValueError(f"algorithm {preset.name!r}: " + "; ".join(problems))
 
 
-PRESETS: dict[str, Preset] = {
-    preset.name: preset
-    for preset in (
-        Preset(
-            name="grpo",
-            advantage="grpo",
-            beta=0.04,
-            kl_estimator="k3",
-            citation=(
-                "Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning "
-                "in Open Language Models, arXiv:2402.03300"
-            ),
-            summary=(
-                "Group-normalised advantages (r - mean) / (std + eps), PPO clip 0.2, per-sequence "
-                "token-mean aggregation, and the paper's k3 KL penalty to the reference policy "
-                "with beta = 0.04 in the loss. Many recent setups use beta = 0 (no reference "
-                "model); this preset keeps the paper's value."
-            ),
+PRESETS: Registry[Preset] = Registry("preset")
+
+
+def register_preset(preset: Preset) -> Preset:
+    """Add ``preset`` (validated) to :data:`PRESETS` under ``preset.name``: a config selects it
+    with ``algorithm.preset`` and ``rlvr algorithms`` lists it."""
+    validate(preset)
+    return PRESETS.add(preset.name, preset)
+
+
+for _preset in (
+    Preset(
+        name="grpo",
+        advantage="grpo",
+        beta=0.04,
+        kl_estimator="k3",
+        citation=(
+            "Shao et al. 2024, DeepSeekMath: Pushing the Limits of Mathematical Reasoning "
+            "in Open Language Models, arXiv:2402.03300"
         ),
-        Preset(
-            name="dr_grpo",
-            advantage="dr_grpo",
-            aggregation="seq-mean-token-sum-norm",
-            citation=(
-                "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective, "
-                "arXiv:2503.20783"
-            ),
-            summary=(
-                "GRPO without its two biases: advantages r - mean (no std division) and token "
-                "sums divided by a constant (the max response length, passed as max_len) instead "
-                "of each sequence's length. PPO clip 0.2, no KL penalty."
-            ),
+        summary=(
+            "Group-normalised advantages (r - mean) / (std + eps), PPO clip 0.2, per-sequence "
+            "token-mean aggregation, and the paper's k3 KL penalty to the reference policy "
+            "with beta = 0.04 in the loss. Many recent setups use beta = 0 (no reference "
+            "model); this preset keeps the paper's value."
         ),
-        Preset(
-            name="dapo",
-            advantage="grpo",
-            clip_high=0.28,
-            aggregation="token-mean",
-            overlong_buffer_frac=0.2,
-            dynamic_sampling=True,
-            max_draws=10,
-            citation=(
-                "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at "
-                "Scale, arXiv:2503.14476"
-            ),
-            summary=(
-                "GRPO advantages with DAPO's four techniques: clip-higher (eps_low 0.2, "
-                "eps_high 0.28), dynamic sampling (groups whose rewards are all equal are "
-                "dropped and the batch refilled, at most 10 rollout draws per step), token-level "
-                "mean over the batch, and the soft overlong penalty (L_cache = 0.2 * budget, "
-                "4096 / 20480 in the paper); no KL penalty."
-            ),
+    ),
+    Preset(
+        name="dr_grpo",
+        advantage="dr_grpo",
+        aggregation="seq-mean-token-sum-norm",
+        citation=(
+            "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective, "
+            "arXiv:2503.20783"
         ),
-        Preset(
-            name="gspo",
-            advantage="grpo",
-            policy_loss="sequence",
-            clip_low=3e-4,
-            clip_high=4e-4,
-            citation=("Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071"),
-            summary=(
-                "GRPO advantages with the length-normalised sequence ratio s_i = exp(mean_t "
-                "log rho) clipped at 3e-4 / 4e-4 (token form, sg[s_i] * pi / sg[pi]), "
-                "seq-mean-token-mean aggregation, no KL penalty."
-            ),
+        summary=(
+            "GRPO without its two biases: advantages r - mean (no std division) and token "
+            "sums divided by a constant (the max response length, passed as max_len) instead "
+            "of each sequence's length. PPO clip 0.2, no KL penalty."
         ),
-        Preset(
-            name="gmpo",
-            advantage="grpo",
-            policy_loss="geometric",
-            clip_low=0.4,
-            clip_high=0.4,
-            citation=("Zhao et al. 2025, Geometric-Mean Policy Optimization, arXiv:2507.20673"),
-            summary=(
-                "GRPO advantages with the geometric mean of token ratios instead of their "
-                "arithmetic mean, each clipped in log space to (-0.4, 0.4), one value per "
-                "sequence averaged over sequences, no KL penalty."
-            ),
+    ),
+    Preset(
+        name="dapo",
+        advantage="grpo",
+        clip_high=0.28,
+        aggregation="token-mean",
+        overlong_buffer_frac=0.2,
+        dynamic_sampling=True,
+        max_draws=10,
+        citation=(
+            "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at "
+            "Scale, arXiv:2503.14476"
         ),
-        Preset(
-            name="gpg",
-            advantage="gpg",
-            policy_loss="none",
-            aggregation="token-mean",
-            citation=(
-                "Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for "
-                "Model Reasoning, arXiv:2504.02546"
-            ),
-            summary=(
-                "Plain policy gradient -A log pi (no ratio, no clip, no KL, no reference) with "
-                "A = alpha * (r - group mean), alpha = N / N_valid rescaling for groups of "
-                "equal rewards; token-mean aggregation. One update per batch (ppo_epochs = 1)."
-            ),
+        summary=(
+            "GRPO advantages with DAPO's four techniques: clip-higher (eps_low 0.2, "
+            "eps_high 0.28), dynamic sampling (groups whose rewards are all equal are "
+            "dropped and the batch refilled, at most 10 rollout draws per step), token-level "
+            "mean over the batch, and the soft overlong penalty (L_cache = 0.2 * budget, "
+            "4096 / 20480 in the paper); no KL penalty."
         ),
-        Preset(
-            name="rloo",
-            advantage="rloo",
-            citation=(
-                "Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization "
-                "for Learning from Human Feedback in LLMs, arXiv:2402.14740"
-            ),
-            summary=(
-                "Leave-one-out baseline r_i - mean_{j != i} r_j, PPO clip 0.2, per-sequence "
-                "token-mean aggregation, no KL penalty. The paper puts the KL penalty into the "
-                "reward and takes one on-policy step per batch (no clipping needed); this preset "
-                "keeps the clipped loss so several steps per batch remain safe."
-            ),
+    ),
+    Preset(
+        name="gspo",
+        advantage="grpo",
+        policy_loss="sequence",
+        clip_low=3e-4,
+        clip_high=4e-4,
+        citation=("Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071"),
+        summary=(
+            "GRPO advantages with the length-normalised sequence ratio s_i = exp(mean_t "
+            "log rho) clipped at 3e-4 / 4e-4 (token form, sg[s_i] * pi / sg[pi]), "
+            "seq-mean-token-mean aggregation, no KL penalty."
         ),
-        Preset(
-            name="reinforce_pp",
-            advantage="reinforce_pp",
-            aggregation="token-mean",
-            beta=0.01,
-            kl_estimator="k1",
-            kl_in="reward",
-            citation=(
-                "Hu 2025, REINFORCE++: A Simple and Efficient Approach for Aligning Large "
-                "Language Models, arXiv:2501.03262"
-            ),
-            summary=(
-                "No critic, no group baseline: token rewards -beta * k1_t plus r at the last "
-                "token (beta = 0.01), undiscounted returns whitened over the whole batch, PPO "
-                "clip 0.2, token-mean aggregation."
-            ),
+    ),
+    Preset(
+        name="gmpo",
+        advantage="grpo",
+        policy_loss="geometric",
+        clip_low=0.4,
+        clip_high=0.4,
+        citation=("Zhao et al. 2025, Geometric-Mean Policy Optimization, arXiv:2507.20673"),
+        summary=(
+            "GRPO advantages with the geometric mean of token ratios instead of their "
+            "arithmetic mean, each clipped in log space to (-0.4, 0.4), one value per "
+            "sequence averaged over sequences, no KL penalty."
         ),
-        Preset(
-            name="reinforce_pp_baseline",
-            advantage="reinforce_pp_baseline",
-            aggregation="token-mean",
-            beta=0.01,
-            kl_estimator="k1",
-            kl_in="reward",
-            citation=(
-                "Hu 2025, REINFORCE++: A Simple and Efficient Approach for Aligning Large "
-                "Language Models, arXiv:2501.03262 (REINFORCE++-baseline)"
-            ),
-            summary=(
-                "REINFORCE++ with the group mean reward subtracted first (r - mean_g r at the "
-                "last token, -beta * k1_t on every token, beta = 0.01), returns whitened over "
-                "the batch, PPO clip 0.2, token-mean aggregation."
-            ),
+    ),
+    Preset(
+        name="gpg",
+        advantage="gpg",
+        policy_loss="none",
+        aggregation="token-mean",
+        citation=(
+            "Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for "
+            "Model Reasoning, arXiv:2504.02546"
         ),
-        Preset(
-            name="remax",
-            advantage="remax",
-            policy_loss="none",
-            aggregation="seq-mean-token-sum",
-            citation=(
-                "Li et al. 2023, ReMax: A Simple, Effective, and Efficient Reinforcement "
-                "Learning Method for Aligning Large Language Models, arXiv:2310.10505"
-            ),
-            summary=(
-                "REINFORCE -A log pi(y) summed over tokens with the greedy completion's reward as "
-                "baseline, A = r - r_greedy: the rollout adds one greedy completion per prompt. "
-                "No clip, no KL; one update per batch (ppo_epochs = 1)."
-            ),
+        summary=(
+            "Plain policy gradient -A log pi (no ratio, no clip, no KL, no reference) with "
+            "A = alpha * (r - group mean), alpha = N / N_valid rescaling for groups of "
+            "equal rewards; token-mean aggregation. One update per batch (ppo_epochs = 1)."
         ),
-        Preset(
-            name="cispo",
-            advantage="grpo",
-            policy_loss="cispo",
-            clip_low=1.0,
-            clip_high=0.28,
-            aggregation="token-mean",
-            citation=(
-                "MiniMax 2025, MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
-                "Attention, arXiv:2506.13585"
-            ),
-            summary=(
-                "GRPO advantages with -sg[clip(rho, 0, 1 + eps_high)] * A * log pi: the IS "
-                "weight is clipped and detached so no token loses its gradient; no lower bound "
-                "as in the paper, eps_high 0.28 (the paper does not publish its tuned value), "
-                "token-mean aggregation, no KL penalty."
-            ),
+    ),
+    Preset(
+        name="rloo",
+        advantage="rloo",
+        citation=(
+            "Ahmadian et al. 2024, Back to Basics: Revisiting REINFORCE Style Optimization "
+            "for Learning from Human Feedback in LLMs, arXiv:2402.14740"
         ),
-        Preset(
-            name="ppo",
-            advantage="gae",
-            aggregation="token-mean",
-            beta=0.02,
-            kl_estimator="k1",
-            kl_in="reward",
-            normalize="batch",
-            vf_coef=0.1,
-            value_clip=0.2,
-            gamma=1.0,
-            lam=0.95,
-            citation=(
-                "Schulman et al. 2017, Proximal Policy Optimization Algorithms, "
-                "arXiv:1707.06347; token rewards with a k1 KL penalty as in Ouyang et al. 2022, "
-                "Training language models to follow instructions with human feedback, "
-                "arXiv:2203.02155"
-            ),
-            summary=(
-                "Actor-critic PPO: token rewards -beta * k1_t plus r at the last token "
-                "(beta = 0.02), GAE(gamma 1, lambda 0.95) from a value head, advantages whitened "
-                "over the batch, PPO clip 0.2, clipped value loss (0.2) weighted 0.1, token-mean."
-            ),
+        summary=(
+            "Leave-one-out baseline r_i - mean_{j != i} r_j, PPO clip 0.2, per-sequence "
+            "token-mean aggregation, no KL penalty. The paper puts the KL penalty into the "
+            "reward and takes one on-policy step per batch (no clipping needed); this preset "
+            "keeps the clipped loss so several steps per batch remain safe."
         ),
-        Preset(
-            name="nsr",
-            advantage="reinforce",
-            reward_baseline=0.5,
-            pos_weight=0.0,
-            aggregation="token-mean",
-            citation=(
-                "Zhu et al. 2025, The Surprising Effectiveness of Negative Reinforcement in LLM "
-                "Reasoning, arXiv:2506.01347"
-            ),
-            summary=(
-                "Negative sample reinforcement: REINFORCE advantages r - 0.5 (+-0.5 for 0/1 "
-                "rewards, the paper's +-1 up to scale) with positive advantages weighted 0, so "
-                "only wrong completions are pushed down; PPO clip 0.2, token-mean, no KL. "
-                "pos_weight = 0.1 gives W-REINFORCE."
-            ),
+    ),
+    Preset(
+        name="reinforce_pp",
+        advantage="reinforce_pp",
+        aggregation="token-mean",
+        beta=0.01,
+        kl_estimator="k1",
+        kl_in="reward",
+        citation=(
+            "Hu 2025, REINFORCE++: A Simple and Efficient Approach for Aligning Large "
+            "Language Models, arXiv:2501.03262"
         ),
-    )
-}
+        summary=(
+            "No critic, no group baseline: token rewards -beta * k1_t plus r at the last "
+            "token (beta = 0.01), undiscounted returns whitened over the whole batch, PPO "
+            "clip 0.2, token-mean aggregation."
+        ),
+    ),
+    Preset(
+        name="reinforce_pp_baseline",
+        advantage="reinforce_pp_baseline",
+        aggregation="token-mean",
+        beta=0.01,
+        kl_estimator="k1",
+        kl_in="reward",
+        citation=(
+            "Hu 2025, REINFORCE++: A Simple and Efficient Approach for Aligning Large "
+            "Language Models, arXiv:2501.03262 (REINFORCE++-baseline)"
+        ),
+        summary=(
+            "REINFORCE++ with the group mean reward subtracted first (r - mean_g r at the "
+            "last token, -beta * k1_t on every token, beta = 0.01), returns whitened over "
+            "the batch, PPO clip 0.2, token-mean aggregation."
+        ),
+    ),
+    Preset(
+        name="remax",
+        advantage="remax",
+        policy_loss="none",
+        aggregation="seq-mean-token-sum",
+        citation=(
+            "Li et al. 2023, ReMax: A Simple, Effective, and Efficient Reinforcement "
+            "Learning Method for Aligning Large Language Models, arXiv:2310.10505"
+        ),
+        summary=(
+            "REINFORCE -A log pi(y) summed over tokens with the greedy completion's reward as "
+            "baseline, A = r - r_greedy: the rollout adds one greedy completion per prompt. "
+            "No clip, no KL; one update per batch (ppo_epochs = 1)."
+        ),
+    ),
+    Preset(
+        name="cispo",
+        advantage="grpo",
+        policy_loss="cispo",
+        clip_low=1.0,
+        clip_high=0.28,
+        aggregation="token-mean",
+        citation=(
+            "MiniMax 2025, MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning "
+            "Attention, arXiv:2506.13585"
+        ),
+        summary=(
+            "GRPO advantages with -sg[clip(rho, 0, 1 + eps_high)] * A * log pi: the IS "
+            "weight is clipped and detached so no token loses its gradient; no lower bound "
+            "as in the paper, eps_high 0.28 (the paper does not publish its tuned value), "
+            "token-mean aggregation, no KL penalty."
+        ),
+    ),
+    Preset(
+        name="ppo",
+        advantage="gae",
+        aggregation="token-mean",
+        beta=0.02,
+        kl_estimator="k1",
+        kl_in="reward",
+        normalize="batch",
+        vf_coef=0.1,
+        value_clip=0.2,
+        gamma=1.0,
+        lam=0.95,
+        citation=(
+            "Schulman et al. 2017, Proximal Policy Optimization Algorithms, "
+            "arXiv:1707.06347; token rewards with a k1 KL penalty as in Ouyang et al. 2022, "
+            "Training language models to follow instructions with human feedback, "
+            "arXiv:2203.02155"
+        ),
+        summary=(
+            "Actor-critic PPO: token rewards -beta * k1_t plus r at the last token "
+            "(beta = 0.02), GAE(gamma 1, lambda 0.95) from a value head, advantages whitened "
+            "over the batch, PPO clip 0.2, clipped value loss (0.2) weighted 0.1, token-mean."
+        ),
+    ),
+    Preset(
+        name="nsr",
+        advantage="reinforce",
+        reward_baseline=0.5,
+        pos_weight=0.0,
+        aggregation="token-mean",
+        citation=(
+            "Zhu et al. 2025, The Surprising Effectiveness of Negative Reinforcement in LLM "
+            "Reasoning, arXiv:2506.01347"
+        ),
+        summary=(
+            "Negative sample reinforcement: REINFORCE advantages r - 0.5 (+-0.5 for 0/1 "
+            "rewards, the paper's +-1 up to scale) with positive advantages weighted 0, so "
+            "only wrong completions are pushed down; PPO clip 0.2, token-mean, no KL. "
+            "pos_weight = 0.1 gives W-REINFORCE."
+        ),
+    ),
+):
+    register_preset(_preset)
 
 
 def get_preset(name: str) -> Preset:
     """The preset registered as ``name``; ValueError listing the accepted names otherwise."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; accepted: {', '.join(sorted(PRESETS))}")
-    return PRESETS[name]
+    return PRESETS.get_or_raise(name)
 
 
 def resolve(preset_name: str, **overrides: object) -> Preset:
@@ -526,7 +601,9 @@ def preset_advantages(preset: Preset, inputs: AdvantageInputs) -> AdvantageOutpu
     Returns:
         :class:`AdvantageOutput` with advantages [N] or [N, T] and returns [N, T] or None.
     """
-    out = compute_advantages(preset.advantage, inputs, **advantage_kwargs(preset))
+    out = compute_advantages(
+        preset.advantage, inputs, **advantage_kwargs(preset), **preset.params.get("advantage", {})
+    )
     advantages = out.advantages
     if preset.normalize == "batch":
         advantages = normalize_batch(advantages, inputs.mask if advantages.dim() == 2 else None)

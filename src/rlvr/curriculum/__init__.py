@@ -14,43 +14,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.curriculum.base import PromptSampler, absolute_advantage, per_category
+from rlvr.curriculum.base import (
+    CURRICULA,
+    Curriculum,
+    PromptSampler,
+    absolute_advantage,
+    per_category,
+    register_curriculum,
+)
 from rlvr.curriculum.categories import CategorySampler, softmax
 from rlvr.curriculum.dump import DUMP, ucb_scores
 from rlvr.curriculum.sec import SEC, td0_update
 from rlvr.curriculum.sequential import Sequential
 from rlvr.data.base import Task
 
-SAMPLERS: dict[str, str] = {
-    "sequential": "the task's problems in order (no curriculum)",
-    "sec": "Self-Evolving Curriculum: TD(0) bandit over categories, Boltzmann sampling "
-    "(Chen et al. 2025)",
-    "dump": "DUMP: UCB over each category's mean absolute advantage (Wang et al. 2025)",
-}
-
 
 def make_sampler(name: str, task: Task, seed: int = 0, **params: Any) -> PromptSampler:
-    """The sampler ``name`` (a key of :data:`SAMPLERS`) over ``task``; ``params`` go to its
-    constructor (sec: alpha, temperature; dump: window, exploration, temperature)."""
-    if name == "sequential":
-        return Sequential(task)
-    if name == "sec":
-        return SEC(task, seed, **params)
-    if name == "dump":
-        return DUMP(task, seed, **params)
-    raise ValueError(f"unknown curriculum {name!r}; accepted: {', '.join(SAMPLERS)}")
+    """The sampler registered as ``name`` (:data:`CURRICULA`) over ``task``; ``params`` go to
+    its factory (sec: alpha, temperature; dump: window, exploration, temperature)."""
+    return CURRICULA.get_or_raise(name).make(task, seed, **params)
 
 
 __all__ = [
+    "CURRICULA",
     "DUMP",
-    "SAMPLERS",
     "SEC",
     "CategorySampler",
+    "Curriculum",
     "PromptSampler",
     "Sequential",
     "absolute_advantage",
     "make_sampler",
     "per_category",
+    "register_curriculum",
     "softmax",
     "td0_update",
     "ucb_scores",

@@ -9,12 +9,15 @@ problems an uninterrupted one would.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from rlvr.algorithms.advantages import grpo
 from rlvr.data.base import Problem
+from rlvr.registry import Registry
 
 
 class PromptSampler(Protocol):
@@ -66,3 +69,27 @@ def per_category(
     for value, group in zip(values.tolist(), group_ids.tolist(), strict=True):
         out[problems[group].category].append(value)
     return dict(out)
+
+
+@dataclass(frozen=True)
+class Curriculum:
+    """A registered curriculum: ``make(task, seed, **params) -> PromptSampler`` (a sampler class
+    whose constructor takes ``(task, seed, **params)`` is one) and one line on what it does."""
+
+    make: Callable[..., PromptSampler]
+    description: str
+
+
+CURRICULA: Registry[Curriculum] = Registry("curriculum")
+"""The prompt samplers ``curriculum.name`` selects, users' included."""
+
+
+def register_curriculum(name: str, description: str) -> Callable[[Callable], Callable]:
+    """Decorator: add a prompt sampler factory ``make(task, seed, **params)`` (or a class with
+    that constructor) as ``name``; ``curriculum.params`` gives its params."""
+
+    def decorator(make: Callable[..., PromptSampler]) -> Callable[..., PromptSampler]:
+        CURRICULA.add(name, Curriculum(make, description))
+        return make
+
+    return decorator

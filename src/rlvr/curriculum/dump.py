@@ -19,6 +19,7 @@ import math
 from collections import deque
 from typing import Any
 
+from rlvr.curriculum.base import register_curriculum
 from rlvr.curriculum.categories import CategorySampler, softmax
 from rlvr.data.base import CategorizedTask
 
@@ -38,6 +39,9 @@ def ucb_scores(means: list[float], counts: list[int], exploration: float = 1.0) 
     ]
 
 
+@register_curriculum(
+    "dump", "DUMP: UCB over each category's mean absolute advantage (Wang et al. 2025)"
+)
 class DUMP(CategorySampler):
     """DUMP over ``task.categories`` (see the module docstring).
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.curriculum.base import register_curriculum
 from rlvr.curriculum.categories import CategorySampler, softmax
 from rlvr.data.base import CategorizedTask
 
@@ -37,6 +38,10 @@ def td0_update(values: list[float], rewards: dict[int, float], alpha: float) -> 
     ]
 
 
+@register_curriculum(
+    "sec",
+    "Self-Evolving Curriculum: TD(0) bandit over categories, Boltzmann sampling (Chen et al. 2025)",
+)
 class SEC(CategorySampler):
     """SEC over ``task.categories`` (see the module docstring).
 

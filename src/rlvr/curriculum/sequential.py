@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from rlvr.curriculum.base import register_curriculum
 from rlvr.data.base import Problem, Task
 
 
@@ -36,3 +37,9 @@ class Sequential:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = int(state["position"])
+
+
+@register_curriculum("sequential", "the task's problems in order (no curriculum)")
+def sequential(task: Task, seed: int = 0) -> Sequential:
+    """The task's stream in order; ``seed`` is unused (the task's order is already seeded)."""
+    return Sequential(task)

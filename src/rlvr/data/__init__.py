@@ -1,5 +1,6 @@
 """Tasks: deterministic problem streams with held-out splits and verifiable answers."""
 
+from rlvr.answers import extract_answer, numeric_match, numeric_reward, parse_number
 from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import (
     DEFAULT_PROMPT_TEMPLATE,
@@ -20,7 +21,6 @@ from rlvr.data.from_config import build_task
 from rlvr.data.mixture import MixtureTask, answer_extractor
 from rlvr.data.reasoning_gym import RG_PROMPT_TEMPLATE, ReasoningGymTask
 from rlvr.data.registry import TASKS, is_task_name, make_task
-from rlvr.rewards.verifiers import extract_answer, numeric_match, numeric_reward, parse_number
 
 __all__ = [
     "COUNTDOWN_PROMPT_TEMPLATE",

@@ -25,8 +25,8 @@ import hashlib
 import random
 from collections.abc import Callable
 
+from rlvr.answers import numeric_reward
 from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, Problem
-from rlvr.rewards.verifiers import numeric_reward
 
 Expr = int | tuple[str, "Expr", "Expr"]
 

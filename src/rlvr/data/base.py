@@ -5,7 +5,7 @@ trainer renders it with the tokenizer's chat template later (:meth:`Problem.mess
 build the user message as ``prompt_template.format(question=...)``.
 
 Every task asks for its final answer the same way: on the last line, as ``Answer: <answer>``
-(the text :func:`rlvr.rewards.verifiers.extract_answer` reads).
+(the text :func:`rlvr.answers.extract_answer` reads).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Task(Protocol):
 
         A task may also define ``extract_answer(completion, problem) -> str | None``: the string
         ``score`` reads (evaluation shows exactly it); without one, evaluation shows the numeric
-        :func:`rlvr.rewards.verifiers.extract_answer`.
+        :func:`rlvr.answers.extract_answer`.
         """
 
 

@@ -10,7 +10,7 @@ category column (a source, a difficulty) splits the rows into one task per value
 :func:`file_mixture` for the category curricula (:mod:`rlvr.curriculum`).
 
 Scoring: a reference that parses as a number is compared numerically with the completion's
-final number (:func:`rlvr.rewards.verifiers.extract_answer`); any other reference is compared
+final number (:func:`rlvr.answers.extract_answer`); any other reference is compared
 as normalised text (case, punctuation, articles and spacing ignored) with the completion's
 final answer line (:func:`rlvr.data.reasoning_gym.extract_final_answer`).
 """
@@ -24,18 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from rlvr.answers import extract_answer, normalize_text, parse_number
 from rlvr.data.base import FILE_PROMPT_TEMPLATE, Problem
 from rlvr.data.mixture import MixtureTask
 from rlvr.data.reasoning_gym import extract_final_answer
 from rlvr.data.rows import LoadedRows, PreparedRow, RowFormat, load_rows
 from rlvr.errors import DataError
-from rlvr.rewards.answers import normalize_text
-from rlvr.rewards.verifiers import extract_answer, parse_number
 
 
 def answers_match(predicted: str | None, reference: str) -> bool:
     """True if both parse as numbers and are equal (relative tolerance 1e-6), else if their
-    normalised texts (:func:`rlvr.rewards.answers.normalize_text`) are equal and non-empty."""
+    normalised texts (:func:`rlvr.answers.normalize_text`) are equal and non-empty."""
     if predicted is None:
         return False
     p, a = parse_number(predicted), parse_number(reference)

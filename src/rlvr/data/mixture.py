@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from rlvr.answers import extract_answer
 from rlvr.data.base import Problem, Task
-from rlvr.rewards.verifiers import extract_answer
 
 
 class MixtureTask:
@@ -93,7 +93,7 @@ class MixtureTask:
 def answer_extractor(task: Task) -> Callable[[str, Problem], str | None]:
     """The extraction ``task.score`` reads: ``task.extract_answer(completion, problem)`` for a
     task that defines it (reasoning-gym, countdown, ...), else the numeric verifier's
-    :func:`rlvr.rewards.verifiers.extract_answer` (what the arithmetic and file tasks score).
+    :func:`rlvr.answers.extract_answer` (what the arithmetic and file tasks score).
     The string it returns is shown as ``extracted_answer`` and votes in maj@k."""
     own = getattr(task, "extract_answer", None)
     if own is not None:

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from rlvr.answers import boxed_spans
 from rlvr.data.base import Problem
 from rlvr.data.countdown import tagged_or_marked_answer
-from rlvr.rewards.verifiers import boxed_spans
 
 PREFIX = "reasoning_gym:"
 RG_PROMPT_TEMPLATE = (

@@ -10,8 +10,12 @@ from typing import Any
 
 from rlvr.data.base import Task
 from rlvr.envs.base import EnvError, Environment, load_environment_class
+from rlvr.registry import Registry
 
-ENVS: dict[str, tuple[str, str]] = {
+ENVS: Registry[tuple[str | type, str]] = Registry("environment")
+"""Environments by name: (``module:Class`` imported when first used, or the class; what it
+is); the built-in ones and those of :func:`register_environment`."""
+for _name, _entry in {
     "single_turn": ("rlvr.envs.single_turn:SingleTurnEnv", "the task as a one-step environment"),
     "calculator": (
         "rlvr.envs.calculator:CalculatorEnv",
@@ -25,19 +29,31 @@ ENVS: dict[str, tuple[str, str]] = {
         "rlvr.envs.adapters:TextArenaEnv",
         "a TextArena single-player game, params.env_id (pip install 'rlvr[envs]')",
     ),
-}
-"""Built-in environments: name -> (``module:Class``, what it is)."""
+}.items():
+    ENVS.add(_name, _entry)
+
+
+def register_environment(name: str, description: str) -> Callable[[type], type]:
+    """Class decorator: make an environment (:class:`~rlvr.envs.base.Environment`) selectable
+    as ``env.name: NAME`` and listed by ``rlvr envs``."""
+
+    def decorator(cls: type) -> type:
+        ENVS.add(name, (cls, description))
+        return cls
+
+    return decorator
 
 
 def environment_class(name: str) -> type:
     """The class of a built-in environment name or of ``module:Class``."""
     if name in ENVS:
-        module, _, attr = ENVS[name][0].partition(":")
+        entry = ENVS[name][0]
+        if isinstance(entry, type):
+            return entry
+        module, _, attr = entry.partition(":")
         return getattr(importlib.import_module(module), attr)
     if ":" not in name:
-        raise EnvError(
-            f"env.name {name!r}: not a built-in environment ({', '.join(ENVS)}) nor 'module:Class'"
-        )
+        raise EnvError(f"env.name: {ENVS.unknown(name)}; or 'module:Class' (your own)")
     return load_environment_class(name)
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlvr.answers import numeric_reward
 from rlvr.data.base import Problem, Task
 from rlvr.envs.base import Message, StepResult
 from rlvr.envs.parsers import PARSERS
 from rlvr.envs.tools import Tool, call_tool
-from rlvr.rewards.verifiers import numeric_reward
 
 
 class ToolEnv:

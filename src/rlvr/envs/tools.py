@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr.envs.base import EnvError
-from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, run_python
+from rlvr.sandbox import SandboxLimits, SandboxResult, run_python
 
 ERROR_CHARS = 500
 RESULT_CHARS = 2000
@@ -376,7 +376,7 @@ def _sandbox_text(result: SandboxResult) -> str:
 
 def python_tool(timeout_s: float = 5.0) -> Tool:
     """A tool ``python(code)`` that runs the model's program in rlvr's sandbox
-    (:func:`rlvr.rewards.sandbox.run_python`: a fresh confined process per call, standard
+    (:func:`rlvr.sandbox.run_python`: a fresh confined process per call, standard
     library only, no network) with ``timeout_s`` seconds of wall and CPU time, and returns its
     stdout; a failing program returns its stdout, the tail of its stderr (the traceback) and
     how it ended, as a normal (``ok``) result the model can learn from. A sandbox that cannot

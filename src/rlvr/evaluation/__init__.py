@@ -1,23 +1,18 @@
-"""Evaluation of policies: :func:`evaluate` (``rlvr eval``), held-out accuracy as ``eval.judge``
-decides (the task's check or the run's reward), pass@k / maj@k with bootstrap intervals,
-comparisons across seeds (IQM, probability of improvement) and paired per-problem comparisons,
-HTML reports, and per-step training diagnostics (answer entropy within groups, update
-sparsity)."""
+"""Offline evaluation of policies: :func:`evaluate` (``rlvr eval``), pass@k / maj@k with
+bootstrap intervals, comparisons across seeds (IQM, probability of improvement) and paired
+per-problem comparisons, plots and HTML reports.
 
-from rlvr.evaluation.accuracy import evaluate_accuracy
+Correctness is decided as ``eval.judge`` says (the task's check or the run's reward) by
+:mod:`rlvr.judging`, the in-loop package the trainer uses too; its judge, held-out accuracy and
+per-step diagnostics (answer entropy within groups, update sparsity) are re-exported here.
+"""
+
+from rlvr.answers import normalize_answer
 from rlvr.evaluation.api import evaluate
-from rlvr.evaluation.diagnostics import (
-    answer_entropy_within_groups,
-    snapshot_params,
-    update_sparsity,
-)
-from rlvr.evaluation.judge import Judge, build_judge, judge_samples
 from rlvr.evaluation.paired import paired_comparison, sign_test
 from rlvr.evaluation.passk import (
-    answer_entropy,
     default_ks,
     maj_at_k,
-    normalize_answer,
     pass_at_k,
     problem_metrics,
 )
@@ -26,6 +21,16 @@ from rlvr.evaluation.stats import (
     iqm,
     performance_profile,
     probability_of_improvement,
+)
+from rlvr.judging import (
+    Judge,
+    answer_entropy,
+    answer_entropy_within_groups,
+    build_judge,
+    evaluate_accuracy,
+    judge_samples,
+    snapshot_params,
+    update_sparsity,
 )
 
 __all__ = [

@@ -1,5 +1,5 @@
 """``evaluate``: sample a model's completions of a task's held-out problems, judge them with the
-task's verifier or the run's reward (``eval.judge``, :mod:`rlvr.evaluation.judge`), and save
+task's verifier or the run's reward (``eval.judge``, :mod:`rlvr.judging.judge`), and save
 them with pass@k / maj@k / mean@n and bootstrap intervals (the Python side of ``rlvr eval``; the
 files are described in :mod:`rlvr.evaluation.harness`).
 
@@ -59,7 +59,7 @@ from rlvr.evaluation.harness import (
     save_eval,
     score_records,
 )
-from rlvr.evaluation.judge import Judge, build_judge
+from rlvr.judging.judge import Judge, build_judge
 from rlvr.rollout import SamplingParams
 
 EVAL_KEYS = (
@@ -503,7 +503,7 @@ def evaluate(
         temperature: default 0 (greedy) for ``n == 1``, else the config's rollout temperature.
         top_p, max_new_tokens, n_prompts, system_prompt: override the config's values.
         judge: ``"task"`` or ``"reward"``, overrides ``eval.judge`` (who decides a sample is
-            correct: :mod:`rlvr.evaluation.judge`).
+            correct: :mod:`rlvr.judging.judge`).
         out: output directory; default ``RUN/eval-<checkpoint>`` for a run, else
             ``evals/<model>``; an earlier evaluation there is replaced.
         like: a run directory (or config file) whose settings to evaluate with.

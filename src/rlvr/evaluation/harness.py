@@ -6,14 +6,14 @@ An evaluation directory holds
   sample_index, completion, extracted_answer, score, correct, num_tokens, finished, category``
   (``category`` is "" unless the task has categories, e.g. ``task.levels``);
 * ``summary.json`` -- what was evaluated (model, checkpoint, task config, sampling parameters),
-  who judged correctness (``judge``: :meth:`rlvr.evaluation.judge.Judge.describe`) and the
+  who judged correctness (``judge``: :meth:`rlvr.judging.judge.Judge.describe`) and the
   metrics of :mod:`rlvr.evaluation.passk` with percentile-bootstrap intervals over problems
   (the uncertainty due to the finite held-out set), overall and, for a task with categories,
   per category (``by_category``).
 
 :func:`rescore` recomputes everything from ``samples.parquet`` (re-judging the stored
 completions with the summary's ``judge``: the task's verifier or the run's reward, see
-:mod:`rlvr.evaluation.judge`) without generating.
+:mod:`rlvr.judging.judge`) without generating.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import yaml
 
 from rlvr.data import Problem, Task, answer_extractor
 from rlvr.errors import DataError, RlvrError
-from rlvr.evaluation.judge import Judge, build_judge, judge_samples
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
+from rlvr.judging.judge import Judge, build_judge, judge_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.streams import sample_keys, stream_key
 
@@ -236,7 +236,7 @@ def score_records(
 ) -> list[dict[str, Any]]:
     """One record per sample (the columns of :data:`SCHEMA`), with the answer the task's check
     reads (:func:`answer_extractor`), ``score`` and ``correct`` as ``judge`` decides
-    (:func:`rlvr.evaluation.judge.judge_samples`; default the task's check; a problem's samples
+    (:func:`rlvr.judging.judge.judge_samples`; default the task's check; a problem's samples
     are one group). ``completions``, ``num_tokens`` and ``finished`` are indexed
     ``[problem][sample]``."""
     extract = answer_extractor(task)
@@ -541,7 +541,7 @@ def rescore(
 
     Every completion is re-judged with the judge the summary records (``"judge"``; the task's
     check for summaries without one, or the reward rebuilt from its recorded ``reward``
-    section: :mod:`rlvr.evaluation.judge`), ``task`` defaulting to the one rebuilt from the
+    section: :mod:`rlvr.judging.judge`), ``task`` defaulting to the one rebuilt from the
     summary's task section, and its answer re-extracted (:func:`answer_extractor`); both files
     are rewritten. The metrics are recomputed for the summary's ``ks`` and the new ``ks``
     together, so no earlier pass@k / maj@k is dropped or left stale; a metric this version does

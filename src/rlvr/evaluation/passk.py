@@ -2,7 +2,7 @@
 
 Every function here is pure (numbers in, numbers out) and vectorised over problems. The inputs
 are, per problem, ``n`` sampled completions, each with a binary correctness (the task verifier's
-score >= 1) and the final answer extracted from it (:func:`rlvr.rewards.verifiers.extract_answer`).
+score >= 1) and the final answer extracted from it (:func:`rlvr.answers.extract_answer`).
 
 * **pass@k** -- probability that at least one of ``k`` samples is correct, estimated without
   bias from ``n >= k`` samples with ``c`` correct as ``1 - C(n-c, k) / C(n, k)`` (Chen et al.
@@ -14,22 +14,20 @@ score >= 1) and the final answer extracted from it (:func:`rlvr.rewards.verifier
   accuracy of one sample, i.e. of the mean accuracy of ``k`` samples for *every* ``k``, which is
   why it is reported once, as ``mean@n``, rather than per ``k``.
 * **answer entropy** -- entropy (in nats) of the empirical distribution of a problem's extracted
-  answers; 0 when all samples agree (a collapsed policy), ``log n`` when all differ.
+  answers; 0 when all samples agree (a collapsed policy), ``log n`` when all differ
+  (:func:`rlvr.judging.diagnostics.answer_entropy`, which training also logs per group).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
-from rlvr.rewards.verifiers import parse_number
-
-NO_ANSWER = "<none>"
-"""The answer class of a completion from which no answer could be extracted."""
+from rlvr.answers import NO_ANSWER, normalize_answer
+from rlvr.judging.diagnostics import answer_entropy
 
 
 def pass_at_k(n: int | np.ndarray, c: Sequence[int] | np.ndarray, k: int) -> np.ndarray:
@@ -65,32 +63,6 @@ def pass_at_k(n: int | np.ndarray, c: Sequence[int] | np.ndarray, k: int) -> np.
         sel = n == n_value
         out[sel] = 1.0 - tail[n_value - c[sel]]
     return out
-
-
-def normalize_answer(answer: str | None) -> str:
-    """The vote class of an extracted answer: numbers by value ("42", "42.0" and "42." agree),
-    other strings with whitespace collapsed; :data:`NO_ANSWER` for None or an empty string."""
-    if answer is None or not answer.strip():
-        return NO_ANSWER
-    value = parse_number(answer)
-    if value is not None and math.isfinite(value):
-        if value == int(value) and abs(value) < 1e15:
-            return str(int(value))
-        return repr(value)
-    return " ".join(answer.split())
-
-
-def answer_entropy(answers: Sequence[str | None]) -> float:
-    """Entropy in nats of the empirical distribution of normalised answers (:func:`normalize_answer`).
-
-    "No answer" counts as one class of its own. 0 for an empty list.
-    """
-    classes = [normalize_answer(a) for a in answers]
-    if not classes:
-        return 0.0
-    counts = np.array(list(Counter(classes).values()), dtype=np.float64)
-    p = counts / counts.sum()
-    return float(-(p * np.log(p)).sum())
 
 
 def _encode(answers: Sequence[str | None], correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,10 +101,10 @@ def maj_at_k(
 
     Estimator (exact definition):
 
-    * Answers are grouped by :func:`normalize_answer`; samples without an answer do not vote.
-      A class is correct when its samples were scored correct (the fraction of its samples
-      scored correct, which is 0 or 1 whenever the score depends only on the extracted answer,
-      as for the built-in verifiers).
+    * Answers are grouped by :func:`~rlvr.answers.normalize_answer`; samples without an answer
+      do not vote. A class is correct when its samples were scored correct (the fraction of its
+      samples scored correct, which is 0 or 1 whenever the score depends only on the extracted
+      answer, as for the built-in verifiers).
     * For one k-subset the vote's correctness is ``(number of correct classes among those with
       the most votes) / (number of classes with the most votes)``: ties are broken uniformly at
       random, in expectation. A subset with no answer at all scores 0.

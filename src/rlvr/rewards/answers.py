@@ -13,53 +13,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
-import string
 import threading
-import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rlvr.answers import answer_span, extract_choice, normalize_text, numeric_match
 from rlvr.rewards.registry import register_reward
-from rlvr.rewards.verifiers import _last_boxed, numeric_match
 
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
-
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?::|is\b:?)", re.IGNORECASE)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT_TABLE = str.maketrans("", "", string.punctuation)
-
-
-def answer_span(completion: str) -> str:
-    """The part of a completion that states its final answer.
-
-    Priority: the content of the last ``<answer>...</answer>``; the content of the last
-    ``\\boxed{...}``; the rest of the line after the last "Answer:" / "The answer is"; else the
-    whole completion. Surrounding whitespace is stripped.
-    """
-    tags = _ANSWER_TAG.findall(completion)
-    if tags:
-        return tags[-1].strip()
-    boxed = _last_boxed(completion)
-    if boxed is not None:
-        return boxed
-    markers = list(_ANSWER_LINE.finditer(completion))
-    if markers:
-        line = completion[markers[-1].end() :].strip().split("\n", 1)[0].strip()
-        if line:
-            return line
-    return completion.strip()
-
-
-def normalize_text(text: str) -> str:
-    """SQuAD-style normalisation: NFKC, lower case, no punctuation, no articles (a/an/the),
-    single spaces. ``\\text{...}`` wrappers and math dollars are dropped first."""
-    text = unicodedata.normalize("NFKC", text)
-    text = re.sub(r"\\text\{([^{}]*)\}", r"\1", text).replace("$", "")
-    text = text.lower().translate(_PUNCT_TABLE)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 @register_reward("exact_match")
@@ -69,8 +31,8 @@ def exact_match(
     answers: Sequence[str] | str | None = None,
     extract: bool = True,
 ) -> float:
-    """1.0 if the normalised answer (:func:`answer_span` when ``extract``) equals the normalised
-    reference ``problem.answer``, or any of ``answers`` when given; else 0.0."""
+    """1.0 if the normalised answer (:func:`~rlvr.answers.answer_span` when ``extract``) equals
+    the normalised reference ``problem.answer``, or any of ``answers`` when given; else 0.0."""
     refs = (
         [problem.answer] if answers is None else [answers] if isinstance(answers, str) else answers
     )
@@ -83,43 +45,13 @@ def numeric(
     completion: str, problem: Problem, rel_tol: float = 1e-6, abs_tol: float = 1e-9
 ) -> float:
     """1.0 if the final number of the completion equals ``problem.answer`` within
-    ``math.isclose(rel_tol, abs_tol)`` (see :func:`rlvr.rewards.verifiers.numeric_match`)."""
+    ``math.isclose(rel_tol, abs_tol)`` (see :func:`rlvr.answers.numeric_match`)."""
     return 1.0 if numeric_match(completion, problem.answer, rel_tol, abs_tol) else 0.0
-
-
-def _choice_patterns(letters: str) -> list[re.Pattern[str]]:
-    """Patterns for a chosen letter, most explicit first; group 1 is the letter."""
-    cls = f"[{re.escape(letters)}]"
-    return [
-        re.compile(rf"\\boxed\{{\s*(?:\\text(?:bf)?\{{)?\s*\(?({cls})\)?\s*\}}?\s*\}}"),
-        re.compile(rf"(?i:answer)(?:\s+is)?[\s:*\-]*\(?({cls})\)?(?!\w)"),
-        re.compile(rf"\(({cls})\)"),
-        re.compile(rf"^\s*(?:\*\*)?\(?({cls})(?:[.):]|\*\*)?\s*$"),
-    ]
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_patterns(letters: str) -> list[re.Pattern[str]]:
-    return _choice_patterns(letters)
-
-
-def extract_choice(text: str, letters: str = "ABCDE") -> str | None:
-    """The multiple-choice letter a text commits to, or None.
-
-    Tried in order, the last match of each winning: ``\\boxed{C}`` (also ``\\boxed{(C)}``,
-    ``\\boxed{\\text{C}}``); "Answer: C" / "The answer is (C)" / "answer: **C**"; a
-    parenthesised "(C)"; a text that is only the letter ("C", "C.", "(C)").
-    """
-    for pattern in _cached_patterns(letters):
-        found = pattern.findall(text)
-        if found:
-            return found[-1]
-    return None
 
 
 @register_reward("multiple_choice")
 def multiple_choice(completion: str, problem: Problem, letters: str = "ABCDE") -> float:
-    """1.0 if the letter the completion commits to (:func:`extract_choice`) is the key
+    """1.0 if the letter the completion commits to (:func:`~rlvr.answers.extract_choice`) is the key
     ``problem.answer`` (written "C", "(C)" or "C."); 0.0 otherwise.
 
     Raises ``ValueError`` if the reference answer is not one of ``letters``.

@@ -9,7 +9,7 @@ datasets ship them: assert lists (MBPP, HumanEval-style), APPS/TACO ``input_outp
 (stdin/stdout, or function calls with ``fn_name``), LiveCodeBench test lists (``testtype``
 ``stdin`` or ``functional``, the function name given separately) and PrimeIntellect
 ``verification_info`` (``test_cases`` of type ``stdin_stdout`` or ``function_call``).
-Everything runs in :func:`rlvr.rewards.sandbox.run_python`, never in the trainer's process.
+Everything runs in :func:`rlvr.sandbox.run_python`, never in the trainer's process.
 
 Reward hacking: the verdict is computed where the solution cannot reach it, and no test runs
 next to the solution. Assert snippets of any form (``assert f(x) == y``, helper code, loops,
@@ -34,14 +34,16 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from rlvr.rewards._plain import decode
-from rlvr.rewards.registry import Score, register_reward
+from rlvr.rewards.harnesses import harness_source
+from rlvr.rewards.protocol import Score
+from rlvr.rewards.registry import register_reward
 from rlvr.rewards.remote import judge_remotely
-from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, _source, run_python
 from rlvr.rewards.verdict import (
     parse_value_lines,
     same_value,
     values_for_check,
 )
+from rlvr.sandbox import SandboxLimits, SandboxResult, run_python
 
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
@@ -428,11 +430,11 @@ def _run_calls(
     }
     called = _solution_run(
         events,
-        _source("_call_harness.py"),
+        harness_source("_call_harness.py"),
         limits=run_limits,
         files={
             "solution.py": code,
-            "_plain.py": _source("_plain.py"),
+            "_plain.py": harness_source("_plain.py"),
             "calls.json": json.dumps(spec),
         },
     )
@@ -512,7 +514,7 @@ def run_unit_tests(
     stdin/stdout case) gets what is left of it, and the tests still unrun when it is spent fail
     with the reason ``"sample time budget spent"``. Whatever the program does, this returns a
     report (about ``wall_seconds`` plus clean-up at the latest) and leaves no process or file
-    behind; only a sandbox that cannot start raises (:class:`~rlvr.rewards.sandbox.SandboxError`).
+    behind; only a sandbox that cannot start raises (:class:`~rlvr.sandbox.SandboxError`).
     """
     suite = parse_tests(tests, fn_name)
     limits = limits or SandboxLimits()

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rlvr.answers import extract_answer, parse_number
 from rlvr.data.base import Problem
 from rlvr.rewards.registry import register_reward
-from rlvr.rewards.verifiers import extract_answer, parse_number
 
 
 def _answer_key(answer: str | None) -> str | None:

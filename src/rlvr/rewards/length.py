@@ -10,7 +10,8 @@ import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlvr.rewards.registry import _Signature, get_reward, register_reward
+from rlvr.rewards.protocol import RewardSignature
+from rlvr.rewards.registry import get_reward, register_reward
 
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
@@ -79,7 +80,7 @@ def length_truncation(
     inner = get_reward(reward)
     if inner.kind != "sample":
         raise ValueError(f"length_truncation: reward {reward!r} is a group reward")
-    signature = _Signature.of(inner.fn)
+    signature = RewardSignature.of(inner.fn)
     params = dict(reward_params or {})
     passed = {k: v for k, v in fields.items() if signature.accepts(k) and k not in params}
     if signature.accepts("num_tokens"):

@@ -30,12 +30,13 @@ from typing import Literal
 
 import torch
 
+from rlvr.answers import extract_answer
 from rlvr.data.base import Problem
 from rlvr.rewards.embeddings import EmbeddingKind, cosine_similarity_matrix, get_embedder
 from rlvr.rewards.label_free import _answer_key, majority_answer
+from rlvr.rewards.protocol import Score
 from rlvr.rewards.reference_probability import split_reasoning
-from rlvr.rewards.registry import Score, register_reward
-from rlvr.rewards.verifiers import extract_answer
+from rlvr.rewards.registry import register_reward
 
 Partition = Literal["majority", "minority", "invalid"]
 

@@ -14,7 +14,7 @@ that runs the tests and a solution process that only answers calls, connected by
   one namespace, and reports a line per test on its own stdout, which only the trusted parent
   reads.
 
-Both are sandboxed runs (:func:`rlvr.rewards.sandbox.run_python`, each its own uid, file view,
+Both are sandboxed runs (:func:`rlvr.sandbox.run_python`, each its own uid, file view,
 control group), started together and sharing the sample's wall-time budget. Whatever the
 solution does in its process (patching builtins, frames, ``gc``, ``atexit``, forking, writing
 lines that look like results, answering out of turn) can only change the answers it gives,
@@ -38,7 +38,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from rlvr.rewards.sandbox import SandboxLimits, SandboxResult, _source, run_python
+from rlvr.rewards.harnesses import harness_source
+from rlvr.sandbox import SandboxLimits, SandboxResult, run_python
 
 SOLUTION_GRACE_S = 1.0
 """The solution's process outlives the checker's deadline by this much: when a test itself
@@ -74,19 +75,19 @@ def judge_remotely(
     with ThreadPoolExecutor(1, thread_name_prefix="rlvr-solution") as pool:
         solution = pool.submit(
             run_solution,
-            _source("_serve_harness.py"),
+            harness_source("_serve_harness.py"),
             limits=replace(limits, wall_seconds=limits.wall_seconds + SOLUTION_GRACE_S),
             files={
                 "solution.py": code,
-                "_plain.py": _source("_plain.py"),
+                "_plain.py": harness_source("_plain.py"),
                 "serve.json": json.dumps(serve),
             },
             channel=(requests_r, answers_w),
         )
         checker = run_python(
-            _source("_remote_check_harness.py"),
+            harness_source("_remote_check_harness.py"),
             limits=limits,
-            files={"_plain.py": _source("_plain.py"), "checks.json": json.dumps(checks)},
+            files={"_plain.py": harness_source("_plain.py"), "checks.json": json.dumps(checks)},
             channel=(answers_r, requests_w),
         )
         return nonce, checker, solution.result()

@@ -5,7 +5,7 @@
 - ``json_schema``: the completion (or its last fenced ``json`` block) parses as JSON and
   validates against a JSON Schema (``jsonschema`` package).
 
-Both return a :class:`~rlvr.rewards.registry.Score` whose reason says what failed.
+Both return a :class:`~rlvr.rewards.protocol.Score` whose reason says what failed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlvr.rewards.registry import Score, register_reward
+from rlvr.rewards.protocol import Score
+from rlvr.rewards.registry import register_reward
 
 if TYPE_CHECKING:
     from rlvr.data.base import Problem
@@ -73,7 +74,7 @@ def format_reward(
     DOTALL) when ``strict``, or contain a match otherwise. With ``tags``: :func:`tags_in_order`
     (e.g. ``["think", "answer"]`` for ``<think>...</think><answer>...</answer>``). With neither:
     the convention every task's default prompt asks for, a last non-empty line
-    ``Answer: <answer>`` (what :func:`rlvr.rewards.verifiers.extract_answer` reads).
+    ``Answer: <answer>`` (what :func:`rlvr.answers.extract_answer` reads).
     """
     if pattern is not None:
         regex = _compile(pattern)

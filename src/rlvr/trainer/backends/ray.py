@@ -1,5 +1,5 @@
 """``distributed.backend: ray``: the run's parts as Ray actors, driven by the same loop
-(:mod:`rlvr.trainer`) as one process (docs/design.md, "The parts of a run"; README, "Ray").
+(:mod:`rlvr.trainer.loop`) as one process (docs/design.md, "The parts of a run"; README, "Ray").
 
 * The driver (the process running ``rlvr train``) keeps the prompt sampler, the filters and the
   loop; it never holds the model.
@@ -25,7 +25,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,24 +32,24 @@ from typing import Any
 import torch
 
 from rlvr.checkpoint import TrainerState
-from rlvr.collector import Collector, Scored, concat_scored
 from rlvr.config import Config, ConfigError
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.devices import resolve_device
-from rlvr.distributed.actors import LearnerWorker, RolloutWorker
 from rlvr.errors import RlvrError, WorkerFailed
-from rlvr.evaluation.accuracy import AccuracyRecords, accuracy_metrics
+from rlvr.judging.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer, resolve
-from rlvr.parts import (
+from rlvr.rollout import SamplingParams
+from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.build import (
     RunParts,
-    _sampling,
     build_front,
     build_sampler,
-    encode_problem,
     resolve_algorithm,
+    sampling_params,
 )
-from rlvr.rollout import SamplingParams
-from rlvr.trajectories import Trajectories
+from rlvr.trainer.collect import Collector
+from rlvr.trainer.rollouts import Scored
 
 
 class RayUnavailable(RlvrError, ValueError):
@@ -139,8 +138,8 @@ class _Pending:
 
 
 class RayLearners:
-    """The learners' group seen from the driver: the interface of :class:`rlvr.learner.Learner`
-    that the loop uses (update, checkpoints, learning rate, version)."""
+    """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
+    update, checkpoints, learning rate, version."""
 
     runs_apart = True
 
@@ -230,7 +229,7 @@ def shards(n_prompts: int, workers: int) -> list[tuple[int, int]]:
 
 
 class RayRollouts:
-    """Rollout workers seen from the collector (:class:`rlvr.collector.Rollouts`)."""
+    """Rollout workers seen from the collector (:class:`~rlvr.trainer.protocols.Rollouts`)."""
 
     def __init__(
         self,
@@ -301,22 +300,11 @@ class RayRollouts:
         return out
 
     def run(
-        self,
-        problems: list[Problem],
-        prompt_ids: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        keys: torch.Tensor | None,
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Scored:
         parts = shards(len(problems), len(self.workers))
         args = {
-            i: (
-                problems[lo:hi],
-                prompt_ids[lo:hi],
-                n,
-                sampling,
-                None if keys is None else keys[lo * n : hi * n],
-            )
+            i: (problems[lo:hi], n, sampling, None if keys is None else keys[lo * n : hi * n])
             for i, (lo, hi) in enumerate(parts)
         }
         results = self._call("run", args)
@@ -324,7 +312,7 @@ class RayRollouts:
         self._stats = {
             f"rollout/worker{i}/tokens_per_s": s.tokens_per_s for i, s in enumerate(scored)
         }
-        return concat_scored(scored)
+        return Scored.merge(scored)
 
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int
@@ -393,15 +381,13 @@ def _brief(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
 
 
-def build_ray_parts(
+def build(
     cfg: Config,
     user_reward: Callable[..., float] | None,
-    cleanup: contextlib.ExitStack | None,
-    phase: Callable[[str], None],
+    cleanup: contextlib.ExitStack,
 ) -> RunParts:
     """The run's parts on Ray (see the module docstring): the task, reward and prompt sampler
     here, the learners and rollout workers as actors (stopped by ``cleanup``)."""
-    cleanup = cleanup if cleanup is not None else contextlib.ExitStack()
     front = build_front(cfg, user_reward, cleanup)  # bad data or rewards fail before Ray starts
     started = connect(cfg)
     if started:
@@ -412,7 +398,7 @@ def build_ray_parts(
 
     shape = SimpleNamespace(config=AutoConfig.from_pretrained(str(resolve(cfg.model.name))))
     task, _ = limit_task_prompts(front.task, tokenizer, shape, cfg)
-    sampling, greedy = _sampling(cfg, tokenizer, front.token_stats)
+    sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     sampler = build_sampler(cfg, task)
     start = time.perf_counter()
     learners = RayLearners(cfg)
@@ -426,9 +412,14 @@ def build_ray_parts(
         file=sys.stderr,
         flush=True,
     )
-    encode = partial(encode_problem, tokenizer, cfg.model.system_prompt)
-    collector = Collector(rollouts, sampler, front.algo, cfg, encode, sampling, greedy)
-    collector.phase = phase
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
     return RunParts(
-        task, front.reward, front.judge, front.fingerprint, tokenizer, learners, collector, None
+        task=task,
+        reward=front.reward,
+        judge=front.judge,
+        fingerprint=front.fingerprint,
+        tokenizer=tokenizer,
+        learners=learners,
+        collector=collector,
+        vocab_size=int(shape.config.vocab_size),
     )

@@ -1,7 +1,10 @@
-"""A run's parts built from its config: the task, the reward, the learner (policy, optimizer,
-schedule) and the collector (engine, prompt sampler, scoring), and a resume that loads a
-checkpoint into them. The loop that wires them is :mod:`rlvr.trainer`; a distributed backend
-builds the same parts in its workers.
+"""Build: a run's parts from its config, whatever the backend (docs/design.md, "One training
+step"): the preset, the task, the reward (probed) and the judge first (:func:`build_front`: bad
+data or a broken reward fail before any model loads), then the policy, the learner
+(:func:`build_learner`), the prompt sampler and the player of the run's episodes
+(:func:`build_player`: a plain task's one-step episodes or an environment's), and a resume
+that loads a checkpoint into them (:func:`resume_parts`). A backend
+(:mod:`rlvr.trainer.backends`) puts them in one process or in Ray actors.
 """
 
 from __future__ import annotations
@@ -18,22 +21,24 @@ import torch
 
 from rlvr import algorithms
 from rlvr.checkpoint import TrainerState
-from rlvr.collector import Collector, LocalRollouts, ReferenceScorer
 from rlvr.config import Config, ConfigError
-from rlvr.curriculum import make_sampler
-from rlvr.data import Task, build_task, data_fingerprint, limit_task_prompts
+from rlvr.curriculum import PromptSampler, make_sampler
+from rlvr.data import Task, build_task, data_fingerprint
 from rlvr.devices import resolve_device
-from rlvr.engines import build_engine, close_engine
 from rlvr.envs.agent import build_agent
-from rlvr.evaluation import Judge, build_judge
-from rlvr.learner import Learner, lr_lambda
-from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids
+from rlvr.judging import Judge, build_judge
+from rlvr.models import encode_messages, load_model, stop_token_ids
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
-from rlvr.rewards.registry import CombinedReward, RewardSpec
+from rlvr.rewards.combined import CombinedReward, RewardSpec
 from rlvr.rollout import SamplingParams, auto_dtype
 from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
+from rlvr.trainer.batch import Sampled
+from rlvr.trainer.collect import Collector
+from rlvr.trainer.learn import Learner, lr_lambda
+from rlvr.trainer.protocols import Learners
+from rlvr.trainer.rollouts import MultiTurn, OneStep, Player, ReferenceScorer
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
@@ -86,7 +91,9 @@ def _build_reward(
     return reward
 
 
-def _sampling(cfg: Config, tokenizer: Any, token_stats: bool) -> tuple[SamplingParams, ...]:
+def sampling_params(
+    cfg: Config, tokenizer: Any, token_stats: bool
+) -> tuple[SamplingParams, SamplingParams]:
     """The rollout's sampling parameters, and the same at temperature 0 (eval, ReMax)."""
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature,
@@ -130,8 +137,8 @@ def build_learner(
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
     AdamW, schedule; gradient checkpointing and ``torch.compile`` when the config asks."""
     device = next(policy.parameters()).device
-    fast = _rollout_dtype(cfg, device)
-    train_dtype = _train_dtype(cfg, device)
+    fast = rollout_dtype(cfg, device)
+    autocast = train_dtype(cfg, device)
     reference = load_model(cfg.model.name, fast).to(device) if algo.beta > 0 else None
     value_head = None
     if algo.advantage == "gae":
@@ -151,25 +158,27 @@ def build_learner(
         scheduler,
         algo,
         cfg,
-        train_dtype,
+        autocast,
         cfg.rollout.temperature,
         generator,
         pad_token_id,
     )
     if cfg.train.compile:  # the training forward only; the engine keeps its own path
         learner.compiled = torch.compile(policy)
+    if cfg.logging.update_sparsity:
+        learner.track_changes()
     return learner
 
 
 def resume_parts(
     cfg: Config,
     run_dir: Path,
-    learner: Any,
-    sampler: Any,
+    learner: Learners,
+    sampler: PromptSampler,
     state: TrainerState,
     changes: dict[str, Any],
     warn: Callable[[str], None],
-) -> tuple[Path | None, TrainerState, list[Any]]:
+) -> tuple[Path | None, TrainerState, list[Sampled]]:
     """Load the latest good checkpoint into the learner (weights, optimizer, schedule, shuffling
     stream, policy version) and the prompt sampler; apply the optimizer settings a resume
     changed; ``warn`` hears about damaged checkpoints passed over. Returns the checkpoint loaded
@@ -199,21 +208,18 @@ def resume_parts(
     return checkpoint, state, pending
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunParts:
-    """What a run is made of, built from its config; the loop in :func:`_run` wires them.
+    """What a run is made of, built from its config by a backend; the loop wires them.
 
     Attributes:
         task, reward, judge: the problems, the reward and who judges held-out samples.
         fingerprint: the task data's SHA-256 (before prompts over the length limit are
             dropped), checked on resume.
         tokenizer: the model's tokenizer.
-        learner: the policy, its optimizer and update (:mod:`rlvr.learner`), or the Ray
-            learners' handle (:class:`rlvr.distributed.ray_backend.RayLearners`).
-        collector: the prompt sampler and the rollouts (:mod:`rlvr.collector`).
-        generator: the learner's random stream (minibatch shuffling; sampling uses the named
-            streams of :mod:`rlvr.rollout.streams`; a checkpoint stores it), or None on Ray
-            (it lives in the learners).
+        learners: the learning side (:class:`~rlvr.trainer.protocols.Learners`).
+        collector: the prompt sampler and the rollouts.
+        vocab_size: the policy's output vocabulary |V| (the collapse guard reads log|V|).
     """
 
     task: Task
@@ -221,9 +227,9 @@ class RunParts:
     judge: Judge
     fingerprint: str | None
     tokenizer: Any
-    learner: Any  # Learner or RayLearners
+    learners: Learners
     collector: Collector
-    generator: torch.Generator | None
+    vocab_size: int
 
 
 @dataclass
@@ -263,36 +269,24 @@ def build_front(
     return Front(algo, task, fingerprint, reward, judge, token_stats)
 
 
-def _rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+def rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     """The rollout engine's (and the reference model's) dtype (``rollout.dtype``)."""
     return auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
 
 
-def _train_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+def train_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     """The autocast dtype of training forwards (``train.autocast``)."""
     auto = auto_dtype(device)
     return auto if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
 
 
-def build_rollouts(
-    cfg: Config,
-    front: Front,
-    tokenizer: Any,
-    policy: torch.nn.Module,
-    cleanup: contextlib.ExitStack | None,
-) -> LocalRollouts:
-    """Sampling and scoring over ``policy`` in this process: the engine (closed by
-    ``cleanup``), the reward and, for rewards on the reference answer's probability, a
-    scorer over the policy."""
+def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Module) -> Player:
+    """How the run's episodes are played and scored: an environment's multi-turn episodes
+    (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
+    rewards on the reference answer's probability, a scorer over ``policy``)."""
+    if cfg.env.name is not None:
+        return MultiTurn(build_agent(cfg, front.task, tokenizer))
     device = next(policy.parameters()).device
-
-    def decode(ids: list[int]) -> str:
-        return tokenizer.decode(ids, skip_special_tokens=True)
-
-    engine = build_engine(cfg, policy, tokenizer, _rollout_dtype(cfg, device), decode)
-    if cleanup is not None:
-        cleanup.callback(close_engine, engine)
-    # rewards on the probability of the reference answer (RLPR, VeriFree) get it from the policy
     scorer = None
     if REFERENCE_FIELDS & front.reward.field_names():
         scorer = ReferenceScorer(
@@ -300,13 +294,21 @@ def build_rollouts(
             tokenizer,
             cfg.reward.answer_format,
             cfg.train.micro_batch_size,
-            _train_dtype(cfg, device),
+            train_dtype(cfg, device),
         )
-    encode = partial(encode_problem, tokenizer, cfg.model.system_prompt)
-    agent = build_agent(cfg, front.task, tokenizer) if cfg.env.name is not None else None
-    return LocalRollouts(
-        engine, front.reward, scorer, front.task, front.judge, encode, decode, agent
+    return OneStep(
+        front.reward,
+        scorer,
+        front.task,
+        front.judge,
+        partial(encode_problem, tokenizer, cfg.model.system_prompt),
+        partial(decode_tokens, tokenizer),
     )
+
+
+def decode_tokens(tokenizer: Any, ids: list[int]) -> str:
+    """A completion's text: its ids decoded without special tokens."""
+    return tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def load_policy(cfg: Config) -> torch.nn.Module:
@@ -316,40 +318,9 @@ def load_policy(cfg: Config) -> torch.nn.Module:
     return policy
 
 
-def build_sampler(cfg: Config, task: Task) -> Any:
+def build_sampler(cfg: Config, task: Task) -> PromptSampler:
     """The prompt sampler (``curriculum``)."""
     try:
-        return make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.params())
+        return make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
     except ValueError as err:
         raise ConfigError(f"curriculum: {err}") from None
-
-
-def build_parts(
-    cfg: Config,
-    user_reward: Callable[..., float] | None = None,
-    cleanup: contextlib.ExitStack | None = None,
-    phase: Callable[[str], None] = lambda name: None,
-) -> RunParts:
-    """Build a run's parts from ``cfg``: the task and reward first (bad data or a broken reward
-    fail before any model loads), then the learner and the collector. What must be closed (the
-    reward's workers) is registered on ``cleanup``; ``phase`` is told the collector's phases.
-    ``distributed.backend: ray`` builds them on Ray (:mod:`rlvr.distributed.ray_backend`)."""
-    if cfg.distributed.backend == "ray":
-        from rlvr.distributed.ray_backend import build_ray_parts
-
-        return build_ray_parts(cfg, user_reward, cleanup, phase)
-    front = build_front(cfg, user_reward, cleanup)
-    tokenizer = load_tokenizer(cfg.model.name)
-    policy = load_policy(cfg)
-    task, _ = limit_task_prompts(front.task, tokenizer, policy, cfg)
-    front.task = task
-    sampling, greedy = _sampling(cfg, tokenizer, front.token_stats)
-    generator = torch.Generator().manual_seed(cfg.train.seed)
-    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator)
-    sampler = build_sampler(cfg, task)
-    rollouts = build_rollouts(cfg, front, tokenizer, policy, cleanup)
-    collector = Collector(rollouts, sampler, front.algo, cfg, rollouts.encode, sampling, greedy)
-    collector.phase = phase
-    return RunParts(
-        task, front.reward, front.judge, front.fingerprint, tokenizer, learner, collector, generator
-    )

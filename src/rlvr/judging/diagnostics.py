@@ -2,8 +2,8 @@
 
 Pure functions the trainer calls once per step; they never change the model or any RNG.
 
-* :func:`answer_entropy_within_groups` -- mean over prompts of the entropy of the final answers
-  extracted from the prompt's G completions. A drop towards 0 means the policy answers every
+* :func:`answer_entropy_within_groups` -- mean over prompts of the entropy
+  (:func:`answer_entropy`) of the final answers extracted from the prompt's G completions. A drop towards 0 means the policy answers every
   prompt the same way whatever it samples (diversity collapse); GRPO-style advantages vanish
   for groups whose answers, hence rewards, all agree.
 * :func:`update_sparsity` -- the fraction of parameters that differ from the initial model
@@ -24,14 +24,29 @@ stores tied weights (e.g. embeddings shared with the LM head) once, and skips fr
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
-from rlvr.evaluation.passk import answer_entropy
+from rlvr.answers import normalize_answer
 
 _CHUNK = 1 << 22  # elements compared at once (16 MB of fp32)
+
+
+def answer_entropy(answers: Sequence[str | None]) -> float:
+    """Entropy in nats of the empirical distribution of normalised answers
+    (:func:`~rlvr.answers.normalize_answer`).
+
+    "No answer" counts as one class of its own. 0 for an empty list.
+    """
+    classes = [normalize_answer(a) for a in answers]
+    if not classes:
+        return 0.0
+    counts = np.array(list(Counter(classes).values()), dtype=np.float64)
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 def answer_entropy_within_groups(
@@ -39,7 +54,7 @@ def answer_entropy_within_groups(
 ) -> float:
     """Mean over groups of the entropy (nats) of the extracted answers within each group.
 
-    Answers are compared after :func:`rlvr.evaluation.passk.normalize_answer` ("42" and "42.0"
+    Answers are compared after :func:`rlvr.answers.normalize_answer` ("42" and "42.0"
     agree); a sample without an answer (None) counts as one answer class of its own.
 
     Args:

@@ -1,14 +1,27 @@
-"""Verifiable rewards: pull the final answer out of a model completion and compare it numerically.
+"""Final answers in model completions: extract them, parse numbers, compare, normalise.
 
-Conventions: ``extract_answer`` returns the answer *string* as written by the model (or None),
-``parse_number`` turns such a string into a float (or None), and ``numeric_reward`` is the
-binary reward the tasks use: 1.0 if the completion's final answer equals the reference, else 0.0.
+The lowest layer of the answer convention every task and reward shares (it imports nothing of
+rlvr, so :mod:`rlvr.data` and :mod:`rlvr.rewards` both build on it):
+
+* :func:`extract_answer` returns the answer *string* as written by the model (or None): the last
+  ``\\boxed{...}``, else what follows the last "Answer:", else the last number;
+  :func:`parse_number` turns such a string into a float (or None); :func:`numeric_match` and
+  :func:`numeric_reward` (1.0 if the completion's final answer equals the reference, else 0.0)
+  compare it numerically;
+* :func:`answer_span` (the part of a completion that states its answer), :func:`normalize_text`
+  (SQuAD-style normalisation) and :func:`extract_choice` (the multiple-choice letter) read
+  text answers;
+* :func:`normalize_answer`: the vote class of an extracted answer (numbers by value), as
+  majority votes and answer entropies count them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+import string
+import unicodedata
 from collections.abc import Iterator
 
 _PUNCT = ".,;:!?"
@@ -23,6 +36,13 @@ _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _DECIMAL = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
 _FRACTION = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
 _LATEX_FRAC = re.compile(r"(-?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"(?:final\s+answer|answer)\s*(?::|is\b:?)", re.IGNORECASE)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT_TABLE = str.maketrans("", "", string.punctuation)
+
+NO_ANSWER = "<none>"
+"""The answer class of a completion from which no answer could be extracted."""
 
 
 def boxed_spans(text: str) -> Iterator[tuple[int, int, str]]:
@@ -117,3 +137,76 @@ def numeric_match(
 def numeric_reward(completion: str, answer: str) -> float:
     """Binary reward: 1.0 if ``numeric_match(completion, answer)``, else 0.0."""
     return 1.0 if numeric_match(completion, answer) else 0.0
+
+
+def answer_span(completion: str) -> str:
+    """The part of a completion that states its final answer.
+
+    Priority: the content of the last ``<answer>...</answer>``; the content of the last
+    ``\\boxed{...}``; the rest of the line after the last "Answer:" / "The answer is"; else the
+    whole completion. Surrounding whitespace is stripped.
+    """
+    tags = _ANSWER_TAG.findall(completion)
+    if tags:
+        return tags[-1].strip()
+    boxed = _last_boxed(completion)
+    if boxed is not None:
+        return boxed
+    markers = list(_ANSWER_LINE.finditer(completion))
+    if markers:
+        line = completion[markers[-1].end() :].strip().split("\n", 1)[0].strip()
+        if line:
+            return line
+    return completion.strip()
+
+
+def normalize_text(text: str) -> str:
+    """SQuAD-style normalisation: NFKC, lower case, no punctuation, no articles (a/an/the),
+    single spaces. ``\\text{...}`` wrappers and math dollars are dropped first."""
+    text = unicodedata.normalize("NFKC", text)
+    text = re.sub(r"\\text\{([^{}]*)\}", r"\1", text).replace("$", "")
+    text = text.lower().translate(_PUNCT_TABLE)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _choice_patterns(letters: str) -> list[re.Pattern[str]]:
+    """Patterns for a chosen letter, most explicit first; group 1 is the letter."""
+    cls = f"[{re.escape(letters)}]"
+    return [
+        re.compile(rf"\\boxed\{{\s*(?:\\text(?:bf)?\{{)?\s*\(?({cls})\)?\s*\}}?\s*\}}"),
+        re.compile(rf"(?i:answer)(?:\s+is)?[\s:*\-]*\(?({cls})\)?(?!\w)"),
+        re.compile(rf"\(({cls})\)"),
+        re.compile(rf"^\s*(?:\*\*)?\(?({cls})(?:[.):]|\*\*)?\s*$"),
+    ]
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_patterns(letters: str) -> list[re.Pattern[str]]:
+    return _choice_patterns(letters)
+
+
+def extract_choice(text: str, letters: str = "ABCDE") -> str | None:
+    """The multiple-choice letter a text commits to, or None.
+
+    Tried in order, the last match of each winning: ``\\boxed{C}`` (also ``\\boxed{(C)}``,
+    ``\\boxed{\\text{C}}``); "Answer: C" / "The answer is (C)" / "answer: **C**"; a
+    parenthesised "(C)"; a text that is only the letter ("C", "C.", "(C)").
+    """
+    for pattern in _cached_patterns(letters):
+        found = pattern.findall(text)
+        if found:
+            return found[-1]
+    return None
+
+
+def normalize_answer(answer: str | None) -> str:
+    """The vote class of an extracted answer: numbers by value ("42", "42.0" and "42." agree),
+    other strings with whitespace collapsed; :data:`NO_ANSWER` for None or an empty string."""
+    if answer is None or not answer.strip():
+        return NO_ANSWER
+    value = parse_number(answer)
+    if value is not None and math.isfinite(value):
+        if value == int(value) and abs(value) < 1e15:
+            return str(int(value))
+        return repr(value)
+    return " ".join(answer.split())

@@ -4,7 +4,7 @@ trainer's evaluation, ``rlvr eval`` and ``rescore``.
 * ``task`` (default): the task's own answer check, ``task.score(text, problem)``; the score is
   its value and a sample is correct when it is at least 1.
 * ``reward``: the run's reward (:func:`rlvr.rewards.base.build_reward` from ``cfg.reward``, the
-  same :class:`~rlvr.rewards.registry.CombinedReward` training calls, its weighted total); the
+  same :class:`~rlvr.rewards.combined.CombinedReward` training calls, its weighted total); the
   score is the reward value and a sample is correct when it is at least
   ``eval.reward_threshold``. For a task whose correctness only the reward knows: unit tests
   (``python_unit_tests``: 1.0 when every test passes), a reward-model score.
@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from rlvr.data import Problem, Task
-from rlvr.rewards.base import CALLABLE_MARKER, build_reward
-from rlvr.rewards.registry import SAMPLE_FIELDS, CombinedReward, RewardSpec
+from rlvr.rewards.base import build_reward
+from rlvr.rewards.combined import CombinedReward, RewardSpec
+from rlvr.rewards.protocol import SAMPLE_FIELDS
+from rlvr.rewards.registry import CALLABLE_MARKER
 
 if TYPE_CHECKING:
     from rlvr.config import Config

@@ -1,18 +1,34 @@
-"""The learning side of a run: a :class:`~rlvr.trajectories.Trajectories` batch -> advantages ->
-``ppo_epochs`` x ``minibatches`` optimizer steps over micro-batches (docs/design.md, "One
-training step", "The parts of a run").
+"""Learn: a :class:`~rlvr.trainer.batch.Trajectories` batch -> advantages -> ``ppo_epochs`` x
+``minibatches`` optimizer steps over micro-batches (docs/design.md, "One training step", step 4).
 
 :class:`Learner` owns the policy's trained weights, the value head (PPO), the reference model,
-the optimizer and the schedule; :meth:`Learner.update` is the whole update of one step, and
-``learner.policy`` holds the weights the collector is given afterwards. The formulas are pure
-functions of :mod:`rlvr.algorithms`; this file only orders them:
+the optimizer and the schedule; :meth:`Learner.update` is the whole update of one step. The
+formulas are pure functions of :mod:`rlvr.algorithms`; this file orders them.
 
-  1. no-grad passes: log-probs (and entropies, values) of the sampled tokens under the policy
-     before the update (the proximal policy pi_old) and under the reference;
-  2. advantages [N] or [N, T] from the rewards (and the KL-in-reward, the values);
-  3. for each epoch, each shuffled minibatch: the clipped objective per micro-batch (+ beta *
-     KL to the reference, + entropy bonus, + the value loss), aggregated with the minibatch's
-     global token / sequence counts, gradients accumulated, clipped, one AdamW step.
+The objective one update maximises (the loss minimised is its negative), for a batch of groups
+of samples o_i with tokens t, the sampled-token mask m_{i,t} (``train_mask``: action tokens, or
+the top-entropy ones) and the preset's parts::
+
+    J(theta) = - agg_{i,t}[ m_{i,t} * ( l^PG_{i,t}(theta) * w_{i,t}        (1), (2), (3)
+                                        + beta * KL_t(pi_theta || pi_ref)  (4)
+                                        - c_H * H_t(pi_theta) ) ]           (5)
+               - c_V * agg_{i,t}[ m_{i,t} * l^V_{i,t}(phi) ]                (6)
+
+(1) the advantages A_i or A_{i,t}: :meth:`Learner.prepare`, ``algorithms.preset_advantages``
+    (the estimator, batch whitening, sign weights; KL in the reward for REINFORCE++/PPO) or,
+    for multi-turn episodes, ``turn_credit`` (``algorithm.credit``);
+(2) l^PG, the clipped (or GSPO / GMPO / CISPO / REINFORCE) surrogate of the ratio
+    pi_theta / pi_old and A: ``algorithms.policy_loss`` in :func:`_micro_batch_loss`;
+(3) w, the sampler-trainer correction pi_old / pi_sampler truncated (TIS) or masked (MIS):
+    :func:`_sampler_weights`;
+(4) the KL to the reference in the loss (``kl_in: loss``): ``algorithms.kl_penalty`` in
+    :func:`_micro_batch_loss`;
+(5) the entropy bonus: ``algorithms.entropy_bonus``;
+(6) PPO's clipped value loss (``advantage: gae``): ``algorithms.value_loss``;
+and agg, the aggregation (token-mean, seq-mean-token-mean, ...) normalised by the minibatch's
+global token and sequence counts: ``algorithms.aggregate`` (one micro-batch's share each, so
+the accumulated gradient is the minibatch's). Then the gradient norm is clipped and AdamW steps
+(:func:`_optimizer_step`).
 
 A non-finite advantage, loss or gradient norm stops the update where it is found (no further
 optimizer step) and is reported to the loop, which counts the skipped step.
@@ -24,17 +40,22 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlvr import algorithms
 from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
-from rlvr.config import Config
+from rlvr.config import AlgorithmConfig, Config
+from rlvr.distributed.data_parallel import DataParallel
 from rlvr.guards import first_nonfinite
+from rlvr.judging import snapshot_params, update_sparsity
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
-from rlvr.trajectories import Trajectories
+from rlvr.trainer.batch import Sampled, Trajectories
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def lr_lambda(cfg: Config):
@@ -118,7 +139,7 @@ def _no_grad_pass(
     batch: Batch,
     temperature: float,
     cfg: Config,
-    autocast: Any,
+    autocast: torch.autocast,
     head: ValueHead | None = None,
     only: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
@@ -224,21 +245,34 @@ def _micro_batch_loss(
         algo.clip_low,
         algo.clip_high,
         algo.dual_clip,
+        **algo.params.get("policy_loss", {}),
     )
     sampler_logp = step.sampler_logp[sub_rows, :width]
     weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe)
     if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights
     if step.ref_logp is not None and algo.kl_in == "loss":
-        kl = algorithms.kl_penalty(algo.kl_estimator, logp, step.ref_logp[sub_rows, :width])
+        kl = algorithms.kl_penalty(
+            algo.kl_estimator,
+            logp,
+            step.ref_logp[sub_rows, :width],
+            **algo.params.get("kl_estimator", {}),
+        )
         loss_tok = loss_tok + algo.beta * kl
         averages.add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub_mask).item())
     if algo.entropy_coef:
         loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
     tokens, seqs = totals
     max_len = cfg.max_completion_tokens
+    aggregation_params = algo.params.get("aggregation", {})
     loss = algorithms.aggregate(
-        loss_tok, sub_mask, algo.aggregation, total_tokens=tokens, total_seqs=seqs, max_len=max_len
+        loss_tok,
+        sub_mask,
+        algo.aggregation,
+        total_tokens=tokens,
+        total_seqs=seqs,
+        max_len=max_len,
+        **aggregation_params,
     )
     if learner.value_head is not None:  # PPO critic: clipped value loss on the returns
         assert step.old_values is not None and step.returns is not None
@@ -256,6 +290,7 @@ def _micro_batch_loss(
             total_tokens=tokens,
             total_seqs=seqs,
             max_len=max_len,
+            **aggregation_params,
         )
         loss = loss + algo.vf_coef * v_loss
         averages.add("value/loss", v_loss.item())
@@ -351,11 +386,29 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     if token_kl is not None:
         metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
     metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
+    metrics.update(advantage_stats(advantages, mask))
     return metrics, None
 
 
+def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``advantages/mean``, ``std``, ``abs_mean``, ``min``, ``max`` over the trained tokens
+    (``mask`` [N, T]; per-sample advantages [N] count once per token, as the loss sees them;
+    as verl logs them)."""
+    per_token = advantages if advantages.dim() == 2 else advantages[:, None].expand(mask.shape)
+    values = per_token[mask > 0].detach().float()
+    if values.numel() == 0:
+        return {}
+    return {
+        "advantages/mean": values.mean().item(),
+        "advantages/std": values.std().item() if values.numel() > 1 else 0.0,
+        "advantages/abs_mean": values.abs().mean().item(),
+        "advantages/min": values.min().item(),
+        "advantages/max": values.max().item(),
+    }
+
+
 def turn_credit(
-    algo: algorithms.Preset, settings: Any, data: Trajectories, mask: torch.Tensor
+    algo: algorithms.Preset, settings: AlgorithmConfig, data: Trajectories, mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token advantages [N, T] of agent episodes under ``algorithm.credit``
     (:mod:`rlvr.algorithms.credit`): per-turn advantages with the preset's estimator as the
@@ -395,6 +448,10 @@ class Learner:
         version: optimizer updates so far (one per :meth:`update` that stepped).
         compiled: ``torch.compile(policy)`` for the training forward (``train.compile``), or
             None; it shares the policy's weights.
+        group: the data-parallel group of Ray's learners (:mod:`rlvr.distributed.data_parallel`)
+            or None.
+        initial: the policy's initial weights (``logging.update_sparsity``: each update logs
+            the fraction of parameters changed since, ``policy/params_changed_frac``) or None.
     """
 
     policy: torch.nn.Module
@@ -410,7 +467,8 @@ class Learner:
     pad_token_id: int
     version: int = 0
     compiled: torch.nn.Module | None = None
-    group: Any = None
+    group: DataParallel | None = None
+    initial: list[torch.Tensor] | None = None
     runs_apart = False  # in this process: the update cannot overlap sampling (see Ray's)
 
     def share(self, rows: torch.Tensor) -> torch.Tensor:
@@ -482,7 +540,9 @@ class Learner:
         mask = batch.action_mask
         token_kl = None
         if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
-            token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp) * mask
+            kl_params = algo.params.get("kl_estimator", {})
+            token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp, **kl_params)
+            token_kl = token_kl * mask
         greedy = data.greedy_rewards
         inputs = algorithms.AdvantageInputs(
             rewards=data.rewards.to(device),
@@ -528,7 +588,17 @@ class Learner:
         metrics, bad = update_policy(self, data)
         if bad is None:
             self.version += 1
+        if self.initial is not None:
+            metrics["policy/params_changed_frac"] = update_sparsity(self.policy, self.initial)
         return metrics, bad
+
+    def start_update(self, data: Trajectories) -> _Done:
+        """:meth:`update`, done at once (in this process nothing runs apart)."""
+        return _Done(self.update(data))
+
+    def track_changes(self) -> None:
+        """Keep the current weights as the initial ones (``policy/params_changed_frac``)."""
+        self.initial = snapshot_params(self.policy)
 
     def reset_reference_if_due(self, step: int) -> None:
         """ProRL: copy the policy into the reference every ``reference_reset_every`` steps."""
@@ -557,11 +627,16 @@ class Learner:
         apply_optimizer_config(self.optimizer, self.scheduler, cfg)
 
     def weights(self) -> torch.nn.Module:
-        """What the rollouts are given to serve the current policy (:meth:`Collector.publish`)."""
+        """What the rollouts are given to serve the current policy (the module itself)."""
         return self.policy
 
     def save_checkpoint(
-        self, run_dir: Path, state: TrainerState, tokenizer: Any, keep: int, pending: list[Any]
+        self,
+        run_dir: Path,
+        state: TrainerState,
+        tokenizer: PreTrainedTokenizerBase,
+        keep: int,
+        pending: list[Sampled],
     ) -> None:
         """Write the checkpoint of ``state.step``: weights, optimizer, schedule, the shuffling
         stream, the modules of :meth:`modules` and the batches sampled ahead (``pending``)."""
@@ -581,7 +656,7 @@ class Learner:
 
     def load_checkpoint(
         self, run_dir: Path, warn: Callable[[str], None]
-    ) -> tuple[Path, TrainerState, list[Any]] | None:
+    ) -> tuple[Path, TrainerState, list[Sampled]] | None:
         """Load the latest good checkpoint of ``run_dir`` (:func:`load_latest_good`); returns it,
         its trainer state and its batches sampled ahead, or None when the run has none."""
         loaded = load_latest_good(
@@ -617,3 +692,13 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
+
+
+@dataclass
+class _Done:
+    """An update that already ran (:meth:`Learner.start_update`)."""
+
+    update: tuple[dict[str, float], str | None]
+
+    def result(self) -> tuple[dict[str, float], str | None]:
+        return self.update

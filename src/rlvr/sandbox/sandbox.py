@@ -26,11 +26,11 @@ Enforced by the kernel
       and a tmpfs of ``max_disk_bytes`` and ``max_files`` at ``/tmp`` (the cwd and HOME) as the
       only writable place. The trainer's files, the run directory, datasets, model weights,
       ``/home``, ``/root``, ``/run``, the host's ``/tmp`` and its Unix sockets are not in it;
-    - ``cgroup``: a control group per run (:mod:`rlvr.rewards.cgroups`): memory and processes
+    - ``cgroup``: a control group per run (:mod:`rlvr.sandbox.cgroups`): memory and processes
       for the whole tree together, and its total CPU time watched by the parent;
     - ``seccomp``: a filter that kills the program (``"forbidden_syscall"``) at system calls a
       test has no business making: namespaces and mounts, ptrace, bpf, io_uring, kernel
-      modules, ... (:mod:`rlvr.rewards.seccomp`);
+      modules, ... (:mod:`rlvr.sandbox.seccomp`);
     - ``pidns`` (+ ``procfs``): a new PID namespace with its own ``/proc``: other processes
       are invisible, and when the program's main process ends, the kernel kills everything it
       left behind (daemons that called ``setsid`` included);
@@ -97,8 +97,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr.rewards import cgroups
-from rlvr.rewards.seccomp import build_filter
+from rlvr.sandbox import cgroups
+from rlvr.sandbox.seccomp import build_filter
 
 SANDBOX_UID_BASE = 64000
 SANDBOX_UID_COUNT = 1000
@@ -143,7 +143,7 @@ class SandboxLimits:
         max_disk_bytes: size of the run's tmpfs work directory (all its files together).
         max_files: files and directories the program may create there (tmpfs inodes).
 
-    With a control group (:mod:`rlvr.rewards.cgroups`), ``memory_bytes``, ``max_processes``
+    With a control group (:mod:`rlvr.sandbox.cgroups`), ``memory_bytes``, ``max_processes``
     and ``cpu_seconds`` also hold for the whole process tree together.
     """
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlvr.data import Problem, Task
-from rlvr.evaluation.judge import Judge, judge_samples
+from rlvr.judging.judge import Judge, judge_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 
@@ -124,7 +124,7 @@ def evaluate_accuracy(
         sampling: temperature 0 for greedy accuracy, > 0 for sampled accuracy.
         seed: names the samples' random streams (:mod:`rlvr.rollout.streams`), so evaluation
             never moves the training RNG and samples the same wherever it runs.
-        judge: who decides correctness (:mod:`rlvr.evaluation.judge`); default the task's
+        judge: who decides correctness (:mod:`rlvr.judging.judge`); default the task's
             own answer check. Each problem's completion is its own group.
     """
     judge = judge or Judge()

@@ -1,4 +1,4 @@
-"""The sandbox's supervisor: run by :func:`rlvr.rewards.sandbox.run_python` as
+"""The sandbox's supervisor: run by :func:`rlvr.sandbox.run_python` as
 ``python -I -S -B -c <this source> <config json>``; never imported for its side effects.
 
 It is trusted code running in a fresh, single-threaded process (so no ``preexec_fn`` is needed
@@ -203,7 +203,7 @@ def _enter_namespaces(cfg: dict) -> list[str]:
 
 
 def _install_seccomp(program: bytes) -> None:
-    """Install the seccomp-BPF ``program`` (built by :mod:`rlvr.rewards.seccomp`)."""
+    """Install the seccomp-BPF ``program`` (built by :mod:`rlvr.sandbox.seccomp`)."""
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
     _check(

@@ -2,8 +2,9 @@
 them with ``ray.remote``, and tests can run them in-process).
 
 * :class:`RolloutWorker` holds a rollout engine over its own copy of the policy, the reward and
-  the judge; it samples and scores whole groups (:func:`rlvr.collector.sample_and_score`) and
-  receives new weights from learner rank 0.
+  the judge; it plays and scores whole groups (its
+  :class:`~rlvr.trainer.backends.local.LocalRollouts`) and receives new weights from learner
+  rank 0.
 * :class:`LearnerWorker` is one rank of the learners' data-parallel group
   (:mod:`rlvr.distributed.data_parallel`); rank 0 also writes checkpoints and sends weights.
 """
@@ -19,18 +20,18 @@ from typing import Any
 import torch
 
 from rlvr.checkpoint import TrainerState
-from rlvr.collector import Scored
 from rlvr.config import Config
 from rlvr.data import Problem
 from rlvr.devices import resolve_device
 from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.weights import WeightGroup, free_port, named_tensors
-from rlvr.evaluation import snapshot_params, update_sparsity
-from rlvr.evaluation.accuracy import AccuracyRecords
+from rlvr.judging.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
-from rlvr.parts import build_front, build_learner, build_rollouts, load_policy, resolve_algorithm
 from rlvr.rollout import SamplingParams
-from rlvr.trajectories import Trajectories
+from rlvr.trainer.backends.local import local_rollouts
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.build import build_front, build_learner, load_policy, resolve_algorithm
+from rlvr.trainer.rollouts import Scored
 
 
 def _where() -> dict[str, Any]:
@@ -65,7 +66,7 @@ class RolloutWorker:
         front = build_front(cfg, user_reward, self._cleanup)
         tokenizer = load_tokenizer(cfg.model.name)
         self.policy = load_policy(cfg)
-        self.rollouts = build_rollouts(cfg, front, tokenizer, self.policy, self._cleanup)
+        self.rollouts = local_rollouts(cfg, front, tokenizer, self.policy, self._cleanup)
         self.version = 0
         self.group: WeightGroup | None = None
 
@@ -73,14 +74,9 @@ class RolloutWorker:
         return {**_where(), "worker": self.index, "version": self.version}
 
     def run(
-        self,
-        problems: list[Problem],
-        prompt_ids: list[list[int]],
-        n: int,
-        sampling: SamplingParams,
-        keys: torch.Tensor | None,
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Scored:
-        return self.rollouts.run(problems, prompt_ids, n, sampling, keys)
+        return self.rollouts.run(problems, n, sampling, keys)
 
     def records(
         self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int
@@ -130,7 +126,6 @@ class LearnerWorker:
         self.tokenizer: Any = None
         self.weights: WeightGroup | None = None
         self.published: list[torch.Tensor] = []
-        self.initial: Any = None  # the initial weights (logging.update_sparsity), rank 0
 
     def address(self) -> str:
         """``host:port`` where rank 0 hosts the group's rendezvous."""
@@ -152,16 +147,13 @@ class LearnerWorker:
             cfg, resolve_algorithm(cfg), policy, self.tokenizer.pad_token_id, generator
         )
         self.learner.group = group
+        if self.rank != 0:  # rank 0 logs the fraction of parameters changed
+            self.learner.initial = None
         self._snapshot()  # version 0, what the workers load themselves
-        if cfg.logging.update_sparsity and self.rank == 0:
-            self.initial = snapshot_params(policy)
         return {**_where(), "rank": self.rank, "lr": self.learner.lr}
 
     def update(self, data: Trajectories) -> tuple[dict[str, float], str | None, float]:
         metrics, bad = self.learner.update(data)
-        if self.initial is not None:
-            changed = update_sparsity(self.learner.policy, self.initial)
-            metrics["policy/params_changed_frac"] = changed
         return metrics, bad, self.learner.lr
 
     def reset_reference_if_due(self, step: int) -> None:
@@ -176,7 +168,7 @@ class LearnerWorker:
         self.learner.save_checkpoint(Path(run_dir), state, self.tokenizer, keep, pending)
 
     def load_checkpoint(self, run_dir: str) -> tuple[Any, list[str], float, int]:
-        """The learner's :meth:`~rlvr.learner.Learner.load_checkpoint`, its warnings, the
+        """The learner's :meth:`~rlvr.trainer.learn.Learner.load_checkpoint`, its warnings, the
         learning rate and the policy version it resumes at."""
         warnings: list[str] = []
         loaded = self.learner.load_checkpoint(Path(run_dir), warnings.append)

@@ -1,0 +1,110 @@
+"""The seams of the spine, typed: what the loop and the collector need of the rollout side
+(:class:`Rollouts`) and of the learning side (:class:`Learners`), implemented in one process
+(``rlvr.trainer.backends.local``) and on Ray (``rlvr.trainer.backends.ray``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from rlvr import algorithms
+from rlvr.checkpoint import TrainerState
+from rlvr.config import Config
+from rlvr.data import Problem
+from rlvr.rollout import SamplingParams
+from rlvr.trainer.batch import Sampled, Trajectories
+from rlvr.trainer.rollouts import Scored
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Weights = Any
+"""What the learners hand the rollouts to serve their policy: the policy module itself in one
+process, the learners' handle on Ray (whose rank 0 broadcasts the tensors to the workers)."""
+
+Update = tuple[dict[str, float], str | None]
+"""An update's metrics, and the non-finite quantity that stopped it (None: it completed)."""
+
+
+class Rollouts(Protocol):
+    """Where groups are played and scored: in this process or on Ray rollout workers; the same
+    results either way."""
+
+    def run(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        """Play and score ``n`` episodes of each problem (:class:`~rlvr.trainer.rollouts.Player`),
+        episode i from the stream ``keys[i]``."""
+
+    def publish(self, weights: Weights, version: int) -> None:
+        """Serve ``weights`` (what :meth:`Learners.weights` returns) as policy ``version``."""
+
+    def evaluate(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int
+    ) -> dict[str, float]:
+        """Held-out accuracy of the served policy (:func:`rlvr.judging.accuracy_metrics`)."""
+
+    def worker_stats(self) -> dict[str, float]:
+        """Per-worker metrics of the last draws (empty in one process)."""
+
+
+class PendingUpdate(Protocol):
+    """An update running apart from the loop (:meth:`Learners.start_update`)."""
+
+    def result(self) -> Update:
+        """Wait for it."""
+
+
+class Learners(Protocol):
+    """The learning side: the policy's trained weights, optimizer and schedule, one process's
+    :class:`~rlvr.trainer.learn.Learner` or the Ray learners' group."""
+
+    algo: algorithms.Preset
+    version: int
+    """Optimizer updates so far (the policy version the rollouts serve after a publish)."""
+    runs_apart: bool
+    """The update runs in other processes, so sampling ahead may overlap it
+    (:meth:`start_update`); in this process the batches ahead are sampled first."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the policy trains."""
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimizer step."""
+
+    def update(self, data: Trajectories) -> Update:
+        """One step's update (advantages, epochs x minibatches of optimizer steps)."""
+
+    def start_update(self, data: Trajectories) -> PendingUpdate:
+        """Begin :meth:`update` without waiting for it (only when ``runs_apart``)."""
+
+    def weights(self) -> Weights:
+        """What :meth:`Rollouts.publish` is given to serve the current policy."""
+
+    def reset_reference_if_due(self, step: int) -> None:
+        """ProRL's reference reset, when due before ``step``."""
+
+    def apply_optimizer_config(self, cfg: Config) -> None:
+        """Follow ``cfg``'s optimizer settings from now on (a resume that changed them)."""
+
+    def save_checkpoint(
+        self,
+        run_dir: Path,
+        state: TrainerState,
+        tokenizer: PreTrainedTokenizerBase,
+        keep: int,
+        pending: list[Sampled],
+    ) -> None:
+        """Write the checkpoint of ``state.step`` (``pending``: the batches sampled ahead)."""
+
+    def load_checkpoint(
+        self, run_dir: Path, warn: Callable[[str], None]
+    ) -> tuple[Path, TrainerState, list[Sampled]] | None:
+        """Load the latest good checkpoint: its path, trainer state and batches sampled ahead;
+        None when the run has none."""
