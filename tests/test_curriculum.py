@@ -198,8 +198,10 @@ def test_config_levels_and_curriculum_errors():
         build_config({"task": {"name": "countdown", "levels": [1, 4]}})
     with pytest.raises(ConfigError, match="only applies to the arithmetic and countdown"):
         build_config({"task": {"name": "file", "path": "x.jsonl", "levels": [1, 2]}})
-    with pytest.raises(ConfigError, match="curriculum.name"):
-        build_config({"curriculum": {"name": "vcrl"}})
+    from rlvr.registries import check_config  # names above the config's layer: at start
+
+    with pytest.raises(ConfigError, match="curriculum.name: unknown curriculum 'vcrl'"):
+        check_config(build_config({"curriculum": {"name": "vcrl"}}))
 
 
 # ---------------------------------------------------------------- in the trainer

@@ -182,3 +182,28 @@ def test_installed_packages_register_parts_through_the_entry_point_group(tmp_pat
     cfg = build_config({"algorithm": {"kl_estimator": "half_k1_ep_test", "beta": 0.1}})
     assert cfg.algorithm.kl_estimator == "half_k1_ep_test"
     assert "half_k1_ep_test" in algorithms.KL_ESTIMATORS
+
+
+def test_curricula_environments_and_rewards_are_checked_when_a_run_starts(tmp_path):
+    from rlvr.curriculum import register_curriculum
+    from rlvr.curriculum.sequential import Sequential
+    from rlvr.registries import check_config
+
+    with pytest.raises(ConfigError, match="curriculum.name: unknown curriculum 'nope'; regis"):
+        check_config(build_config({"curriculum": {"name": "nope"}}))
+    with pytest.raises(ConfigError, match="env.name: unknown environment 'nope'; registered: "):
+        check_config(build_config({"env": {"name": "nope"}}))
+    with pytest.raises(ConfigError, match="reward.terms.1.name: unknown reward 'nope'.*math"):
+        check_config(build_config({"reward": {"terms": [{"name": "task"}, {"name": "nope"}]}}))
+
+    @register_curriculum("every_other_test", "every other problem of the task's stream")
+    def every_other(task, seed, stride: int = 2):
+        sampler = Sequential(task)
+        sampler.position = seed % stride
+        return sampler
+
+    check_config(
+        build_config({"curriculum": {"name": "every_other_test", "params": {"stride": 3}}})
+    )
+    with pytest.raises(ConfigError, match="curriculum.params: unknown parameter.*accepts: stride"):
+        check_config(build_config({"curriculum": {"name": "every_other_test", "params": {"s": 3}}}))

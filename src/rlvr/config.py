@@ -221,6 +221,10 @@ class TaskConfig(Section):
             answer_regex(self.answer_pattern)
 
 
+CATEGORY_CURRICULA = ("sec", "dump")
+"""The built-in curricula that choose between categories of problems."""
+
+
 class CurriculumConfig(Section):
     """Which training problems each step sees (``rlvr.curriculum``)."""
 
@@ -821,8 +825,10 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _check_curriculum(self) -> Config:
+        """The built-in category bandits need categories (a plug-in's curriculum checks its own
+        needs when it is built)."""
         several_levels = bool(self.task.levels and len(self.task.levels) > 1)
-        if self.curriculum.name != "sequential" and not (
+        if self.curriculum.name in CATEGORY_CURRICULA and not (
             several_levels or self.task.category_column
         ):
             raise ValueError(

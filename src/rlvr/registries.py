@@ -33,12 +33,14 @@ def check_config(cfg: Config) -> None:
     name = cfg.env.name
     if name is not None and name not in ENVS and ":" not in name:
         raise ConfigError(f"env.name: {ENVS.unknown(name)}; or 'module:Class' (your own)")
-    registered = available_rewards()
-    for i, term in enumerate(cfg.reward.terms):
-        if term.name in TASK_REWARDS or ":" in term.name or term.name in registered:
+    named = [(i, t.name) for i, t in enumerate(cfg.reward.terms)]
+    named = [(i, n) for i, n in named if n not in TASK_REWARDS and ":" not in n]
+    registered = available_rewards() if named else []  # imports the built-in rewards
+    for i, name in named:
+        if name in registered:
             continue
         raise ConfigError(
-            f"reward.terms.{i}.name: unknown reward {term.name!r}; registered: "
+            f"reward.terms.{i}.name: unknown reward {name!r}; registered: "
             f"{', '.join(registered)}; or task (the task's verifier), or 'module:function'"
         )
 
