@@ -57,4 +57,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache .grimp_cache .import_linter_cache
