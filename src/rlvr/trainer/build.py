@@ -245,6 +245,21 @@ class Front:
     judge: Judge
     token_stats: bool
 
+    def parts(
+        self, tokenizer: Any, learners: Learners, collector: Collector, vocab_size: int
+    ) -> RunParts:
+        """The run's parts: these, with what a backend built after them."""
+        return RunParts(
+            task=self.task,
+            reward=self.reward,
+            judge=self.judge,
+            fingerprint=self.fingerprint,
+            tokenizer=tokenizer,
+            learners=learners,
+            collector=collector,
+            vocab_size=vocab_size,
+        )
+
 
 def build_front(
     cfg: Config,

@@ -469,7 +469,6 @@ class Learner:
     compiled: torch.nn.Module | None = None
     group: DataParallel | None = None
     initial: list[torch.Tensor] | None = None
-    runs_apart = False  # in this process: the update cannot overlap sampling (see Ray's)
 
     def share(self, rows: torch.Tensor) -> torch.Tensor:
         """The part of ``rows`` this learner trains on: all of them in one process, a contiguous
@@ -582,19 +581,19 @@ class Learner:
             self.group.all_reduce_sum(list(tensors))
         return tensors
 
-    def update(self, data: Trajectories) -> tuple[dict[str, float], str | None]:
+    def update(
+        self, data: Trajectories, meanwhile: Callable[[], None] = lambda: None
+    ) -> tuple[dict[str, float], str | None]:
         """One step's update (:func:`update_policy`): metrics and None, or the non-finite
-        quantity that stopped it. The version advances when an update completed."""
+        quantity that stopped it. The version advances when an update completed.
+        ``meanwhile`` runs first: in this process sampling cannot overlap the update."""
+        meanwhile()
         metrics, bad = update_policy(self, data)
         if bad is None:
             self.version += 1
         if self.initial is not None:
             metrics["policy/params_changed_frac"] = update_sparsity(self.policy, self.initial)
         return metrics, bad
-
-    def start_update(self, data: Trajectories) -> _Done:
-        """:meth:`update`, done at once (in this process nothing runs apart)."""
-        return _Done(self.update(data))
 
     def track_changes(self) -> None:
         """Keep the current weights as the initial ones (``policy/params_changed_frac``)."""
@@ -692,13 +691,3 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
-
-
-@dataclass
-class _Done:
-    """An update that already ran (:meth:`Learner.start_update`)."""
-
-    update: tuple[dict[str, float], str | None]
-
-    def result(self) -> tuple[dict[str, float], str | None]:
-        return self.update

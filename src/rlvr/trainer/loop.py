@@ -19,6 +19,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -175,22 +176,16 @@ class Loop:
             return self.ahead.take(self.state.step + 1)
 
     def learn(self, data: Trajectories) -> Update:
-        """Step 4: the update on ``data`` while the batches ahead are sampled: at once when the
-        learners run apart (Ray), before the update in one process (the engine must still
-        serve the old weights). Non-finite rewards skip it."""
+        """Step 4: the update on ``data``, the batches ahead sampled meanwhile (see
+        :meth:`~rlvr.trainer.protocols.Learners.update`). Non-finite rewards skip it."""
         self.progress.phase("training")
-        step = self.state.step + 1
+        fill = partial(self.ahead.fill, self.state.step + 1)
         bad = first_nonfinite({"rewards": data.rewards})
         with memory_hint(self.cfg, "training", self.run_dir, self.learners.device):
             if bad is not None:
-                self.ahead.fill(step)
+                fill()
                 return {}, bad
-            if self.learners.runs_apart:
-                pending = self.learners.start_update(data)
-                self.ahead.fill(step)
-                return pending.result()
-            self.ahead.fill(step)
-            return self.learners.update(data)
+            return self.learners.update(data, fill)
 
     def publish(self) -> float:
         """Step 5: the rollouts serve the learners' weights from now on; the seconds it took."""

@@ -52,13 +52,6 @@ class Rollouts(Protocol):
         """Per-worker metrics of the last draws (empty in one process)."""
 
 
-class PendingUpdate(Protocol):
-    """An update running apart from the loop (:meth:`Learners.start_update`)."""
-
-    def result(self) -> Update:
-        """Wait for it."""
-
-
 class Learners(Protocol):
     """The learning side: the policy's trained weights, optimizer and schedule, one process's
     :class:`~rlvr.trainer.learn.Learner` or the Ray learners' group."""
@@ -66,9 +59,6 @@ class Learners(Protocol):
     algo: algorithms.Preset
     version: int
     """Optimizer updates so far (the policy version the rollouts serve after a publish)."""
-    runs_apart: bool
-    """The update runs in other processes, so sampling ahead may overlap it
-    (:meth:`start_update`); in this process the batches ahead are sampled first."""
 
     @property
     def device(self) -> torch.device:
@@ -78,11 +68,11 @@ class Learners(Protocol):
     def lr(self) -> float:
         """The learning rate of the next optimizer step."""
 
-    def update(self, data: Trajectories) -> Update:
-        """One step's update (advantages, epochs x minibatches of optimizer steps)."""
-
-    def start_update(self, data: Trajectories) -> PendingUpdate:
-        """Begin :meth:`update` without waiting for it (only when ``runs_apart``)."""
+    def update(self, data: Trajectories, meanwhile: Callable[[], None] = ...) -> Update:
+        """One step's update (advantages, epochs x minibatches of optimizer steps).
+        ``meanwhile`` (the batches sampled ahead) runs while it trains where the learners run
+        in other processes (Ray), and before it in this one (the engine shares the policy's
+        weights, which must still be the old ones)."""
 
     def weights(self) -> Weights:
         """What :meth:`Rollouts.publish` is given to serve the current policy."""

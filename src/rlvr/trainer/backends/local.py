@@ -103,13 +103,4 @@ def build(
     sampler = build_sampler(cfg, task)
     rollouts = local_rollouts(cfg, front, tokenizer, policy, cleanup)
     collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
-    return RunParts(
-        task=task,
-        reward=front.reward,
-        judge=front.judge,
-        fingerprint=front.fingerprint,
-        tokenizer=tokenizer,
-        learners=learner,
-        collector=collector,
-        vocab_size=vocabulary_size(policy, tokenizer),
-    )
+    return front.parts(tokenizer, learner, collector, vocabulary_size(policy, tokenizer))

@@ -123,25 +123,9 @@ def _options(cfg: Config) -> dict[str, Any]:
     return {"num_cpus": d.cpus_per_worker, "num_gpus": d.gpus_per_worker, "max_restarts": 0}
 
 
-class _Pending:
-    """An update running on the learners (:meth:`RayLearners.start_update`)."""
-
-    def __init__(self, owner: RayLearners, refs: list[Any]) -> None:
-        self.owner, self.refs = owner, refs
-
-    def result(self) -> tuple[dict[str, float], str | None]:
-        metrics, bad, lr = self.owner._get(self.refs, "update")[0]
-        self.owner.lr = lr
-        if bad is None:
-            self.owner.version += 1
-        return metrics, bad
-
-
 class RayLearners:
     """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
     update, checkpoints, learning rate, version."""
-
-    runs_apart = True
 
     def __init__(self, cfg: Config) -> None:
         ray = import_ray()
@@ -176,12 +160,22 @@ class RayLearners:
                 f"{str(err).splitlines()[0][:300] if str(err) else ''})"
             ) from None
 
-    def start_update(self, data: Trajectories) -> _Pending:
+    def start_update(self, data: Trajectories) -> list[Any]:
+        """Send ``data`` to every learner and start their update; the calls' references."""
         ref = self._ray.put(data)
-        return _Pending(self, [r.update.remote(ref) for r in self.ranks])
+        return [r.update.remote(ref) for r in self.ranks]
 
-    def update(self, data: Trajectories) -> tuple[dict[str, float], str | None]:
-        return self.start_update(data).result()
+    def update(
+        self, data: Trajectories, meanwhile: Callable[[], None] = lambda: None
+    ) -> tuple[dict[str, float], str | None]:
+        """The learners' update; ``meanwhile`` runs while they train (the rollout workers
+        sample the batches ahead)."""
+        refs = self.start_update(data)
+        meanwhile()
+        metrics, bad, self.lr = self._get(refs, "update")[0]
+        if bad is None:
+            self.version += 1
+        return metrics, bad
 
     def reset_reference_if_due(self, step: int) -> None:
         self._get([r.reset_reference_if_due.remote(step) for r in self.ranks], "reference reset")
@@ -397,9 +391,9 @@ def build(
     from transformers import AutoConfig
 
     shape = SimpleNamespace(config=AutoConfig.from_pretrained(str(resolve(cfg.model.name))))
-    task, _ = limit_task_prompts(front.task, tokenizer, shape, cfg)
+    front.task, _ = limit_task_prompts(front.task, tokenizer, shape, cfg)
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
-    sampler = build_sampler(cfg, task)
+    sampler = build_sampler(cfg, front.task)
     start = time.perf_counter()
     learners = RayLearners(cfg)
     cleanup.callback(learners.close)
@@ -413,13 +407,4 @@ def build(
         flush=True,
     )
     collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
-    return RunParts(
-        task=task,
-        reward=front.reward,
-        judge=front.judge,
-        fingerprint=front.fingerprint,
-        tokenizer=tokenizer,
-        learners=learners,
-        collector=collector,
-        vocab_size=int(shape.config.vocab_size),
-    )
+    return front.parts(tokenizer, learners, collector, int(shape.config.vocab_size))
