@@ -63,7 +63,7 @@ def test_explicit_cpu_equals_the_default(tmp_path):
 
 
 def test_running_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
-    def exhausted(self, data):
+    def exhausted(self, data, meanwhile):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.20 GiB")
 
     monkeypatch.setattr(rlvr.trainer.learn.Learner, "update", exhausted)
