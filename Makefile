@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install demo demo-agent test bench lint clean
+.PHONY: install demo demo-agent test bench gpu-check lint clean
 
 install: $(STAMP)
 
@@ -50,6 +50,13 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/episodes.py
+
+# on a machine with an NVIDIA GPU and a CUDA build of torch in $(GPU_PYTHON)'s environment: the
+# CUDA tests, the demo on cuda (torch and vLLM engines), GRPO step vs TRL, memory; the figures go
+# to bench/results/gpu-check-<device>.json. Without a GPU it says so and exits with status 2.
+GPU_PYTHON ?= $(BIN)/python
+gpu-check:
+	$(GPU_PYTHON) bench/gpu_check.py
 
 lint: $(STAMP)
 	$(BIN)/lint-imports

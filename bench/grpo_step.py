@@ -26,7 +26,8 @@ from rlvr.data import ArithmeticTask
 from rlvr.devices import resolve_device
 from rlvr.logging import read_metrics
 from rlvr.models import resolve
-from rlvr.rollout import auto_dtype, describe_device
+from rlvr.precision import auto_dtype
+from rlvr.rollout import describe_device
 from rlvr.trainer import train
 
 BENCH = Path(__file__).parent

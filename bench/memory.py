@@ -18,6 +18,7 @@ decoder's activations, not the logits, dominate). Reports the peak RSS of the st
 and the step time. Writes bench/results/memory-chunked-logprobs-cpu.json.
 
 Usage: python bench/memory.py [--groups 8,32,128] [--prompts 2] [--max-new-tokens 48]
+           [--device cuda]  (also the peak GPU memory; writes memory-cuda.json)
        python bench/memory.py --benchmark chunked-logprobs [--samples 8]
            [--completion-len 512] [--chunks 0,1024] [--no-gradient-checkpointing]
 """
@@ -39,6 +40,7 @@ import json, resource, sys, time
 from rlvr.config import build_config
 from rlvr.trainer import train
 G, prompts, max_new, run_dir = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+device = sys.argv[5]
 cfg = build_config({
     "model": {"name": "smollm2-135m-instruct"},
     "task": {"name": "arithmetic", "level": 3},
@@ -48,7 +50,7 @@ cfg = build_config({
     # a dense reward: every G trains (a 0/1 verifier leaves small groups all-equal, and a step
     # without gradients never allocates the optimizer state, which would flatter small G)
     "reward": {"terms": [{"name": "negative_entropy"}]},
-    "train": {"steps": 1, "micro_batch_size": 16},
+    "train": {"steps": 1, "micro_batch_size": 16, "device": device},
     "eval": {"before": False, "after": False},
     "logging": {"run_dir": run_dir, "progress": False, "tensorboard": False},
     "checkpoint": {"every": 0, "save_final": False},
@@ -57,7 +59,11 @@ t0 = time.perf_counter()
 train(cfg)
 seconds = time.perf_counter() - t0
 peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"G": G, "peak_rss_mib": peak_mib, "seconds": seconds}))
+row = {"G": G, "peak_rss_mib": peak_mib, "seconds": seconds}
+if device.startswith("cuda"):
+    import torch
+    row["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+print(json.dumps(row))
 """
 
 CHILD_CHUNKED = r"""
@@ -65,7 +71,7 @@ import json, resource, sys, time
 import torch
 from rlvr.models import load_model
 from rlvr.policy import completion_logprobs, make_batch
-from rlvr.rollout import auto_dtype
+from rlvr.precision import auto_dtype
 samples, length, chunk, ckpt = (int(a) for a in sys.argv[1:5])
 model = load_model("smollm2-135m-instruct").train()  # fp32, as the trainer's policy
 if ckpt:
@@ -73,7 +79,7 @@ if ckpt:
 g = torch.Generator().manual_seed(0)
 prompt = torch.randint(200, 40000, (64,), generator=g).tolist()
 completions = torch.randint(200, 40000, (samples, length), generator=g).tolist()
-dtype = auto_dtype()
+dtype = auto_dtype("cpu", model.config, "train")
 
 
 def step(batch):
@@ -112,15 +118,16 @@ def group_size(args: argparse.Namespace) -> None:
     rows = []
     for g in [int(x) for x in args.groups.split(",")]:
         with tempfile.TemporaryDirectory() as tmp:
-            row = run_child(CHILD, g, args.prompts, args.max_new_tokens, tmp)
+            row = run_child(CHILD, g, args.prompts, args.max_new_tokens, tmp, args.device)
         rows.append(row)
+        gpu = f", peak GPU {row['peak_gpu_mib']:7.0f} MiB" if "peak_gpu_mib" in row else ""
         print(
-            f"G={g:4d}: peak RSS {row['peak_rss_mib']:7.0f} MiB, step {row['seconds']:.1f} s "
-            f"({args.prompts * g} samples)"
+            f"G={g:4d}: peak RSS {row['peak_rss_mib']:7.0f} MiB{gpu}, step "
+            f"{row['seconds']:.1f} s ({args.prompts * g} samples)"
         )
     result = {
         "benchmark": "peak memory of one GRPO step vs group size",
-        "device": describe_device(),
+        "device": describe_device(args.device),
         "model": "smollm2-135m-instruct",
         "prompts": args.prompts,
         "max_new_tokens": args.max_new_tokens,
@@ -129,7 +136,10 @@ def group_size(args: argparse.Namespace) -> None:
         "rows": rows,
         "ratio_peak_G_max_over_G_min": rows[-1]["peak_rss_mib"] / rows[0]["peak_rss_mib"],
     }
-    path = Path(__file__).parent / "results" / "memory-cpu.json"
+    key = "peak_gpu_mib" if args.device.startswith("cuda") else "peak_rss_mib"
+    result["ratio_peak_G_max_over_G_min"] = rows[-1][key] / rows[0][key]
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    path = Path(__file__).parent / "results" / f"memory-{kind}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(
         f"peak RSS ratio G={rows[-1]['G']} / G={rows[0]['G']}: "
@@ -176,6 +186,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--benchmark", choices=["group-size", "chunked-logprobs"], default="group-size")
     ap.add_argument("--groups", default="8,32,128")
+    ap.add_argument("--device", default="cpu", help="group-size: cpu, or cuda (peak GPU memory)")
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--samples", type=int, default=8)

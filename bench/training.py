@@ -26,7 +26,8 @@ import torch
 from rlvr.data import ArithmeticTask
 from rlvr.models import encode_prompt, load_model, load_tokenizer
 from rlvr.policy import completion_logprobs, make_batch
-from rlvr.rollout import auto_dtype, describe_device
+from rlvr.precision import auto_dtype
+from rlvr.rollout import describe_device
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
@@ -94,9 +95,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    dtype = auto_dtype()
     tok = load_tokenizer(args.model)
     model = load_model(args.model, torch.float32)
+    dtype = auto_dtype("cpu", model.config, "train")
     model.train()
     task = ArithmeticTask(level=2)
     prompts = [encode_prompt(tok, task.train_problem(i).prompt) for i in range(args.groups)]

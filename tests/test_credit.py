@@ -292,6 +292,7 @@ def test_token_advantages_checks_runs_against_turns():
         token_advantages([[0.3, -0.7], [1.0], [1.0]], mask)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_token_advantages_on_cuda():
     mask = torch.tensor([[1, 1, 0, 0, 1, 0]], device="cuda")

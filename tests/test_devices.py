@@ -15,7 +15,8 @@ import rlvr.trainer.learn
 from rlvr.config import build_config
 from rlvr.devices import DeviceError, resolve_device
 from rlvr.errors import OutOfMemory
-from rlvr.rollout.torch_engine import attention_for, auto_dtype
+from rlvr.precision import auto_dtype
+from rlvr.rollout.torch_engine import attention_for
 from rlvr.trainer import train
 from rlvr.trainer.backends import build_parts
 

@@ -36,6 +36,7 @@ from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import Problem
 from rlvr.rewards import build_reward
 from rlvr.rewards.code import python_unit_tests
+from rlvr.sandbox import sandbox
 from rlvr.sandbox.sandbox import (
     ETC_FILES,
     RUNTIME_DIRS,
@@ -138,7 +139,12 @@ def descendants(pid: int) -> list[int]:
 
 
 def is_pool_helper(pid: int) -> bool:
-    """multiprocessing helpers (forkserver, resource tracker) other tests may have started."""
+    """multiprocessing helpers (forkserver, resource tracker) other tests may have started, and
+    this process's sandbox zygote (it outlives runs by design; the launchers it forks, which
+    share its command line, do not)."""
+    zygote = sandbox._ZYGOTE.proc
+    if zygote is not None and pid == zygote.pid:
+        return True
     try:
         return "multiprocessing" in Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -985,12 +986,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     return build_config(read_file(path), overrides, Path(path).parent)
 
 
-def save_config(config: Config, path: str | Path) -> None:
+def save_config(config: Config, path: str | Path, comments: Sequence[str] = ()) -> None:
     """Write the resolved config as YAML (re-loadable with :func:`load_config`), atomically: a
-    kill mid-write leaves the previous file."""
+    kill mid-write leaves the previous file. ``comments`` head the file as ``#`` lines (e.g.
+    what an ``auto`` setting stood for on this machine)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    head = "".join(f"# {line}\n" for text in comments for line in text.splitlines())
+    tmp.write_text(head + yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     os.replace(tmp, path)
 
 

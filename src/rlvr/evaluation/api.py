@@ -558,7 +558,7 @@ def _evaluate(
 
     from rlvr.data import limit_task_prompts
     from rlvr.models import load_model
-    from rlvr.rollout import auto_dtype
+    from rlvr.precision import resolve
 
     cfg = settings.config
     tokenizer = _load_tokenizer(target, model)
@@ -575,7 +575,7 @@ def _evaluate(
     console = Console(stderr=True, quiet=not progress)
     for note in notes + (replacing if (out_dir / SUMMARY_FILE).is_file() else []):
         console.print(f"note: {note}", markup=False, highlight=False)
-    dtype = auto_dtype(torch_device)
+    dtype = resolve(cfg.rollout.dtype, torch_device, policy.config, "rollout")
     if cfg.env.name is not None:  # agent episodes, judged by their success
         episodes, sampling, seconds = _play(
             policy, tokenizer, problems, settings, task, max_batch, console, dtype

@@ -2,14 +2,13 @@
 
 from rlvr.rollout.base import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.sampling import filter_logits, sample_next
-from rlvr.rollout.torch_engine import TorchEngine, auto_dtype, describe_device, left_pad
+from rlvr.rollout.torch_engine import TorchEngine, describe_device, left_pad
 
 __all__ = [
     "Rollout",
     "RolloutEngine",
     "SamplingParams",
     "TorchEngine",
-    "auto_dtype",
     "describe_device",
     "filter_logits",
     "left_pad",

@@ -9,8 +9,8 @@ its completion is decoded to check), or after ``max_new_tokens``. The forward pa
 models, the transformers forward otherwise; the decode loop itself is
 :meth:`TorchEngine._generate_chunk`.
 
-The engine keeps its own copy of the weights in the rollout dtype (bf16 on CPUs with native
-bf16 support, see :func:`auto_dtype`); :meth:`TorchEngine.update_weights` copies the policy's
+The engine keeps its own copy of the weights in the rollout dtype (``rollout.dtype``; what
+``auto`` stands for is measured, :mod:`rlvr.precision`); :meth:`TorchEngine.update_weights` copies the policy's
 weights into it in memory after every optimiser step.
 """
 
@@ -40,18 +40,12 @@ def _cpuinfo() -> str:
         return ""
 
 
-def _cpu_has_native_bf16() -> bool:
-    flags = _cpuinfo()
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def auto_dtype(device: torch.device | str = "cpu") -> torch.dtype:
-    """bf16 where the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16 or
-    AMX), else fp32 (on CPUs without them bf16 matmuls are emulated and slower than fp32)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if _cpu_has_native_bf16() else torch.float32
+def _cpu_bf16_flags() -> str:
+    """The CPU's bf16 feature flags (``avx512_bf16``, ``amx_bf16``), or "no bf16 flags". A flag
+    says what a CPU can execute, not what is fast: :mod:`rlvr.precision` measures that."""
+    flags = set(_cpuinfo().split())
+    found = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    return "+".join(found) if found else "no bf16 flags"
 
 
 def attention_for(device: torch.device) -> str:
@@ -62,7 +56,7 @@ def attention_for(device: torch.device) -> str:
 
 def describe_device(device: torch.device | str = "cpu") -> str:
     """The device in words for benchmark records, e.g. "cpu (Intel(R) Xeon(R) Processor @ 2.00GHz,
-    2 threads, no native bf16)" or "cuda (NVIDIA H100 80GB HBM3)"."""
+    2 threads, avx512_bf16)" or "cuda (NVIDIA H100 80GB HBM3)"."""
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
@@ -71,8 +65,8 @@ def describe_device(device: torch.device | str = "cpu") -> str:
         for line in _cpuinfo().splitlines()
         if line.startswith("model name")
     ]
-    bf16 = "native bf16" if _cpu_has_native_bf16() else "no native bf16"
-    return f"cpu ({names[0] if names else 'unknown'}, {torch.get_num_threads()} threads, {bf16})"
+    flags = _cpu_bf16_flags()
+    return f"cpu ({names[0] if names else 'unknown'}, {torch.get_num_threads()} threads, {flags})"
 
 
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -6,9 +6,10 @@
 - :mod:`rlvr.sandbox.seccomp`: the seccomp-BPF filter (the system calls that kill a program);
 - :mod:`rlvr.sandbox.cgroups`: a control group per run (memory, processes and CPU time of the
   whole process tree);
-- ``_sandbox_launcher.py`` (the supervisor) and ``_sandbox_boot.py`` (the program's first
-  Python code): scripts that :func:`run_python` passes to ``python -I -S -B -c`` as source
-  text, never imported.
+- ``_sandbox_zygote.py`` (a pre-started interpreter, one per trainer process, that forks a
+  run's processes), ``_sandbox_launcher.py`` (the supervisor of one run, in the zygote's
+  fork) and ``_sandbox_boot.py`` (the program's first Python code): source text given to
+  ``python -I -S -B -c``, never imported by the trainer.
 
 The code reward (:mod:`rlvr.rewards.code`) and the agent tools (:mod:`rlvr.envs.tools`) run
 their programs here. docs/sandbox.md describes what confines a run and what does not.

@@ -1,5 +1,6 @@
-"""First code of the sandboxed interpreter: run by the sandbox worker as
-``python -I -S -B -c <this source> <config json>``; never imported for its side effects.
+"""First code of the sandboxed program's interpreter: :func:`main`, called by the sandbox's
+zygote in the worker it forked (``_sandbox_zygote.py``), or run as ``python -I -S -B -c <this
+source> <config json>`` by a worker that had to exec a fallback interpreter.
 
 It restores the default action of ``SIGXFSZ`` (see ``main``), installs a best-effort audit
 hook (PEP 578) for the protections the kernel could not give this run (``hook_net`` when there
@@ -8,12 +9,13 @@ is no network namespace, ``hook_fs`` when there is no read-only mount namespace)
 An audit hook is not a security boundary: native code (ctypes, extension modules) bypasses it.
 """
 
-import builtins
+import atexit
 import json
 import os
 import signal
 import sys
 import traceback
+import types
 
 _NET_EVENTS = frozenset(
     {
@@ -85,20 +87,24 @@ def _make_hook(workdir: str, hook_net: bool, hook_fs: bool):
     return hook
 
 
-def main() -> None:
-    cfg = json.loads(sys.argv[1])
+def main(cfg: dict) -> None:
+    """Run ``main.py`` from ``cfg["workdir"]`` as ``__main__``, as ``python main.py`` would."""
     workdir = cfg["workdir"]
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it: a file past the limit
     # then ends the program ("file_size") instead of an EFBIG error it could swallow
+    if "random" in sys.modules:  # a forked interpreter: not the zygote's (or a sibling's) stream
+        sys.modules["random"].seed()
     if cfg["hook_net"] or cfg["hook_fs"]:
         sys.addaudithook(_make_hook(workdir, cfg["hook_net"], cfg["hook_fs"]))
     sys.argv = ["main.py"]
     sys.path.insert(0, workdir)
-    namespace = {"__name__": "__main__", "__file__": "main.py", "__builtins__": builtins}
+    module = types.ModuleType("__main__")
+    module.__file__ = "main.py"
+    sys.modules["__main__"] = module  # the program's own (pickle finds its classes there)
     try:
         with open(os.path.join(workdir, "main.py"), "rb") as f:
             code = compile(f.read(), "main.py", "exec")
-        exec(code, namespace)
+        exec(code, module.__dict__)
     except SystemExit:
         raise
     except BaseException as err:  # noqa: BLE001 - shown like an uncaught exception
@@ -107,5 +113,47 @@ def main() -> None:
         sys.exit(1)
 
 
+def exit_status(stop: SystemExit) -> int:
+    """The exit status of a ``SystemExit``, as the interpreter computes it: None is 0, an int
+    is itself, anything else is printed to stderr and is 1."""
+    code = stop.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def finish(status: int) -> None:
+    """End a forked interpreter as a script's end would, without the interpreter's
+    finalization (tearing down every module of a forked process writes to every page it
+    shares with the zygote: ten milliseconds and more): wait for non-daemon threads, run the
+    ``atexit`` handlers, flush ``sys.stdout`` and ``sys.stderr``, then ``_exit``. Other file
+    objects the program left open and unflushed are not flushed: their data could only go to
+    the run's own tmpfs, discarded with it, or to a descriptor the program reopened itself."""
+    if "threading" in sys.modules:
+        sys.modules["threading"]._shutdown()
+    atexit._run_exitfuncs()
+    for stream in {
+        id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    }.values():
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - closed, replaced, broken pipe: as at finalization
+            pass
+    os._exit(status)
+
+
+def run(cfg: dict) -> None:
+    """Run the program in this (forked) interpreter and end the process with its status."""
+    try:
+        main(cfg)
+        status = 0
+    except SystemExit as stop:
+        status = exit_status(stop)
+    finish(status)
+
+
 if __name__ == "__main__":
-    main()
+    main(json.loads(sys.argv[1]))

@@ -1,34 +1,39 @@
-"""The sandbox's supervisor: run by :func:`rlvr.sandbox.run_python` as
-``python -I -S -B -c <this source> <config json>``; never imported for its side effects.
+"""The sandbox's supervisor, run in a process forked by the sandbox's zygote
+(``_sandbox_zygote.py``) for each program: :func:`launch`. Trusted code; never imported by the
+trainer.
 
-It is trusted code running in a fresh, single-threaded process (so no ``preexec_fn`` is needed
-in the trainer). Steps:
+Steps:
 
-1. launcher: tie its life to the trainer (``PR_SET_PDEATHSIG``), become a child subreaper;
-   open the run's ``cgroup.procs`` files (before any namespace hides them); enter new
-   namespaces where the kernel allows (a user namespace first when not root; network; IPC;
-   mount, where it builds the program's whole view of the file system and ``pivot_root``s into
-   it: the runtime read-only, site-packages hidden, five device nodes, and a size-limited
-   tmpfs at ``/tmp`` as the only writable place; PID); report the layers on the info pipe;
-   after init ends, report whether the tmpfs filled up, then kill and reap every process the
-   program left behind;
+1. launcher: put the run's fds at their numbers (stdin, stdout, stderr, the channel), start a
+   session, tie its life to the zygote (``PR_SET_PDEATHSIG``), become a child subreaper; open
+   the run's ``cgroup.procs`` files (before any namespace hides them); enter new namespaces
+   where the kernel allows (a user namespace first when not root; network; IPC; mount, where
+   it builds the program's whole view of the file system and ``pivot_root``s into it: the
+   runtime read-only, site-packages hidden, five device nodes, and a size-limited tmpfs at
+   ``/tmp`` as the only writable place; PID); report the layers on the info pipe; after init
+   ends, report whether the tmpfs filled up, then kill and reap every process the program
+   left behind;
 2. init (forked; PID 1 of the new PID namespace when there is one; leader of its own process
    group, which the parent kills at a timeout): mount a fresh ``/proc``, fork the worker, wait
    for it and report its wait status on the info pipe. When init exits, the kernel kills every
    process left in its PID namespace;
 3. worker: join the control groups, set the rlimits, chdir to the workdir, drop to the sandbox
-   uid/gid (when root), set ``PR_SET_NO_NEW_PRIVS`` and ``PR_SET_PDEATHSIG``, install the
-   seccomp filter, then exec ``python -I -S -B`` on the boot code. Any failure before exec is
-   reported as ``setup_error`` on the info pipe, which the untrusted program never holds, so
-   it cannot forge one.
+   uid/gid (when root), set ``PR_SET_NO_NEW_PRIVS`` and ``PR_SET_PDEATHSIG``, close every fd
+   but the program's, install the seccomp filter, and return the boot configuration: the
+   zygote's interpreter, already started, runs the program (``_sandbox_boot.py``) as a script
+   would, with no second interpreter start-up. Only where the interpreter is out of the
+   sandbox uid's reach on the host (no mount namespace to show it) does the worker exec a
+   ``python3`` on the safe ``PATH`` instead. Any failure before the program starts is reported
+   as ``setup_error`` on the info pipe, which the untrusted program never holds, so it cannot
+   forge one.
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
 import signal
-import sys
 import time
 
 CLONE_NEWNS = 0x00020000
@@ -42,7 +47,8 @@ MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MNT_DETACH = 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every Linux architecture (since 5.12)
-PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 22, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP = 1, 4, 22
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 SECCOMP_MODE_FILTER = 2
 SETUP_FAILED = 125
 DISK_SLACK = 1 << 16
@@ -211,9 +217,10 @@ def _install_seccomp(program: bytes) -> None:
     )
 
 
-def _run_worker(cfg: dict, layers: list[str], info: int, parent: int, groups: list[int]) -> None:
+def _run_worker(cfg: dict, layers: list[str], info: int, parent: int, groups: list[int]) -> dict:
+    """Set up the program's process; returns the boot configuration (the caller runs the
+    program), or execs a fallback interpreter. Never returns on a failure."""
     try:
-        os.set_inheritable(info, False)  # closed by exec: the program never holds it
         for fd in groups:  # join the run's control groups: the whole tree is counted
             os.write(fd, b"0")
             os.close(fd)
@@ -227,34 +234,56 @@ def _run_worker(cfg: dict, layers: list[str], info: int, parent: int, groups: li
             os.setresuid(uid, uid, uid)
             if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
                 raise PermissionError("could not drop privileges")
+            _prctl(PR_SET_DUMPABLE, 1)  # its own /proc/self, as after an exec
         _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             raise RuntimeError("supervisor died")
-        python = cfg["python"]
-        if cfg["python_blocked"] and "mountns" not in layers:
-            python = cfg["fallback_python"]  # the interpreter is out of the sandbox uid's reach
-            if python is None:
-                raise PermissionError(
-                    f"the sandbox uid cannot reach {cfg['python']} (no mount namespace to "
-                    "show it, and no python3 on PATH that it can run)"
-                )
         boot = {
             "workdir": cfg["workdir"],
             "hook_net": "netns" not in layers,
             "hook_fs": "mountns" not in layers,
         }
-        argv = [python, "-I", "-S", "-B", "-c", cfg["boot"], json.dumps(boot)]
+        fallback = cfg["python_blocked"] and "mountns" not in layers
+        if fallback and cfg["fallback_python"] is None:
+            raise PermissionError(
+                f"the sandbox uid cannot reach {cfg['python']} (no mount namespace to "
+                "show it, and no python3 on PATH that it can run)"
+            )
+        os.environ.clear()
+        os.environ.update(cfg["env"])
+        keep = {0, 1, 2, *cfg["channel"]}
         if cfg["seccomp"]:
             _install_seccomp(bytes.fromhex(cfg["seccomp"]))
             _report(info, {"layers": ["seccomp"]})
-        os.execve(python, argv, cfg["env"])
+        _close_all_but(keep)  # the info pipe included: the program never holds it
     except BaseException as err:  # noqa: BLE001 - reported, then exit
         _report(info, {"setup_error": f"{type(err).__name__}: {err}"})
-    os._exit(SETUP_FAILED)
+        os._exit(SETUP_FAILED)
+    if fallback:  # the interpreter is out of the sandbox uid's reach: start one it can run
+        python = cfg["fallback_python"]
+        try:
+            os.execve(
+                python, [python, "-I", "-S", "-B", "-c", cfg["boot"], json.dumps(boot)], cfg["env"]
+            )
+        finally:
+            os._exit(SETUP_FAILED)
+    return boot
 
 
-def _run_init(cfg: dict, layers: list[str], info: int, groups: list[int]) -> None:
+def _close_all_but(keep: set[int]) -> None:
+    """Close every open fd of this process except ``keep``."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []:
+        fd = int(name)
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own fd, already gone
+
+
+def _run_init(cfg: dict, layers: list[str], info: int, groups: list[int]) -> dict:
+    """Init's life; returns (in the worker only) the boot configuration."""
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         os.setpgid(0, 0)  # the parent kills this group (init, worker and what stays in it)
@@ -264,7 +293,7 @@ def _run_init(cfg: dict, layers: list[str], info: int, groups: list[int]) -> Non
         me = os.getpid()
         worker = os.fork()
         if worker == 0:
-            _run_worker(cfg, layers, info, me, groups)
+            return _run_worker(cfg, layers, info, me, groups)
         for fd in groups + cfg["channel"]:  # only the program keeps the channel open
             os.close(fd)
         while True:  # as PID 1, init also reaps orphans; stop at the worker's status
@@ -318,15 +347,37 @@ def _disk_full(path: str) -> bool:
     return st.f_bavail * st.f_frsize < DISK_SLACK or st.f_favail == 0
 
 
-def main() -> None:
-    cfg = json.loads(sys.argv[1])
-    info = cfg["info_fd"]
+def _place_fds(fds: list[int], channel: list[int]) -> int:
+    """Put the run's fds where the program expects them: ``fds`` = [stdin, stdout, stderr,
+    info, *channel] as received (any numbers) go to 0, 1, 2, a free number (returned: the
+    info fd) and the channel's own numbers (the program was told them)."""
+    targets = [0, 1, 2, -1, *channel]
+    floor = max([*targets, *fds]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in fds]  # out of every target's way
+    for fd in fds:
+        os.close(fd)
+    info = moved[3]
+    for fd, target in zip(moved, targets, strict=True):
+        if target >= 0:
+            os.dup2(fd, target)  # inheritable: a fallback interpreter's exec keeps them
+            os.close(fd)
+    return info
+
+
+def launch(cfg: dict, fds: list[int]) -> dict:
+    """The launcher's life in a process just forked by the zygote. Returns only in the worker,
+    with the boot configuration of the program it then runs; every other process of the run
+    ends here."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the zygote ignores it (no zombies there)
+    os.setsid()  # its own session and process group, killed as one by the parent
+    info = cfg["info_fd"] = _place_fds(fds, cfg["channel"])
     os.umask(0o022)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != cfg["parent_pid"]:
+    if os.getppid() != cfg["zygote_pid"]:
         os._exit(SETUP_FAILED)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
+        os.chdir(cfg["workdir"])
         groups = [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in cfg["cgroup_procs"]]
         layers = _enter_namespaces(cfg) if cfg["namespaces"] else []
     except BaseException as err:  # noqa: BLE001 - reported, then exit
@@ -335,7 +386,7 @@ def main() -> None:
     _report(info, {"ready": True, "layers": layers + (["cgroup"] if groups else [])})
     init = os.fork()
     if init == 0:
-        _run_init(cfg, layers, info, groups)
+        return _run_init(cfg, layers, info, groups)
     for fd in groups + cfg["channel"]:
         os.close(fd)
     _report(info, {"init": init})
@@ -345,7 +396,3 @@ def main() -> None:
     os.close(info)
     _reap_descendants(kill="pidns" not in layers)
     os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -85,13 +85,14 @@ import logging
 import math
 import os
 import pwd
-import random
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -318,18 +319,24 @@ def _uid_in_use(uid: int) -> bool:
     return True
 
 
+_CLEAN = b"clean"
+"""A uid's lock file holds this while no process of the uid can be alive (its last run ended
+in a PID namespace, or every process of the uid was killed after it); a run that crashed
+leaves anything else, and the next run of the uid kills what is left first."""
+
+
 @contextlib.contextmanager
 def _sandbox_ids() -> Iterator[tuple[int, int] | None]:
     """As root: a dedicated (uid, gid), held by an ``flock`` for the duration of the run
-    (threads and processes of this machine never share one); otherwise None."""
+    (threads and processes of this machine never share one); otherwise None. The caller
+    leaves no process of the uid alive (:func:`run_python`)."""
     if os.geteuid() != 0:
         yield None
         return
     lock_dir = Path(tempfile.gettempdir()) / "rlvr-sandbox-locks"
     lock_dir.mkdir(mode=0o700, exist_ok=True)
-    start = random.randrange(SANDBOX_UID_COUNT)
-    for k in range(SANDBOX_UID_COUNT):
-        uid = SANDBOX_UID_BASE + (start + k) % SANDBOX_UID_COUNT
+    for k in range(SANDBOX_UID_COUNT):  # the lowest free: a few uids, each left clean, serve
+        uid = SANDBOX_UID_BASE + k
         if _uid_in_use(uid):
             continue
         fd = os.open(lock_dir / str(uid), os.O_RDWR | os.O_CREAT, 0o600)
@@ -339,10 +346,12 @@ def _sandbox_ids() -> Iterator[tuple[int, int] | None]:
             os.close(fd)
             continue
         try:
-            _kill_uid(uid)  # leftovers of a crashed earlier run, if any
+            if os.pread(fd, len(_CLEAN), 0) != _CLEAN:
+                _kill_uid(uid)  # leftovers of a crashed earlier run, if any
+            os.ftruncate(fd, 0)  # busy until the run ends well
             yield uid, uid
+            os.pwrite(fd, _CLEAN, 0)
         finally:
-            _kill_uid(uid)
             os.close(fd)
         return
     raise SandboxError(f"all {SANDBOX_UID_COUNT} sandbox uids are busy")
@@ -356,12 +365,14 @@ def _processes_of(uid: int) -> list[int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
-            if int(status["Uid"].split()[0]) == uid and status["State"].split()[0] not in "ZX":
-                pids.append(int(entry))
-        except (OSError, ValueError, KeyError, IndexError):
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read(2048)  # State and Uid are in the first lines
+            state = status[status.index(b"\nState:") + 7 :].split(None, 1)[0]
+            real = int(status[status.index(b"\nUid:") + 5 :].split(None, 1)[0])
+        except (OSError, ValueError, IndexError):
             continue
+        if real == uid and state not in (b"Z", b"X"):
+            pids.append(int(entry))
     return pids
 
 
@@ -482,17 +493,17 @@ def _kill_group(pgid: int) -> None:
 
 
 def _capture(
-    proc: subprocess.Popen,
-    info_fd: int,
+    pipes: tuple[int, int, int],
+    pidfd: int,
     limits: SandboxLimits,
     deadline: float,
     group: cgroups.SampleCgroup | None,
 ) -> tuple[bytes, bytes, bytes, str | None]:
-    """Read stdout, stderr and the info pipe until they close, the deadline passes, an
-    output cap is exceeded, or the process tree's CPU time passes its budget (``group``);
-    returns (stdout, stderr, info, kill reason or None)."""
-    assert proc.stdout is not None and proc.stderr is not None
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    """Read stdout, stderr and the info pipe (``pipes``) until they close, the deadline
+    passes, an output cap is exceeded, or the process tree's CPU time passes its budget
+    (``group``); ``pidfd`` (the launcher's) tells when the launcher exited. Returns (stdout,
+    stderr, info, kill reason or None)."""
+    out_fd, err_fd, info_fd = pipes
     buffers = {out_fd: bytearray(), err_fd: bytearray(), info_fd: bytearray()}
     caps = {out_fd: limits.max_output_bytes, err_fd: limits.max_output_bytes, info_fd: _INFO_CAP}
     reason: str | None = None
@@ -500,7 +511,8 @@ def _capture(
     with selectors.DefaultSelector() as selector:
         for fd in buffers:
             selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map() and reason is None:
+        selector.register(pidfd, selectors.EVENT_READ)
+        while len(selector.get_map()) > (exited_at is None) and reason is None:
             now = time.monotonic()
             if now >= deadline:
                 reason = "wall_time"
@@ -508,11 +520,13 @@ def _capture(
             if group is not None and group.over_cpu():
                 reason = "cpu_time"
                 break
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
             if exited_at is not None and now - exited_at > _EXIT_GRACE_S:
                 break  # the supervisor is gone but a leftover process holds a pipe open
             for key, _ in selector.select(timeout=min(deadline - now, 0.05)):
+                if key.fd == pidfd:  # the launcher exited
+                    selector.unregister(pidfd)
+                    exited_at = time.monotonic()
+                    continue
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     selector.unregister(key.fd)
@@ -575,12 +589,16 @@ def run_python(
         with _sandbox_ids() as ids:
             parent = _workdir_parent(bool(ids))
             workdir = Path(tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=parent))
+            result = None
             try:
                 _populate(workdir, code, files or {}, ids)
-                return _run(workdir, stdin, limits, ids, namespaces, start, owned)
+                result = _run(workdir, stdin, limits, ids, namespaces, start, owned)
+                return result
             finally:
-                if ids is not None:
-                    _kill_uid(ids[0])  # nothing of the run may still write while it is removed
+                # Nothing of the run may still write while it is removed. A PID namespace
+                # ended with its init, whom the launcher waited for: no process is left then.
+                if ids is not None and (result is None or "pidns" not in result.isolation):
+                    _kill_uid(ids[0])
                 remove_tree(workdir)
     finally:
         _close_all(owned)
@@ -601,7 +619,7 @@ def _config(
     group: cgroups.SampleCgroup | None,
     channel: list[int],
 ) -> dict:
-    """The launcher's configuration (see ``_sandbox_launcher.py``), but the info fd."""
+    """The launcher's configuration (see ``_sandbox_launcher.py``), but its fds."""
     view = _view_paths() if namespaces else None
     if view is not None:
         view = {**view, "disk_bytes": int(limits.max_disk_bytes), "inodes": int(limits.max_files)}
@@ -619,8 +637,6 @@ def _config(
         **interpreter,
         "seccomp": program.hex() if program is not None else None,
         "env": {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workdir), "TMPDIR": str(workdir)},
-        "parent_pid": os.getpid(),
-        "boot": _source("_sandbox_boot.py"),
     }
 
 
@@ -651,49 +667,137 @@ def _launch(
     group: cgroups.SampleCgroup | None,
     channel: list[int],
 ) -> SandboxResult:
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     info_r, info_w = os.pipe()
-    config["info_fd"] = info_w
-    argv = [sys.executable, "-I", "-S", "-B", "-c", _source("_sandbox_launcher.py")]
+    mine = [out_r, err_r, info_r]
     try:
         with tempfile.TemporaryFile() as stdin_file:
             stdin_file.write(stdin.encode() if isinstance(stdin, str) else stdin)
             stdin_file.seek(0)
-            proc = subprocess.Popen(
-                [*argv, json.dumps(config)],
-                stdin=stdin_file,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(info_w, *channel),
-                cwd=config["workdir"],
-                env=config["env"],
-                start_new_session=True,
-            )
+            fds = [stdin_file.fileno(), out_w, err_w, info_w, *channel]
+            pid, pidfd = _ZYGOTE.spawn(config, fds)
+    except BaseException:
+        _close_all(mine)
+        raise
     finally:
-        os.close(info_w)
+        _close_all([out_w, err_w, info_w])
         _close_all(channel)
+    mine.append(pidfd)
     try:
         deadline = start + limits.wall_seconds
-        stdout, stderr, raw_info, reason = _capture(proc, info_r, limits, deadline, group)
+        stdout, stderr, raw_info, reason = _capture(
+            (out_r, err_r, info_r), pidfd, limits, deadline, group
+        )
         info = _parse_info(raw_info)
         if reason is not None and "status" not in info:
             # Kill init's group; the launcher then kills and reaps whatever is left and exits.
-            _kill_group(info.get("init", proc.pid))
+            _kill_group(info.get("init", pid))
             if group is not None:
                 group.kill()
     finally:
-        try:
-            proc.wait(timeout=_CLEANUP_S)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(proc.pid)
-        proc.wait()
-        os.close(info_r)
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
+        if not _exited(pidfd, _CLEANUP_S):
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        _kill_group(pid)  # what is left of the launcher's session (a pid it still leads)
+        _exited(pidfd, None)
+        _close_all(mine)
     if reason is None and group is not None:
         reason = group.exceeded()
     return _result(ids, stdout, stderr, info, reason, start)
+
+
+def _exited(pidfd: int, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds (None: as long as it takes) for the process of ``pidfd``
+    to exit; whether it did."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ)
+        return bool(selector.select(timeout))
+
+
+class _Zygote:
+    """This process's sandbox zygote (``_sandbox_zygote.py``): started on first use, again
+    after it died (or in a forked child of the process that started it); one request at a
+    time (a fork and a reply: microseconds), from any thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.errors = tempfile.TemporaryFile()  # the zygote's stderr, shown if it dies
+        self.channel: socket.socket | None = None
+        self.owner = 0
+
+    def spawn(self, config: dict, fds: list[int]) -> tuple[int, int]:
+        """Fork a launcher for ``config`` holding ``fds`` ([stdin, stdout, stderr, info,
+        *channel]); returns its pid and a pidfd of it. Raises :class:`SandboxError` when no
+        zygote can be started or it refuses."""
+        message = json.dumps(config).encode()
+        with self.lock:
+            for _ in range(2):  # a zygote that died is replaced once
+                channel = self._running()
+                try:
+                    socket.send_fds(channel, [message], fds)
+                    reply, got, _, _ = socket.recv_fds(channel, 1 << 16, 1)
+                except OSError:
+                    reply, got = b"", []
+                if not reply:
+                    self._stop()
+                    continue
+                answer = json.loads(reply)
+                if "error" in answer:
+                    raise SandboxError(f"the sandbox zygote could not fork: {answer['error']}")
+                return answer["pid"], got[0]
+        raise SandboxError(f"the sandbox zygote died twice in a row: {self._stderr()}")
+
+    def _running(self) -> socket.socket:
+        if self.owner != os.getpid():  # a forked child: the parent's zygote is not ours
+            self.proc, self.channel = None, None
+        if self.channel is None or self.proc is None or self.proc.poll() is not None:
+            self._stop()
+            self._start()
+        assert self.channel is not None
+        return self.channel
+
+    def _start(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = {
+            "socket_fd": theirs.fileno(),
+            "launcher": _source("_sandbox_launcher.py"),
+            "boot": _source("_sandbox_boot.py"),
+        }
+        argv = [sys.executable, "-I", "-S", "-B", "-c", _source("_sandbox_zygote.py")]
+        try:
+            self.proc = subprocess.Popen(
+                [*argv, json.dumps(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.errors,
+                pass_fds=(theirs.fileno(),),
+                cwd="/",
+                env={"PATH": SAFE_PATH, "LANG": "C.UTF-8"},
+                start_new_session=True,  # not in the trainer's group: Ctrl-C is the trainer's
+            )
+        except OSError as err:
+            mine.close()
+            raise SandboxError(f"could not start the sandbox zygote: {err}") from err
+        finally:
+            theirs.close()
+        self.channel, self.owner = mine, os.getpid()
+
+    def _stderr(self) -> str:
+        self.errors.seek(0)
+        return self.errors.read().decode(errors="replace")[-500:]
+
+    def _stop(self) -> None:
+        if self.channel is not None:
+            self.channel.close()  # the zygote exits at end-of-file
+        if self.proc is not None and self.owner == os.getpid():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=_CLEANUP_S)
+        self.proc, self.channel = None, None
+
+
+_ZYGOTE = _Zygote()
 
 
 def _result(

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlvr import algorithms
+from rlvr import algorithms, precision
 from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError
 from rlvr.curriculum import PromptSampler, make_sampler
@@ -31,7 +31,7 @@ from rlvr.models import encode_messages, load_model, stop_token_ids
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.combined import CombinedReward, RewardSpec
-from rlvr.rollout import SamplingParams, auto_dtype
+from rlvr.rollout import SamplingParams
 from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
 from rlvr.trainer.batch import Sampled
@@ -40,7 +40,6 @@ from rlvr.trainer.learn import Learner, lr_lambda
 from rlvr.trainer.protocols import Learners
 from rlvr.trainer.rollouts import MultiTurn, OneStep, Player, ReferenceScorer
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
 """Reward fields the rollout engine records while sampling (label-free rewards)."""
 REFERENCE_FIELDS = frozenset({"reference_logprobs", "reference_logprobs_bare"})
@@ -137,8 +136,8 @@ def build_learner(
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
     AdamW, schedule; gradient checkpointing and ``torch.compile`` when the config asks."""
     device = next(policy.parameters()).device
-    fast = rollout_dtype(cfg, device)
-    autocast = train_dtype(cfg, device)
+    fast = rollout_dtype(cfg, policy)
+    autocast = train_dtype(cfg, policy)
     reference = load_model(cfg.model.name, fast).to(device) if algo.beta > 0 else None
     value_head = None
     if algo.advantage == "gae":
@@ -167,6 +166,8 @@ def build_learner(
         learner.compiled = torch.compile(policy)
     if cfg.logging.update_sparsity:
         learner.track_changes()
+    if "auto" in (cfg.rollout.dtype, cfg.train.autocast):
+        learner.precision = precision.choose(device, policy.config).record()
     return learner
 
 
@@ -284,15 +285,17 @@ def build_front(
     return Front(algo, task, fingerprint, reward, judge, token_stats)
 
 
-def rollout_dtype(cfg: Config, device: torch.device) -> torch.dtype:
-    """The rollout engine's (and the reference model's) dtype (``rollout.dtype``)."""
-    return auto_dtype(device) if cfg.rollout.dtype == "auto" else DTYPES[cfg.rollout.dtype]
+def rollout_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
+    """The rollout engine's (and the reference model's) dtype (``rollout.dtype``; ``auto``
+    measured for ``policy``'s shapes on its device, :mod:`rlvr.precision`)."""
+    device = next(policy.parameters()).device
+    return precision.resolve(cfg.rollout.dtype, device, policy.config, "rollout")
 
 
-def train_dtype(cfg: Config, device: torch.device) -> torch.dtype:
-    """The autocast dtype of training forwards (``train.autocast``)."""
-    auto = auto_dtype(device)
-    return auto if cfg.train.autocast == "auto" else DTYPES[cfg.train.autocast]
+def train_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
+    """The autocast dtype of training forwards (``train.autocast``, ``auto`` as above)."""
+    device = next(policy.parameters()).device
+    return precision.resolve(cfg.train.autocast, device, policy.config, "train")
 
 
 def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Module) -> Player:
@@ -301,7 +304,6 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
     rewards on the reference answer's probability, a scorer over ``policy``)."""
     if cfg.env.name is not None:
         return MultiTurn(build_agent(cfg, front.task, tokenizer))
-    device = next(policy.parameters()).device
     scorer = None
     if REFERENCE_FIELDS & front.reward.field_names():
         scorer = ReferenceScorer(
@@ -309,7 +311,7 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
             tokenizer,
             cfg.reward.answer_format,
             cfg.train.micro_batch_size,
-            train_dtype(cfg, device),
+            train_dtype(cfg, policy),
         )
     return OneStep(
         front.reward,

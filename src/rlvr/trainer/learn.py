@@ -452,6 +452,8 @@ class Learner:
             or None.
         initial: the policy's initial weights (``logging.update_sparsity``: each update logs
             the fraction of parameters changed since, ``policy/params_changed_frac``) or None.
+        precision: what ``auto`` precision settings stood for here and why
+            (:meth:`rlvr.precision.Choice.record`), or None when none was ``auto``.
     """
 
     policy: torch.nn.Module
@@ -469,6 +471,7 @@ class Learner:
     compiled: torch.nn.Module | None = None
     group: DataParallel | None = None
     initial: list[torch.Tensor] | None = None
+    precision: dict[str, Any] | None = None
 
     def share(self, rows: torch.Tensor) -> torch.Tensor:
         """The part of ``rows`` this learner trains on: all of them in one process, a contiguous

@@ -59,6 +59,9 @@ class Learners(Protocol):
     algo: algorithms.Preset
     version: int
     """Optimizer updates so far (the policy version the rollouts serve after a publish)."""
+    precision: dict[str, Any] | None
+    """What ``auto`` precision settings stood for where the policy trains, and why
+    (:meth:`rlvr.precision.Choice.record`); None when none was ``auto``."""
 
     @property
     def device(self) -> torch.device:

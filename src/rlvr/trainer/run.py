@@ -6,6 +6,7 @@ nothing behind."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -183,7 +184,12 @@ def _run(
     )
     loop.pending_stats = data_notes(parts.task, state.step == 0)
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": parts.learners.algo.name}
-    save_config(cfg, run_dir / "config.yaml")  # only now: every start-up check has passed
+    chosen = parts.learners.precision  # what auto precision stood for here, and why
+    if chosen is not None:
+        note(chosen["summary"])
+        (run_dir / "precision.json").write_text(json.dumps(chosen, indent=2) + "\n")
+    # only now: every start-up check has passed
+    save_config(cfg, run_dir / "config.yaml", [chosen["summary"]] if chosen else [])
     if resuming:
         for key, (old, new) in changes.items():
             note(f"resume: {key} {old!r} -> {new!r}, applies from step {state.step + 1}")

@@ -76,9 +76,8 @@ def local_rollouts(
 ) -> LocalRollouts:
     """Playing and scoring over ``policy`` in this process: the engine (closed by ``cleanup``)
     and the run's player. Ray's rollout workers build theirs with it too."""
-    device = next(policy.parameters()).device
     decode = partial(decode_tokens, tokenizer)
-    engine = build_engine(cfg, policy, tokenizer, rollout_dtype(cfg, device), decode)
+    engine = build_engine(cfg, policy, tokenizer, rollout_dtype(cfg, policy), decode)
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     return LocalRollouts(engine, build_player(cfg, front, tokenizer, policy), front.judge.name)

@@ -150,6 +150,7 @@ class RayLearners:
         )
         self.where = infos
         self.lr = infos[0]["lr"]
+        self.precision = infos[0]["precision"]
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         try:

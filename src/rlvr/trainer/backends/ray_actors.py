@@ -150,7 +150,8 @@ class LearnerWorker:
         if self.rank != 0:  # rank 0 logs the fraction of parameters changed
             self.learner.initial = None
         self._snapshot()  # version 0, what the workers load themselves
-        return {**_where(), "rank": self.rank, "lr": self.learner.lr}
+        info = {**_where(), "rank": self.rank, "lr": self.learner.lr}
+        return {**info, "precision": self.learner.precision}
 
     def update(self, data: Trajectories) -> tuple[dict[str, float], str | None, float]:
         metrics, bad = self.learner.update(data)

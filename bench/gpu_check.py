@@ -1,0 +1,160 @@
+"""Everything that needs a GPU, in one command (``make gpu-check``), for the few minutes a GPU
+may be lent: the tests marked ``cuda``, the demo with ``train.device=cuda`` (the torch engine,
+and the vLLM engine where a CUDA vLLM is installed), ``bench/grpo_step.py --device cuda``
+against TRL on the same GPU, and the memory benchmark. Each step runs as a subprocess with a
+time limit, its output kept; the figures go to ``bench/results/gpu-check-<device>.json`` with
+the device named.
+
+Without a CUDA device it says so, runs nothing and exits with status 2.
+
+Usage: python bench/gpu_check.py [--only tests,demo,demo-vllm,grpo-step,memory]
+    [--demo-steps 10] [--timeout 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+STEPS = ("tests", "demo", "demo-vllm", "grpo-step", "memory")
+NO_GPU = 2
+
+
+def cuda_device() -> str | None:
+    """The name of CUDA device 0, or None (with the reason on stderr) where there is none."""
+    try:
+        import torch
+    except ImportError:
+        print("gpu-check: torch is not installed", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        build = torch.version.cuda or "none (a CPU-only build of torch)"
+        print(
+            f"gpu-check: no CUDA GPU here (torch {torch.__version__}, its CUDA: {build}); "
+            "nothing was run. Run it on a machine with an NVIDIA GPU and a CUDA build of torch.",
+            file=sys.stderr,
+        )
+        return None
+    return torch.cuda.get_device_name(0)
+
+
+def slug(name: str) -> str:
+    """A file-name form of a device name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def run_step(name: str, argv: list[str], timeout: float, log_dir: Path) -> dict:
+    """Run ``argv`` from the repository root; its status, seconds and the tail of its output."""
+    start = time.perf_counter()
+    log = log_dir / f"{name}.log"
+    print(f"gpu-check: {name}: {' '.join(argv)}", file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        output, status = done.stdout.decode(errors="replace"), done.returncode
+    except subprocess.TimeoutExpired as err:
+        output = (err.stdout or b"").decode(errors="replace")
+        status = f"timed out after {timeout:.0f} s"
+    log.write_text(output)
+    seconds = round(time.perf_counter() - start, 1)
+    print(f"gpu-check: {name}: {status} in {seconds} s (log: {log})", file=sys.stderr, flush=True)
+    return {"command": argv, "status": status, "seconds": seconds, "tail": output[-2000:]}
+
+
+def demo_figures(run_dir: Path) -> dict:
+    """Held-out accuracy before/after and step times of a demo run directory."""
+    figures: dict = {}
+    metrics = run_dir / "metrics.jsonl"
+    if not metrics.is_file():
+        return figures
+    steps = []
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        if "eval/greedy_accuracy" in row:
+            key = "before" if row["step"] == 0 else "after"
+            figures[f"greedy_accuracy_{key}"] = row["eval/greedy_accuracy"]
+        if "time/step" in row:
+            steps.append(row["time/step"])
+    if steps:
+        figures["steps"] = len(steps)
+        figures["seconds_per_step_mean"] = round(sum(steps) / len(steps), 3)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(STEPS), help="comma-separated steps")
+    parser.add_argument("--demo-steps", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per step")
+    parser.add_argument("--results", default=str(BENCH / "results"))
+    args = parser.parse_args()
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(wanted) - set(STEPS))
+    if unknown:
+        parser.error(f"unknown steps {unknown}; known: {', '.join(STEPS)}")
+    device = cuda_device()
+    if device is None:
+        return NO_GPU
+    out = Path(args.results)
+    log_dir = out / f"gpu-check-{slug(device)}-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    python = sys.executable
+    rlvr = [python, "-m", "rlvr.cli"]
+    demo = ["train", "configs/demo.yaml", "--overwrite", "--set", "train.device=cuda"]
+    demo += ["--set", f"train.steps={args.demo_steps}", "--set", "logging.progress=false"]
+    report: dict = {"device": f"cuda ({device})", "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    steps: dict = {}
+    if "tests" in wanted:
+        argv = [python, "-m", "pytest", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider", "tests"]
+        steps["tests"] = run_step("tests", argv, args.timeout, log_dir)
+    engines = {"demo": "torch", "demo-vllm": "vllm"}
+    for name, engine in engines.items():
+        if name not in wanted:
+            continue
+        if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            steps[name] = {"status": "skipped: vLLM is not installed"}
+            continue
+        run_dir = log_dir / f"run-{name}"
+        argv = [*rlvr, *demo, "--set", f"rollout.engine={engine}"]
+        argv += ["--set", f"logging.run_dir={run_dir}"]
+        steps[name] = run_step(name, argv, args.timeout, log_dir)
+        steps[name]["figures"] = demo_figures(run_dir)
+    if "grpo-step" in wanted:
+        argv = [python, "bench/grpo_step.py", "--device", "cuda"]
+        steps["grpo-step"] = run_step("grpo-step", argv, args.timeout, log_dir)
+        result = BENCH / "results" / "grpo-step-cuda.json"
+        if result.is_file():
+            steps["grpo-step"]["figures"] = json.loads(result.read_text())
+    if "memory" in wanted:
+        argv = [python, "bench/memory.py", "--device", "cuda"]
+        steps["memory"] = run_step("memory", argv, args.timeout, log_dir)
+        result = BENCH / "results" / "memory-cuda.json"
+        if result.is_file():
+            steps["memory"]["figures"] = json.loads(result.read_text())
+    report["steps"] = steps
+    path = out / f"gpu-check-{slug(device)}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    failed = [
+        n for n, s in steps.items() if s["status"] not in (0,) and "skipped" not in str(s["status"])
+    ]
+    print(f"gpu-check: figures in {path}; failed: {', '.join(failed) or 'none'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
