@@ -18,8 +18,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,6 +119,8 @@ def main() -> int:
     rlvr = [python, "-m", "rlvr.cli"]
     demo = ["train", "configs/demo.yaml", "--overwrite", "--set", "train.device=cuda"]
     demo += ["--set", f"train.steps={args.demo_steps}", "--set", "logging.progress=false"]
+    demo += ["--set", "checkpoint.every=0", "--set", "checkpoint.save_final=false"]
+    runs = Path(tempfile.mkdtemp(prefix="rlvr-gpu-check-"))  # run directories: not figures
     report: dict = {"device": f"cuda ({device})", "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     steps: dict = {}
     if "tests" in wanted:
@@ -129,11 +133,12 @@ def main() -> int:
         if engine == "vllm" and importlib.util.find_spec("vllm") is None:
             steps[name] = {"status": "skipped: vLLM is not installed"}
             continue
-        run_dir = log_dir / f"run-{name}"
+        run_dir = runs / name
         argv = [*rlvr, *demo, "--set", f"rollout.engine={engine}"]
         argv += ["--set", f"logging.run_dir={run_dir}"]
         steps[name] = run_step(name, argv, args.timeout, log_dir)
         steps[name]["figures"] = demo_figures(run_dir)
+        shutil.rmtree(run_dir, ignore_errors=True)
     if "grpo-step" in wanted:
         argv = [python, "bench/grpo_step.py", "--device", "cuda"]
         steps["grpo-step"] = run_step("grpo-step", argv, args.timeout, log_dir)

@@ -3,7 +3,9 @@
 Same model (SmolLM2-135M-Instruct, the converted safetensors directory both load), same 8
 prompts (arithmetic level 3, rlvr's default prompt template, the tokenizer's chat template),
 G = 8, at most 64 new tokens, temperature 1.0, lr 1e-5, no KL term, same numeric verifier,
-micro-batches of 16, each side at its best dtype on this CPU (bf16 where supported). TRL runs
+micro-batches of 16, each side at the precision measured fastest on this machine
+(:mod:`rlvr.precision`: rlvr's config says ``auto``, TRL is given the training side's
+choice; on CUDA, bf16 where the card supports it). TRL runs
 in its own environment (bench/.venv-trl, made by `make bench`; TRL is not an rlvr dependency).
 Seconds per step are the median over steps 2..N (step 1 includes warm-up).
 Writes bench/results/grpo-step-cpu.json.
@@ -20,13 +22,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
+
 import rlvr.answers as answers
 from rlvr.config import build_config
 from rlvr.data import ArithmeticTask
 from rlvr.devices import resolve_device
 from rlvr.logging import read_metrics
 from rlvr.models import resolve
-from rlvr.precision import auto_dtype
+from rlvr.precision import choose
 from rlvr.rollout import describe_device
 from rlvr.trainer import train
 
@@ -44,7 +48,10 @@ def main() -> None:
     args = ap.parse_args()
 
     device = resolve_device(args.device)
-    dtype = "bf16" if str(auto_dtype(device)) == "torch.bfloat16" else "fp32"
+    # each side at the precision measured fastest here (rlvr.precision): rlvr's config says
+    # auto; TRL is given the training side's choice (it generates with the trained weights)
+    choice = choose(device)
+    dtype = "bf16" if choice.train == torch.bfloat16 else "fp32"
     task = ArithmeticTask(level=3)
     problems = [task.train_problem(i) for i in range(args.prompts)]
     settings = {
@@ -118,6 +125,7 @@ def main() -> None:
         },
         "ours": {"name": "rlvr train", "step_seconds": ours_steps, "median_seconds": ours_s},
         "ratio": trl_s / ours_s,
+        "precision": choice.describe(),
     }
     print(f"TRL GRPOTrainer: {trl_s:6.1f} s/step  (steps {[round(s, 1) for s in trl_steps]})")
     print(f"rlvr:            {ours_s:6.1f} s/step  (steps {[round(s, 1) for s in ours_steps]})")

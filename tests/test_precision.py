@@ -37,9 +37,9 @@ def test_the_probe_reads_the_models_shapes():
     config = SimpleNamespace(hidden_size=64, intermediate_size=128, num_attention_heads=4)
     shapes = Shapes.of(config)
     assert (shapes.hidden, shapes.intermediate, shapes.heads) == (64, 128, 4)
-    assert shapes.train_tokens == 256  # small layers: the full block
+    assert shapes.train_tokens == 128  # small layers: the full block
     wide = Shapes.of(SimpleNamespace(hidden_size=4096, intermediate_size=14336))
-    assert wide.heads == 64 and 16 <= wide.train_tokens < 256  # wide layers: fewer tokens
+    assert wide.heads == 64 and 16 <= wide.train_tokens < 128  # wide layers: fewer tokens
     assert Shapes.of(None) == Shapes()
 
 

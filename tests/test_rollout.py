@@ -219,6 +219,42 @@ def test_group_shares_prompt_and_logprobs_match_training_forward(tiny, decoder):
         assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
 
 
+def test_a_prefill_is_reused_for_the_same_prompts_under_the_same_weights(tiny, monkeypatch):
+    """The greedy then the sampled held-out evaluation prefill their prompts once: the second
+    call starts from the first's prefill (same results as computing it again); other prompts,
+    or weights changed in place (an optimizer step, a published copy), prefill anew."""
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    prompts = _prompts(tok)
+    engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
+    fresh = TorchEngine(copy.deepcopy(model), tok.pad_token_id, dtype=torch.float32)
+    computed = []  # prefills of the engine under test
+    read = LlamaDecoder._read_weights
+
+    def counted(self: LlamaDecoder) -> None:
+        if self is engine.decoder:
+            computed.append(1)
+        read(self)
+
+    monkeypatch.setattr(LlamaDecoder, "_read_weights", counted)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+    sampled = SamplingParams(temperature=0.8, max_new_tokens=8)
+    keys = _keys(0, len(prompts), 2)
+    engine.generate(prompts, 1, greedy)
+    again = engine.generate(prompts, 2, sampled, keys)
+    assert len(computed) == 1  # the second call reused the first's prefill
+    want = fresh.generate(prompts, 2, sampled, keys)
+    assert again.completion_ids == want.completion_ids and again.logprobs == want.logprobs
+    engine.generate(prompts[:2], 1, greedy)  # other prompts
+    assert len(computed) == 2
+    engine.generate(prompts[:2], 1, greedy)
+    assert len(computed) == 2
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.5)  # an in-place update, as an optimizer's
+    engine.generate(prompts[:2], 1, greedy)
+    assert len(computed) == 3
+
+
 def test_greedy_matches_transformers_generate_on_smollm2():
     """The real pretrained model in fp32: the lean decoder's greedy tokens are generate's."""
     pytest.importorskip("gguf")

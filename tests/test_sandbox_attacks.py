@@ -36,7 +36,7 @@ from rlvr.data.arithmetic import ArithmeticTask
 from rlvr.data.base import Problem
 from rlvr.rewards import build_reward
 from rlvr.rewards.code import python_unit_tests
-from rlvr.sandbox import sandbox
+from rlvr.sandbox import cgroups, sandbox
 from rlvr.sandbox.sandbox import (
     ETC_FILES,
     RUNTIME_DIRS,
@@ -188,8 +188,9 @@ def own_cgroups(depth: int = 6) -> list[str]:
 @contextlib.contextmanager
 def nothing_left_behind() -> Iterator[None]:
     """Around some runs: no leaked sandbox process, no new descendant of this process, no work
-    directory of its runs left (given a few seconds), no control group of this process, no new
-    thread. Only this process's runs are checked: others may run on the machine meanwhile."""
+    directory of its runs left (given a few seconds), no control group of this process but the
+    empty ones kept for reuse, no new thread. Only this process's runs are checked: others may
+    run on the machine meanwhile."""
     children, threads = set(descendants(os.getpid())), set(threading.enumerate())
     with recorded_workdirs() as workdirs:
         yield
@@ -200,7 +201,9 @@ def nothing_left_behind() -> Iterator[None]:
     while (kept := [p for p in workdirs if os.path.lexists(p)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert kept == [], "work directories left in the host's temp dirs"
-    assert own_cgroups() == []
+    idle = {str(d) for g in cgroups.idle_groups() for d in g.dirs.values()}
+    assert [g for g in own_cgroups() if g not in idle] == [], "control groups of runs left"
+    assert all(not g._pids() for g in cgroups.idle_groups()), "a process in an idle group"
     assert [t.name for t in threading.enumerate() if t not in threads] == []
 
 

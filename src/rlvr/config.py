@@ -315,7 +315,9 @@ class RolloutConfig(Section):
         default_factory=list, description="stop strings: a sample ends once its text contains one"
     )
     dtype: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="rollout precision; auto: bf16 where the device computes it natively"
+        "auto",
+        description="rollout precision; auto: bf16 where it measured at least 1.1x faster "
+        "than fp32 on this machine (rlvr.precision; CUDA: bf16 where supported)",
     )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
     max_staleness: int = Field(
@@ -611,7 +613,8 @@ class TrainConfig(Section):
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm (0: off)")
     micro_batch_size: int = Field(16, ge=1, description="samples per forward/backward")
     autocast: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="training forward precision; auto: bf16 where native, else fp32"
+        "auto",
+        description="training forward precision (autocast); auto: measured as rollout.dtype",
     )
     shared_prefix: bool = Field(
         True,

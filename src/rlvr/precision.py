@@ -6,15 +6,16 @@ runs a 2048x2048 bf16 matmul at 80 GFLOP/s against 136 in fp32. So on a CPU, ``a
 decoder layer at the model's shapes in both precisions, the way each side uses it:
 
 - ``train``: the layer's forward and backward under ``torch.autocast`` (fp32 weights, bf16
-  matmuls) against plain fp32, on ``micro-batch``-sized token blocks;
+  matmuls) against plain fp32, on a block of up to 128 tokens;
 - ``rollout``: the layer's forward with its weights cast (the engine holds the policy in its
   dtype), on one new token for each of a decoding batch's rows, plus a prompt block;
 
 and picks bf16 for a side only where it is at least :data:`BF16_MARGIN` times faster (bf16
-costs precision: the trainer-sampler mismatch grows). The measurement takes a fraction of a
-second and is cached per machine (CPU model and flags), torch version, thread count and shapes
-under rlvr's cache directory (:func:`rlvr.models.cache_dir`), so a machine measures once. On CUDA, bf16 where the device supports
-it (its tensor cores are made for it); elsewhere fp32.
+costs precision: the trainer-sampler mismatch grows). The measurement takes about a second
+(a side that cannot win stops after one call: emulated bf16 runs 5 to 25 times slower than
+fp32) and is cached per machine (CPU model and flags), torch version, thread count and shapes
+under rlvr's cache directory (:func:`rlvr.models.cache_dir`), so a machine measures once. On
+CUDA, bf16 where the device supports it (its tensor cores are made for it); elsewhere fp32.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from rlvr.models import cache_dir
 
 BF16_MARGIN = 1.1
 """bf16 is chosen for a side only when its probe runs at least this many times faster."""
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 """Part of the cache key: a changed probe measures again."""
 _log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class Shapes:
     hidden: int = 576
     intermediate: int = 1536
     heads: int = 9
-    train_tokens: int = 256
+    train_tokens: int = 128
     decode_rows: int = 64
 
     @classmethod
@@ -77,7 +78,7 @@ class Shapes:
         if hidden % heads:
             heads = 1
         params = 4 * hidden * hidden + 3 * hidden * inner
-        tokens = int(min(256, max(16, 2e9 / (6 * params))) // 4 * 4)
+        tokens = int(min(128, max(16, 1e9 / (6 * params))) // 4 * 4)
         return cls(hidden, inner, heads, tokens, 64)
 
 
@@ -183,18 +184,28 @@ class _Layer(nn.Module):
         return x + self.down(F.silu(gate) * up)
 
 
-def _best_of(fn: Callable[[], Any], repeats: int) -> float:
+def _best_of(fn: Callable[[], Any], repeats: int, slower_than: float | None = None) -> float:
+    """The best time of ``repeats`` calls of ``fn`` after a warm-up call. With
+    ``slower_than`` (the other precision's best), stop as soon as a call shows this side
+    cannot win: a warm-up 3 times slower, or a timed call slower (emulated bf16 can be 20
+    times slower than fp32: measuring it well would cost seconds and decide nothing)."""
+    start = time.perf_counter()
     fn()  # warm-up: kernels picked, buffers allocated
+    warm = time.perf_counter() - start
+    if slower_than is not None and warm > 3 * slower_than:
+        return warm
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
+        if slower_than is not None and best > slower_than:
+            break
     return best
 
 
 def measure(shapes: Shapes, repeats: int = 3) -> Timings:
-    """Time the probes on the CPU (see the module docstring); a fraction of a second."""
+    """Time the probes on the CPU (see the module docstring): about a second at most."""
     generator = torch.Generator().manual_seed(0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -203,16 +214,16 @@ def measure(shapes: Shapes, repeats: int = 3) -> Timings:
     rows = torch.randn(shapes.decode_rows, 1, shapes.hidden, generator=generator)
     prompt = torch.randn(4, 32, shapes.hidden, generator=generator)
 
-    def train(dtype: torch.dtype) -> float:
+    def train(dtype: torch.dtype, slower_than: float | None = None) -> float:
         def step() -> None:
             layer.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
                 loss = layer(block).float().square().mean()
             loss.backward()
 
-        return _best_of(step, repeats)
+        return _best_of(step, repeats, slower_than)
 
-    def rollout(dtype: torch.dtype) -> float:
+    def rollout(dtype: torch.dtype, slower_than: float | None = None) -> float:
         cast = _Layer(shapes).to(dtype)
         cast.load_state_dict(layer.state_dict())
         inputs = (rows.to(dtype), prompt.to(dtype))
@@ -223,13 +234,14 @@ def measure(shapes: Shapes, repeats: int = 3) -> Timings:
                 cast(inputs[0])
             cast(inputs[1])
 
-        return _best_of(forward, repeats)
+        return _best_of(forward, repeats, slower_than)
 
+    train_fp32, rollout_fp32 = train(torch.float32), rollout(torch.float32)
     return Timings(
-        train_fp32=train(torch.float32),
-        train_bf16=train(torch.bfloat16),
-        rollout_fp32=rollout(torch.float32),
-        rollout_bf16=rollout(torch.bfloat16),
+        train_fp32=train_fp32,
+        train_bf16=train(torch.bfloat16, slower_than=train_fp32),
+        rollout_fp32=rollout_fp32,
+        rollout_bf16=rollout(torch.bfloat16, slower_than=rollout_fp32),
     )
 
 

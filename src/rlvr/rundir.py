@@ -22,6 +22,7 @@ from rlvr.config import Config, ConfigError
 # What rlvr writes into a run directory (eval-* directories too); --overwrite removes these only.
 RUN_ARTIFACTS = (
     "config.yaml",
+    "precision.json",
     "metrics.jsonl",
     "samples.jsonl",
     "resumes.jsonl",

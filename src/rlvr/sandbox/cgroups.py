@@ -17,6 +17,14 @@ The sandbox's worker process joins the group (it writes ``0`` to each ``cgroup.p
 handed as an open file) before it drops privileges and runs the program, so everything the
 program starts is inside from its first instruction.
 
+Groups are reused: making and removing one costs more than the rest of a run's set-up (a
+directory per hierarchy, and the kernel's work to tear a memory group down), so a group whose
+run ended with no process left goes back to a small idle pool and serves a later run with the
+same budgets (:func:`release`). Its counters are cumulative (OOM kills, refused forks, CPU
+time), so each run reads them against the values they had when it started. Idle groups are
+removed when the process exits; ones left by a process that died are removed by the next
+process that makes a group.
+
 Where no writable hierarchy exists (not root, no delegated subtree), :func:`create` returns
 None and the sandbox keeps its per-process rlimits only; ``SandboxResult.isolation`` tells
 which (``cgroup`` present or not).
@@ -24,19 +32,26 @@ which (``cgroup`` present or not).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import logging
 import os
+import re
 import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
+IDLE_GROUPS = 8
+"""At most this many empty groups are kept for reuse per process (the least recently used
+makes room for a newer one)."""
 _log = logging.getLogger(__name__)
 _counter = itertools.count()
 _REMOVE_TRIES = 200
+_NAME = re.compile(r"rlvr-sandbox-(\d+)-\d+")
 
 
 def _own_paths() -> dict[str, str]:
@@ -102,37 +117,57 @@ def _read_int(path: Path, key: str | None = None) -> int:
 
 @dataclass
 class SampleCgroup:
-    """One run's control group (v2: one directory; v1: one per controller)."""
+    """One run's control group (v2: one directory; v1: one per controller).
+
+    ``budgets`` are its (memory bytes, processes) limits, written once when it was made;
+    ``start`` holds its cumulative counters (OOM kills, refused forks, CPU seconds) as they were
+    when the current run began."""
 
     dirs: dict[str, Path]
     version: int
     cpu_budget_s: float
+    budgets: tuple[int, int] = (0, 0)
+    start: tuple[int, int, float] = field(default=(0, 0, 0.0))
 
     @property
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files the worker joins (one per hierarchy)."""
         return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
-    def cpu_seconds(self) -> float:
-        """CPU time used by the whole tree so far."""
+    def _cpu_total(self) -> float:
         if self.version == 2:
             return _read_int(self.dirs["cpu"] / "cpu.stat", "usage_usec") / 1e6
         return _read_int(self.dirs["cpu"] / "cpuacct.usage") / 1e9
 
-    def over_cpu(self) -> bool:
-        return self.cpu_seconds() > self.cpu_budget_s
-
-    def exceeded(self) -> str | None:
-        """``"memory"`` when the OOM killer acted in the group, ``"processes"`` when a fork was
-        refused at ``pids.max``, ``"cpu_time"`` past the CPU budget, else None."""
+    def _counters(self) -> tuple[int, int, float]:
+        """(OOM kills, refused forks, CPU seconds) since the group was made."""
         memory, pids = self.dirs["memory"], self.dirs["pids"]
         if self.version == 2:
             oom = _read_int(memory / "memory.events", "oom_kill")
         else:
             oom = _read_int(memory / "memory.oom_control", "oom_kill")
-        if oom > 0:
+        return oom, _read_int(pids / "pids.events", "max"), self._cpu_total()
+
+    def begin(self, cpu_seconds: float) -> None:
+        """Start counting a new run (budget ``cpu_seconds``) from the counters' present values."""
+        self.cpu_budget_s = cpu_seconds
+        self.start = self._counters()
+
+    def cpu_seconds(self) -> float:
+        """CPU time used by the whole tree of the current run so far."""
+        return self._cpu_total() - self.start[2]
+
+    def over_cpu(self) -> bool:
+        return self.cpu_seconds() > self.cpu_budget_s
+
+    def exceeded(self) -> str | None:
+        """``"memory"`` when the OOM killer acted in the group during the current run,
+        ``"processes"`` when a fork was refused at ``pids.max``, ``"cpu_time"`` past the CPU
+        budget, else None."""
+        oom, refused, _ = self._counters()
+        if oom > self.start[0]:
             return "memory"
-        if _read_int(pids / "pids.events", "max") > 0:
+        if refused > self.start[1]:
             return "processes"
         return "cpu_time" if self.over_cpu() else None
 
@@ -175,15 +210,107 @@ class SampleCgroup:
                 _log.warning("sandbox: could not remove the control group %s", path)
 
 
+_idle: list[SampleCgroup] = []
+_idle_lock = threading.Lock()
+_idle_owner = os.getpid()
+_stale_checked: set[Path] = set()
+
+
+def idle_groups() -> list[SampleCgroup]:
+    """The groups kept for reuse by this process (empty, between runs)."""
+    with _idle_lock:
+        return list(_idle) if _idle_owner == os.getpid() else []
+
+
 def create(memory_bytes: int, max_processes: int, cpu_seconds: float) -> SampleCgroup | None:
-    """A new control group for one run with these budgets for its whole tree, or None when
-    this host gives no writable hierarchy with the memory and pids controllers."""
+    """A control group for one run with these budgets for its whole tree (an idle one made
+    for the same budgets, else a new one), or None when this host gives no writable hierarchy
+    with the memory and pids controllers."""
+    budgets = (int(memory_bytes), int(max_processes))
+    group = _reuse(budgets)
+    if group is None:
+        group = _make(budgets)
+    if group is not None:
+        group.begin(cpu_seconds)
+    return group
+
+
+def release(group: SampleCgroup) -> None:
+    """The run of ``group`` ended: kill what is left; keep the group for reuse when it is
+    empty (the least recently used idle group makes room when the pool is full), else remove
+    it. Never raises."""
+    group.kill()
+    global _idle_owner
+    evicted = None
+    with _idle_lock:
+        if _idle_owner != os.getpid():  # a forked child: the parent's pool is not its own
+            _idle.clear()
+            _idle_owner = os.getpid()
+        if not group._pids():
+            if len(_idle) >= IDLE_GROUPS:
+                evicted = _idle.pop(0)
+            _idle.append(group)
+            group = None
+    for gone in (group, evicted):
+        if gone is not None:
+            gone.remove()
+
+
+def _reuse(budgets: tuple[int, int]) -> SampleCgroup | None:
+    with _idle_lock:
+        if _idle_owner != os.getpid():
+            return None
+        for i, group in enumerate(_idle):
+            if group.budgets == budgets:
+                return _idle.pop(i)
+    return None
+
+
+def _remove_idle() -> None:
+    """At exit: remove this process's idle groups."""
+    with _idle_lock:
+        groups = list(_idle) if _idle_owner == os.getpid() else []
+        _idle.clear()
+    for group in groups:
+        group.remove()
+
+
+atexit.register(_remove_idle)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale(parents: list[Path]) -> None:
+    """Remove the empty groups that processes which died without cleaning up left under
+    ``parents`` (once per parent directory and process)."""
+    for parent in parents:
+        if parent in _stale_checked:
+            continue
+        _stale_checked.add(parent)
+        with contextlib.suppress(OSError), os.scandir(parent) as entries:
+            for entry in entries:
+                match = _NAME.fullmatch(entry.name)
+                if match and entry.is_dir() and not _alive(int(match.group(1))):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(entry.path)  # fails, harmlessly, if a process is still in it
+
+
+def _make(budgets: tuple[int, int]) -> SampleCgroup | None:
+    """A new group with these budgets, or None (see :func:`create`)."""
     name = f"rlvr-sandbox-{os.getpid()}-{next(_counter)}"
-    memory, pids = str(int(memory_bytes)), str(int(max_processes))
+    memory, pids = (str(b) for b in budgets)
     base = _v2_base()
     if base is not None:
         path = base / name
-        group = SampleCgroup({"memory": path, "pids": path, "cpu": path}, 2, cpu_seconds)
+        group = SampleCgroup({"memory": path, "pids": path, "cpu": path}, 2, 0.0, budgets)
         settings = [(path / "memory.max", memory), (path / "memory.swap.max", "0")]
         settings.append((path / "pids.max", pids))
     else:
@@ -192,10 +319,11 @@ def create(memory_bytes: int, max_processes: int, cpu_seconds: float) -> SampleC
             return None
         dirs = {"memory": bases["memory"] / name, "pids": bases["pids"] / name}
         dirs["cpu"] = bases["cpuacct"] / name
-        group = SampleCgroup(dirs, 1, cpu_seconds)
+        group = SampleCgroup(dirs, 1, 0.0, budgets)
         settings = [(dirs["memory"] / "memory.limit_in_bytes", memory)]
         settings.append((dirs["memory"] / "memory.memsw.limit_in_bytes", memory))
         settings.append((dirs["pids"] / "pids.max", pids))
+    _remove_stale(list(dict.fromkeys(path.parent for path in group.dirs.values())))
     try:
         for path in dict.fromkeys(group.dirs.values()):
             path.mkdir()

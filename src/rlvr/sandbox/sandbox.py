@@ -655,7 +655,7 @@ def _run(
         return _launch(config, stdin, limits, ids, start, group, channel)
     finally:
         if group is not None:
-            group.remove()
+            cgroups.release(group)
 
 
 def _launch(
