@@ -3,8 +3,10 @@
 Model output is never executed in the trainer's process. Each run gets a fresh temporary
 working directory (``/tmp`` of its own file view, see ``mountns``), a scrubbed environment
 (only ``PATH``, ``LANG``, and ``HOME`` = ``TMPDIR`` = the workdir), and ``python -I -S -B``
-(no site-packages, no ``PYTHON*`` variables, no user site, no bytecode files), started in its
-own session and killed with its whole process group.
+(no site-packages, no ``PYTHON*`` variables, no user site, no bytecode files), in its own
+session, killed with its whole process group. The interpreter is started once per trainer
+process (the zygote, :class:`_Zygote`) and forked for each run: a run's set-up and its
+program's start are forks, not interpreter start-ups (``_sandbox_zygote.py``).
 
 What confines it (``SandboxResult.isolation`` lists the layers actually in force for a run):
 
