@@ -139,24 +139,20 @@ def main() -> int:
         steps[name] = run_step(name, argv, args.timeout, log_dir)
         steps[name]["figures"] = demo_figures(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
-    if "grpo-step" in wanted:
-        argv = [python, "bench/grpo_step.py", "--device", "cuda"]
-        steps["grpo-step"] = run_step("grpo-step", argv, args.timeout, log_dir)
-        result = BENCH / "results" / "grpo-step-cuda.json"
+    benches = {"grpo-step": ("grpo_step.py", "grpo-step-cuda.json")}
+    benches["memory"] = ("memory.py", "memory-cuda.json")
+    for name, (script, figures) in benches.items():
+        if name not in wanted:
+            continue
+        argv = [python, f"bench/{script}", "--device", "cuda"]
+        steps[name] = run_step(name, argv, args.timeout, log_dir)
+        result = BENCH / "results" / figures
         if result.is_file():
-            steps["grpo-step"]["figures"] = json.loads(result.read_text())
-    if "memory" in wanted:
-        argv = [python, "bench/memory.py", "--device", "cuda"]
-        steps["memory"] = run_step("memory", argv, args.timeout, log_dir)
-        result = BENCH / "results" / "memory-cuda.json"
-        if result.is_file():
-            steps["memory"]["figures"] = json.loads(result.read_text())
+            steps[name]["figures"] = json.loads(result.read_text())
     report["steps"] = steps
     path = out / f"gpu-check-{slug(device)}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
-    failed = [
-        n for n, s in steps.items() if s["status"] not in (0,) and "skipped" not in str(s["status"])
-    ]
+    failed = [n for n, s in steps.items() if s["status"] != 0 and "skipped" not in str(s["status"])]
     print(f"gpu-check: figures in {path}; failed: {', '.join(failed) or 'none'}", file=sys.stderr)
     return 1 if failed else 0
 
