@@ -2,7 +2,10 @@
 
 A checkpoint is a directory ``RUN/checkpoints/step_000042`` holding
 
-* ``model.safetensors`` (+ ``config.json`` and tokenizer files: it loads as a model spec),
+* ``model.safetensors`` (+ ``config.json`` and tokenizer files: it loads as a model spec), or
+  for a LoRA policy its adapter in PEFT's format (``adapter_config.json`` +
+  ``adapter_model.safetensors``, naming the base model: it loads as a model spec too, and
+  ``PeftModel.from_pretrained`` loads it),
 * ``optimizer.pt`` and ``scheduler.pt``,
 * ``rng.pt``: torch (CPU and CUDA), Python and NumPy global RNG states and the rollout generator,
 * ``state.json``: the step, the policy version and the prompt sampler's state
@@ -36,6 +39,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from rlvr import adapters
 from rlvr.errors import RlvrError
 
 PREFIX = "step_"
@@ -110,7 +114,10 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"{PREFIX}{state.step:06d}"
     tmp = root / f"{final.name}.tmp-{os.getpid()}"
-    model.save_pretrained(tmp, safe_serialization=True)
+    if adapters.has_lora(model):
+        adapters.save_adapter(model, tmp)
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
@@ -241,7 +248,10 @@ def load_checkpoint(
 
     ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them.
     """
-    _load_weights(model, path / "model.safetensors")
+    if adapters.has_lora(model):
+        adapters.load_adapter_weights(model, path / adapters.ADAPTER_WEIGHTS)
+    else:
+        _load_weights(model, path / "model.safetensors")
     for name, module in (extra or {}).items():
         if (path / f"{name}.safetensors").is_file():
             _load_weights(module, path / f"{name}.safetensors")

@@ -627,6 +627,42 @@ def report(
     console.print(f"report: [bold]{target}[/] ({len(text) / 1e6:.1f} MB)")
 
 
+@app.command()
+def export(
+    run: Annotated[
+        Path, typer.Argument(help="run directory (its latest checkpoint) or checkpoint")
+    ],
+    out: Annotated[Path, typer.Argument(help="output directory")],
+    merge: Annotated[
+        bool,
+        typer.Option(
+            "--merge", help="a LoRA run: merge the adapter into the base weights (a plain model)"
+        ),
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="replace OUT if it exists")] = False,
+) -> None:
+    """Write a run's trained policy to OUT: a LoRA run's adapter in PEFT's format
+    (PeftModel.from_pretrained(base, OUT) loads it), or with --merge a plain Hugging Face model
+    directory with the adapter merged, which transformers and vLLM load; a full fine-tuning
+    run's model directory.
+
+    Examples:
+
+      rlvr export runs/demo_lora adapters/demo
+
+      rlvr export runs/demo_lora --merge models/demo-merged
+    """
+    from rlvr.export import export as export_policy
+
+    done = export_policy(run, out, merge=merge, overwrite=overwrite)
+    what = {
+        "adapter": "LoRA adapter (PEFT format)",
+        "merged": "model with the LoRA adapter merged",
+        "model": "model",
+    }[done.kind]
+    console.print(f"exported the {what} of {done.checkpoint} to [bold]{done.out}[/]")
+
+
 def _print_listing(title: str, header: list[str], rows: list[list[str]]) -> None:
     """Rows of (name, short fields..., description), names never cut: a table whose name and
     short columns do not wrap when they fit the console with 30 columns left for the

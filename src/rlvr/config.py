@@ -37,6 +37,45 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+class LoraConfig(Section):
+    """Train a LoRA adapter (Hu et al. 2021) on the frozen model instead of every weight
+    (:mod:`rlvr.adapters`, docs/lora.md). "LoRA Without Regret" (Schulman et al. 2025): ranks
+    1-32 on all linear layers match full RL fine-tuning at about 10x the learning rate."""
+
+    rank: int = Field(8, ge=1, le=1024, description="r, the rank of the adapter's A and B")
+    alpha: float = Field(
+        32.0, gt=0, description="the update is (alpha / rank) B A (32: LoRA Without Regret)"
+    )
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="linear layers to adapt: all-linear (every one but the output layer) or "
+        "names such as [q_proj, v_proj]",
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="dropout on the adapter's input; RL needs 0 (the trainer's and the "
+        "sampler's log-probs must agree)",
+    )
+    path: str | None = Field(
+        None,
+        description="a PEFT adapter directory to train further (its own rank and layers; "
+        "rank, alpha, target_modules are then ignored); the KL reference is then it, frozen",
+    )
+    publish: Literal["auto", "adapter", "merged"] = Field(
+        "auto",
+        description="how vLLM gets each update: adapter (only A, B: a LoRA request), merged "
+        "(W + BA reloaded); auto: the faster one measured (docs/lora.md)",
+    )
+
+    @model_validator(mode="after")
+    def _check_targets(self) -> LoraConfig:
+        if isinstance(self.target_modules, list) and not self.target_modules:
+            raise ValueError("model.lora.target_modules: name at least one layer, or all-linear")
+        return self
+
+
 class ModelConfig(Section):
     """The policy to train (see :mod:`rlvr.models` for accepted specs)."""
 
@@ -46,6 +85,9 @@ class ModelConfig(Section):
     )
     system_prompt: str | None = Field(
         None, description="system message prepended to every prompt (None: the template's default)"
+    )
+    lora: LoraConfig | None = Field(
+        None, description="train a LoRA adapter on the frozen model (None: every weight)"
     )
 
 
@@ -326,6 +368,18 @@ class RolloutConfig(Section):
         description="asynchronous rollouts: the batches of the next k steps are sampled while "
         "the learner trains, none more than k policy versions old (AReaL's decoupled objective "
         "corrects for it); 0: synchronous",
+    )
+    publish_check: bool = Field(
+        True,
+        description="after each publish, check that the engine's log-probs of a fixed probe "
+        "equal the learner's (a mismatch stops the run: the engine is not sampling from the "
+        "trained policy, e.g. an adapter that never reached it)",
+    )
+    publish_check_tolerance: float | None = Field(
+        None,
+        gt=0,
+        description="largest mean |log-prob difference| per probe token the check accepts; "
+        "None: 1e-3 where engine and learner compute in fp32, else 0.05",
     )
 
 

@@ -8,6 +8,9 @@ A model spec is one of:
   ``tiny-random-llama`` and ``tiny-random-qwen2`` are tiny randomly initialised models with a
   byte-level tokenizer, built in-process (for tests and smoke runs);
 * a local Hugging Face directory (``config.json`` + weights + tokenizer files);
+* a PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``, e.g. a LoRA
+  run's checkpoint): the base model its config names (``base_model_name_or_path``, any spec
+  above) with the adapter loaded (:mod:`rlvr.adapters`);
 * a ``.gguf`` file (dequantised by transformers, converted and cached like the alias);
 * a Hugging Face hub id (``org/name``), loaded through the normal transformers code path
   (offline machines need it in the local HF cache).
@@ -34,6 +37,7 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
+from rlvr import adapters
 from rlvr.errors import RlvrError
 
 CHATML_TEMPLATE = (
@@ -117,6 +121,8 @@ def resolve(spec: str) -> Path | str:
         digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
         return _convert_gguf(path, name=f"{path.stem}-{digest}")
     if path.exists():
+        if path.is_dir() and adapters.read_adapter_config(path) is not None:
+            return path  # an adapter: load_model puts it on its base
         if not (path / "config.json").is_file():
             raise ModelSpecError(
                 f"{spec!r} exists but is not a Hugging Face model directory (no config.json). "
@@ -241,6 +247,9 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     A pad token is set (to EOS) when the tokenizer has none. Padding side is left.
     """
     source = resolve(spec)
+    base = adapter_base(source)
+    if base is not None and not any((source / f).is_file() for f in TOKENIZER_FILES):
+        return load_tokenizer(base)  # an adapter saved without tokenizer: its base's
     if isinstance(source, Path) and not any((source / f).is_file() for f in TOKENIZER_FILES):
         raise ModelSpecError(
             f"the model directory {str(source)!r} has no tokenizer: expected tokenizer.json, or "
@@ -264,9 +273,36 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     return tok
 
 
+def adapter_base(source: Path | str) -> str | None:
+    """The base model spec of a resolved adapter directory (None for any other source); a
+    :class:`ModelSpecError` when its ``adapter_config.json`` names none."""
+    if not isinstance(source, Path):
+        return None
+    config = adapters.read_adapter_config(source)
+    if config is None:
+        return None
+    base = config.get("base_model_name_or_path")
+    if not base:
+        raise ModelSpecError(
+            f"the adapter {str(source)!r} does not name its base model (base_model_name_or_path "
+            f"in {adapters.ADAPTER_CONFIG}); set it to the base model's spec"
+        )
+    return str(base)
+
+
 def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """A causal LM for a model spec, in ``dtype``, in eval mode, with SDPA attention."""
+    """A causal LM for a model spec, in ``dtype``, in eval mode, with SDPA attention (an
+    adapter directory: its base model with the adapter, see :func:`adapter_base`)."""
     source = resolve(spec)
+    base = adapter_base(source)
+    if base is not None:
+        model = load_model(base, dtype)
+        try:
+            adapters.add_lora(model, adapters.LoraSpec(base=base), path=source)
+        except adapters.AdapterError as err:
+            raise ModelSpecError(str(err)) from None
+        model.eval()
+        return model
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:

@@ -81,5 +81,6 @@ class WeightGroup:
 
 
 def named_tensors(module: torch.nn.Module) -> list[torch.Tensor]:
-    """The parameters a publication carries, in a fixed order (names sorted)."""
-    return [p for _, p in sorted(module.named_parameters())]
+    """The parameters a publication carries, in a fixed order (names sorted): the trained ones
+    (every weight, or a LoRA policy's adapter only: its frozen base never changes)."""
+    return [p for _, p in sorted(module.named_parameters()) if p.requires_grad]

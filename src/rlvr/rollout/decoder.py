@@ -28,6 +28,7 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
+from rlvr.adapters import MergedWeights
 from rlvr.rollout.attention import shared_prefix_attention
 from rlvr.rollout.linear import PackedLinear
 
@@ -92,6 +93,12 @@ class HFDecoder:
         self.mask, self.next_pos = self.mask[order], self.next_pos[order]
 
 
+def _bias(module: torch.nn.Module) -> torch.Tensor | None:
+    """A linear layer's bias (a LoRA layer's: its base layer's)."""
+    base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
+    return base.bias
+
+
 Projection = tuple[torch.Tensor, torch.Tensor | None]  # (weight packed for PackedLinear, bias)
 
 
@@ -153,6 +160,7 @@ class LlamaDecoder:
         self.act = model.model.layers[0].mlp.act_fn
         head = model.lm_head.weight
         self.linear = PackedLinear(head.dtype, head.device)
+        self.merged = MergedWeights()  # a LoRA model's projections: W + (alpha / r) B A
         self._prefilled: _Prefill | None = None  # the last prefill, reused for the same prompts
 
     @staticmethod
@@ -165,7 +173,9 @@ class LlamaDecoder:
 
     def _read_weights(self) -> None:
         """Take the model's current weights (at each prefill, so that in-place updates and
-        replaced parameters are followed), the projections packed for :attr:`linear`."""
+        replaced parameters are followed), the projections packed for :attr:`linear`; the
+        projections of a LoRA model with its active adapter merged (:attr:`merged`: recomputed
+        only when the base weight or the adapter changed)."""
         blocks = self.model.model.layers
         flat = [
             proj
@@ -173,8 +183,8 @@ class LlamaDecoder:
             for proj in (b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj)
             + (b.self_attn.o_proj, b.mlp.gate_proj, b.mlp.up_proj, b.mlp.down_proj)
         ] + [self.model.lm_head]
-        packed = self.linear.pack([m.weight for m in flat])
-        projections = [(w, m.bias) for w, m in zip(packed, flat, strict=True)]
+        packed = self.linear.pack([self.merged(m) for m in flat])
+        projections = [(w, _bias(m)) for w, m in zip(packed, flat, strict=True)]
         self.lm_head = projections.pop()
         self.layers = [
             _Layer(

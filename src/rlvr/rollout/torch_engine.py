@@ -105,6 +105,8 @@ class TorchEngine:
             ``SamplingParams.stop`` strings.
     """
 
+    name = "torch"
+
     def __init__(
         self,
         policy: PreTrainedModel,
@@ -128,12 +130,14 @@ class TorchEngine:
 
     @torch.no_grad()
     def update_weights(self, policy: torch.nn.Module) -> None:
-        """Copy the policy's weights into the engine's copy (no-op when shared)."""
+        """Copy the policy's trained weights into the engine's copy (no-op when shared; the
+        frozen base of a LoRA policy never changes, only its adapter is copied)."""
         if self.model is policy:
             return
         own = dict(self.model.named_parameters())
         for name, param in policy.named_parameters():
-            own[name].copy_(param)
+            if param.requires_grad:
+                own[name].copy_(param)
 
     @torch.inference_mode()
     def generate(

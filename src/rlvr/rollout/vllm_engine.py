@@ -133,6 +133,8 @@ class VLLMEngine:
         sleep_mode: sleep between rollouts so the trainer has the GPU (CUDA only).
     """
 
+    name = "vLLM"
+
     def __init__(
         self,
         policy: torch.nn.Module,

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from rlvr import algorithms, precision
+from rlvr import adapters, algorithms, precision
 from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError
 from rlvr.curriculum import PromptSampler, make_sampler
@@ -27,7 +27,7 @@ from rlvr.data import Task, build_task, data_fingerprint
 from rlvr.devices import resolve_device
 from rlvr.envs.agent import build_agent
 from rlvr.judging import Judge, build_judge
-from rlvr.models import encode_messages, load_model, stop_token_ids
+from rlvr.models import adapter_base, encode_messages, load_model, resolve, stop_token_ids
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.combined import CombinedReward, RewardSpec
@@ -134,17 +134,30 @@ def build_learner(
     generator: torch.Generator,
 ) -> Learner:
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
-    AdamW, schedule; gradient checkpointing and ``torch.compile`` when the config asks."""
+    AdamW over the trained parameters (a LoRA policy's adapter only), schedule; gradient
+    checkpointing and ``torch.compile`` when the config asks.
+
+    The reference of a LoRA policy costs no second copy of the weights: the policy with its
+    adapter disabled (the base model), or with a frozen copy of the adapter where the initial
+    policy is not the base model (``model.lora.path``) or ProRL resets the reference."""
     device = next(policy.parameters()).device
     fast = rollout_dtype(cfg, policy)
     autocast = train_dtype(cfg, policy)
-    reference = load_model(cfg.model.name, fast).to(device) if algo.beta > 0 else None
+    reference, adapter_reference = None, None
+    if algo.beta > 0 and cfg.model.lora is None:
+        reference = load_model(cfg.model.name, fast).to(device)
+    elif algo.beta > 0:
+        adapter_reference = "base"
+        if cfg.model.lora.path is not None or algo.reference_reset_every:
+            adapters.add_frozen_copy(policy, adapters.REFERENCE)
+            adapter_reference = adapters.REFERENCE
     value_head = None
     if algo.advantage == "gae":
         value_head = ValueHead(policy.config.hidden_size).to(device)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
-    trained = list(policy.parameters()) + list(value_head.parameters() if value_head else [])
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    trained += list(value_head.parameters() if value_head else [])
     optimizer = torch.optim.AdamW(
         trained, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
     )
@@ -162,6 +175,7 @@ def build_learner(
         generator,
         pad_token_id,
     )
+    learner.adapter_reference = adapter_reference
     if cfg.train.compile:  # the training forward only; the engine keeps its own path
         learner.compiled = torch.compile(policy)
     if cfg.logging.update_sparsity:
@@ -329,9 +343,39 @@ def decode_tokens(tokenizer: Any, ids: list[int]) -> str:
 
 
 def load_policy(cfg: Config) -> torch.nn.Module:
-    """The policy's fp32 weights on the run's device (``train.device``)."""
+    """The policy's fp32 weights on the run's device (``train.device``); with ``model.lora``,
+    the frozen model with a trainable LoRA adapter (a new one, seeded by ``train.seed`` so that
+    every process builds the same, or ``model.lora.path``'s)."""
+    lora = cfg.model.lora
+    if adapter_base(resolve(cfg.model.name)) is not None:
+        raise ConfigError(
+            f"model.name {cfg.model.name!r} is a LoRA adapter: set model.name to its base model "
+            "and model.lora.path to the adapter (to train it further), or merge it into a plain "
+            "model first (rlvr export RUN --merge OUT)"
+        )
+    if lora is not None and lora.dropout > 0:
+        raise ConfigError(
+            f"model.lora.dropout {lora.dropout}: RL needs 0; with dropout the trainer's "
+            "log-probs are of another (random) model than the sampler's, so the importance "
+            "ratio is not 1 on-policy and the KL to the reference is not 0 at the start"
+        )
     policy = load_model(cfg.model.name, torch.float32).to(resolve_device(cfg.train.device))
     policy.config.use_cache = False
+    if lora is not None:
+        spec = adapters.LoraSpec(
+            rank=lora.rank,
+            alpha=lora.alpha,
+            target_modules=lora.target_modules
+            if isinstance(lora.target_modules, str)
+            else tuple(lora.target_modules),
+            dropout=lora.dropout,
+            seed=cfg.train.seed,
+            base=cfg.model.name,
+        )
+        try:
+            adapters.add_lora(policy, spec, lora.path)
+        except adapters.AdapterError as err:
+            raise ConfigError(f"model.lora: {err}") from None
     return policy
 
 

@@ -36,15 +36,16 @@ optimizer step) and is reported to the loop, which counts the skipped step.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlvr import algorithms
+from rlvr import adapters, algorithms
 from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
 from rlvr.config import AlgorithmConfig, Config
@@ -343,7 +344,7 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
         bad_frac = (~torch.isfinite(step.advantages)).float().mean().item()
         return {"advantages/nonfinite_frac": bad_frac}, "advantages"
     n, mb = len(data), cfg.train.micro_batch_size
-    kl_in_loss = learner.reference is not None and algo.kl_in == "loss"
+    kl_in_loss = learner.has_reference and algo.kl_in == "loss"
     skippable = not kl_in_loss and not algo.entropy_coef and learner.value_head is None
     mask, advantages = step.batch.action_mask, step.advantages
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
@@ -438,7 +439,7 @@ class Learner:
     Attributes:
         policy: the trained model (fp32 weights); what the collector is given after an update.
         value_head: PPO's critic (``advantage: gae``) or None.
-        reference: the frozen reference model (``beta > 0``) or None.
+        reference: the frozen reference model (``beta > 0``, full fine-tuning) or None.
         optimizer, scheduler: AdamW over the policy (and value head), and its LR schedule.
         algo: the resolved preset; ``cfg``: the run's config.
         dtype: autocast dtype of the training forward (fp32: none).
@@ -454,6 +455,10 @@ class Learner:
             the fraction of parameters changed since, ``policy/params_changed_frac``) or None.
         precision: what ``auto`` precision settings stood for here and why
             (:meth:`rlvr.precision.Choice.record`), or None when none was ``auto``.
+        adapter_reference: with a LoRA policy and ``beta > 0``, the reference is the policy
+            itself with its adapter switched: ``"base"`` (adapters disabled: the base model, no
+            second copy of the weights) or :data:`rlvr.adapters.REFERENCE` (a frozen copy of
+            the adapter: one that existed before the run, or ProRL's reset); else None.
     """
 
     policy: torch.nn.Module
@@ -472,6 +477,26 @@ class Learner:
     group: DataParallel | None = None
     initial: list[torch.Tensor] | None = None
     precision: dict[str, Any] | None = None
+    adapter_reference: str | None = None
+
+    @property
+    def has_reference(self) -> bool:
+        """Whether the loss or the reward has a KL term to a reference policy."""
+        return self.reference is not None or self.adapter_reference is not None
+
+    @contextlib.contextmanager
+    def reference_model(self) -> Iterator[torch.nn.Module]:
+        """The reference policy for the block: the frozen copy, or the policy with its adapter
+        disabled (``"base"``) or switched to the frozen reference adapter."""
+        if self.reference is not None:
+            yield self.reference
+        elif self.adapter_reference == "base":
+            with adapters.disabled(self.policy):
+                yield self.policy
+        else:
+            assert self.adapter_reference is not None, "no reference (beta = 0)"
+            with adapters.active(self.policy, self.adapter_reference):
+                yield self.policy
 
     def share(self, rows: torch.Tensor) -> torch.Tensor:
         """The part of ``rows`` this learner trains on: all of them in one process, a contiguous
@@ -517,7 +542,7 @@ class Learner:
             data.group_ids,
             data.action_mask,
         ).to(device)
-        kl_in_reward = self.reference is not None and algo.kl_in == "reward"
+        kl_in_reward = self.has_reference and algo.kl_in == "reward"
         need_old = (
             not self.on_policy
             or kl_in_reward
@@ -536,8 +561,9 @@ class Learner:
             )
             old_values = rest[0] if rest else None
         ref_logp = None
-        if self.reference is not None:
-            ref = _no_grad_pass(self.reference, batch, self.temperature, cfg, autocast, only=mine)
+        if self.has_reference:
+            with self.reference_model() as reference:
+                ref = _no_grad_pass(reference, batch, self.temperature, cfg, autocast, only=mine)
             ref_logp = self._sum_over_group(ref[:1])[0]
         mask = batch.action_mask
         token_kl = None
@@ -603,11 +629,17 @@ class Learner:
         self.initial = snapshot_params(self.policy)
 
     def reset_reference_if_due(self, step: int) -> None:
-        """ProRL: copy the policy into the reference every ``reference_reset_every`` steps."""
-        if self.reference is not None and algorithms.should_reset_reference(
+        """ProRL: copy the policy into the reference every ``reference_reset_every`` steps (a
+        LoRA policy: its adapter into the frozen reference adapter)."""
+        if not self.has_reference or not algorithms.should_reset_reference(
             step, self.algo.reference_reset_every
         ):
+            return
+        if self.reference is not None:
             self.reference.load_state_dict(self.policy.state_dict())
+        else:
+            assert self.adapter_reference == adapters.REFERENCE
+            adapters.copy_adapter(self.policy, adapters.TRAINED, adapters.REFERENCE)
 
     def modules(self) -> dict[str, torch.nn.Module]:
         """The modules a checkpoint stores beside the policy: the value head, and the reference
@@ -617,6 +649,8 @@ class Learner:
             out["value_head"] = self.value_head
         if self.reference is not None and self.algo.reference_reset_every:
             out["reference"] = self.reference
+        if self.adapter_reference == adapters.REFERENCE and self.algo.reference_reset_every:
+            out["reference"] = adapters.AdapterView(self.policy, adapters.REFERENCE)
         return out
 
     @property
@@ -631,6 +665,17 @@ class Learner:
     def weights(self) -> torch.nn.Module:
         """What the rollouts are given to serve the current policy (the module itself)."""
         return self.policy
+
+    def score(
+        self, prompt: list[int], completions: list[list[int]]
+    ) -> tuple[list[list[float]], torch.dtype]:
+        """log pi(completion token) [T_i] of each completion of ``prompt`` under the current
+        policy (no gradient, the training forward's dtype), and that dtype."""
+        batch = make_batch([prompt], completions, self.pad_token_id, [0] * len(completions))
+        self.policy.eval()
+        with torch.no_grad(), self.autocast():
+            logp, _ = completion_logprobs(self.policy, batch.to(self.device), self.temperature)
+        return [logp[i, : len(c)].tolist() for i, c in enumerate(completions)], self.dtype
 
     def save_checkpoint(
         self,

@@ -8,7 +8,8 @@ record (docs/design.md, "One training step").
   4.   :meth:`~Loop.learn`: advantages and the policy update (:mod:`rlvr.trainer.learn`);
        with ``rollout.max_staleness`` = k >= 1 the batches of the next k steps are sampled
        meanwhile with the weights before it (:class:`Ahead`);
-  5.   :meth:`~Loop.publish`: the rollouts serve the new weights;
+  5.   :meth:`~Loop.publish`: the rollouts serve the new weights, checked on a probe
+       (:mod:`rlvr.trainer.publish_check`: an engine that does not serve them stops the run);
 then :meth:`~Loop.record` logs the step's metrics and samples and runs the guards, and an
 evaluation and a checkpoint follow when due. The same loop drives every backend
 (:mod:`rlvr.trainer.backends`): only the parts differ.
@@ -32,10 +33,11 @@ from rlvr.guards import CollapseGuard, NonFiniteGuard, first_nonfinite, memory_h
 from rlvr.logging import MetricsLogger
 from rlvr.progress import ProgressDisplay
 from rlvr.trainer.batch import Sampled, Trajectories
-from rlvr.trainer.build import RunParts
+from rlvr.trainer.build import RunParts, encode_problem
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.metrics import fmt_eval, sample_rows, staleness, step_metrics
 from rlvr.trainer.protocols import Learners, Update
+from rlvr.trainer.publish_check import check_publish, make_probe
 
 
 class StopRequested:
@@ -134,6 +136,11 @@ class Loop:
         self.last_saved = last_saved
         self.first_step_done = first_step_done
         self.pending_stats: dict[str, float] = {}
+        prompt = encode_problem(
+            parts.tokenizer, cfg.model.system_prompt, parts.task.train_problem(0)
+        )
+        self.probe = make_probe(prompt, self.collector.sampling, cfg.train.seed)
+        self.publish_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------ one step
 
@@ -158,6 +165,7 @@ class Loop:
             **sampling_metrics,
             **train_metrics,
             **lag,
+            **self.publish_metrics,
             "train/skipped_nonfinite": float(self.state.skipped_nonfinite),
             "lr": self.learners.lr,
             "time/rollout": t_rollout,
@@ -188,9 +196,17 @@ class Loop:
             return self.learners.update(data, fill)
 
     def publish(self) -> float:
-        """Step 5: the rollouts serve the learners' weights from now on; the seconds it took."""
+        """Step 5: the rollouts serve the learners' weights from now on, checked on the probe
+        (``rollout.publish_check``); the seconds it took."""
         start = time.perf_counter()
-        self.collector.publish(self.learners.weights(), self.learners.version)
+        version = self.learners.version
+        self.collector.publish(self.learners.weights(), version)
+        if self.cfg.rollout.publish_check:
+            tolerance = self.cfg.rollout.publish_check_tolerance
+            rollouts = self.collector.rollouts
+            self.publish_metrics = check_publish(
+                rollouts, self.learners, self.probe, version, tolerance
+            )
         return time.perf_counter() - start
 
     # ------------------------------------------------------------ after the step

@@ -17,6 +17,7 @@ from rlvr.config import Config
 from rlvr.data import Problem
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.batch import Sampled, Trajectories
+from rlvr.trainer.publish_check import EngineProbe
 from rlvr.trainer.rollouts import Scored
 
 if TYPE_CHECKING:
@@ -47,6 +48,12 @@ class Rollouts(Protocol):
         self, problems: list[Problem], sampling: SamplingParams, seed: int
     ) -> dict[str, float]:
         """Held-out accuracy of the served policy (:func:`rlvr.judging.accuracy_metrics`)."""
+
+    def probe(
+        self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor
+    ) -> list[EngineProbe]:
+        """One completion of ``prompt`` from the stream ``keys`` [1] by every engine (one per
+        Ray rollout worker): the publish check (:mod:`rlvr.trainer.publish_check`)."""
 
     def worker_stats(self) -> dict[str, float]:
         """Per-worker metrics of the last draws (empty in one process)."""
@@ -79,6 +86,12 @@ class Learners(Protocol):
 
     def weights(self) -> Weights:
         """What :meth:`Rollouts.publish` is given to serve the current policy."""
+
+    def score(
+        self, prompt: list[int], completions: list[list[int]]
+    ) -> tuple[list[list[float]], torch.dtype]:
+        """The current policy's log-probs of each completion of ``prompt`` (the sampling
+        temperature's), and the dtype it computed them in."""
 
     def reset_reference_if_due(self, step: int) -> None:
         """ProRL's reference reset, when due before ``step``."""

@@ -31,6 +31,7 @@ from rlvr.trainer.build import (
     sampling_params,
 )
 from rlvr.trainer.collect import Collector
+from rlvr.trainer.publish_check import EngineProbe
 from rlvr.trainer.rollouts import Player, Scored
 
 
@@ -50,6 +51,13 @@ class LocalRollouts:
 
     def publish(self, weights: torch.nn.Module, version: int) -> None:
         self.engine.update_weights(weights)
+
+    def probe(
+        self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor, where: str = ""
+    ) -> list[EngineProbe]:
+        out = self.engine.generate([prompt], 1, sampling, keys)
+        name = f"{self.engine.name} engine{where}"
+        return [EngineProbe(name, self.engine.dtype, out.completion_ids[0], out.logprobs[0])]
 
     def records(
         self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int = 0

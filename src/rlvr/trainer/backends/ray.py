@@ -205,6 +205,10 @@ class RayLearners:
     def weights(self) -> RayLearners:
         return self
 
+    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
+        """Rank 0's :meth:`~rlvr.trainer.learn.Learner.score`."""
+        return self._get([self.ranks[0].score.remote(prompt, completions)], "publish check")[0]
+
     def published_state(self, fresh: bool = False) -> Any:
         """An object reference to the policy's parameters as last published by rank 0
         (``fresh``: publish the current ones first)."""
@@ -322,6 +326,13 @@ class RayRollouts:
 
     def worker_stats(self) -> dict[str, float]:
         return dict(self._stats)
+
+    def probe(self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor) -> list[Any]:
+        """Every worker's publish-check completion (:mod:`rlvr.trainer.publish_check`)."""
+        results = self._call(
+            "probe", {i: (prompt, sampling, keys) for i in range(len(self.workers))}
+        )
+        return [p for i in range(len(self.workers)) for p in results[i]]
 
     def publish(self, learners: Any, version: int) -> None:
         """Give every worker the learners' current weights as ``version``."""

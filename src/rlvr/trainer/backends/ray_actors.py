@@ -101,6 +101,10 @@ class RolloutWorker:
         self.group.broadcast(named_tensors(self.policy))
         return self._serve(version)
 
+    def probe(self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor) -> list[Any]:
+        """The publish check's completion of this worker's engine."""
+        return self.rollouts.probe(prompt, sampling, keys, f" of rollout worker {self.index}")
+
     def parameters(self) -> list[torch.Tensor]:
         """The policy's parameters this worker holds (``named_tensors`` order; tests)."""
         return [t.detach().clone() for t in named_tensors(self.policy)]
@@ -152,6 +156,9 @@ class LearnerWorker:
         self._snapshot()  # version 0, what the workers load themselves
         info = {**_where(), "rank": self.rank, "lr": self.learner.lr}
         return {**info, "precision": self.learner.precision}
+
+    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
+        return self.learner.score(prompt, completions)
 
     def update(self, data: Trajectories) -> tuple[dict[str, float], str | None, float]:
         metrics, bad = self.learner.update(data)
