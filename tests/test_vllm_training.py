@@ -66,3 +66,46 @@ def test_confidence_rewards_need_the_torch_engine(tmp_path):
     cfg["reward"] = {"terms": [{"name": "self_certainty"}]}
     with pytest.raises(ConfigError, match="self_certainty.*rollout.engine: torch"):
         train(build_config(cfg))
+
+
+@pytest.mark.parametrize("publish", ["adapter", "merged"])
+def test_vllm_samples_from_the_current_lora_adapter(tmp_path, publish):
+    """A LoRA run on vLLM, each update sent as a LoRA request (the adapter alone) or as merged
+    weights: after every update vLLM's log-probs equal the learner's (fp32: the publish check
+    within 1e-5 per token, and the batch's own mismatch), while the adapter moves away from
+    the base model; `rlvr eval` evaluates the LoRA run with vLLM too."""
+    lora = {"rank": 4, "alpha": 8, "publish": publish}
+    cfg = vllm_config(tmp_path / "run", steps=3, algorithm={"beta": 0.04}, train={"lr": 1e-2})
+    cfg["model"]["lora"] = lora
+    cfg["rollout"]["dtype"] = "fp32"
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    for row in rows.values():
+        assert row["rollout/publish_check_diff"] < 1e-5
+        assert row["mismatch/abs_log_ratio"] < 1e-5
+    assert rows[3]["policy/kl_ref"] > 1e-3
+    if publish == "adapter":
+        summary = evaluate(
+            tmp_path / "run", n=2, n_prompts=4, out=tmp_path / "eval", progress=False
+        )
+        assert summary["sampling"]["engine"] == "vllm"
+
+
+def test_a_skipped_vllm_publish_stops_the_run(tmp_path, monkeypatch):
+    from rlvr.rollout.vllm_engine import VLLMEngine
+    from rlvr.trainer.publish_check import PublishMismatch
+
+    update = VLLMEngine.update_weights
+
+    def skip_version_two(self, policy):
+        if self.version != 2:  # the engine's third load: the learner's version 2
+            update(self, policy)
+        else:
+            self.version += 1
+
+    monkeypatch.setattr(VLLMEngine, "update_weights", skip_version_two)
+    cfg = vllm_config(tmp_path / "run", steps=3, train={"lr": 5e-2})
+    cfg["model"]["lora"] = {"rank": 4, "alpha": 8, "publish": "adapter"}
+    cfg["rollout"]["dtype"] = "fp32"
+    with pytest.raises(PublishMismatch, match="vLLM engine"):
+        train(build_config(cfg))

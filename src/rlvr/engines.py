@@ -41,7 +41,21 @@ def build_engine(
         kv_cache_gb=knobs.kv_cache_gb,
         enforce_eager=knobs.enforce_eager,
         sleep_mode=knobs.sleep_mode,
+        lora_publish=lora_publish(cfg),
     )
+
+
+VLLM_LORA_PUBLISH = "merged"
+"""How a LoRA policy's updates reach vLLM where ``model.lora.publish`` is ``auto``: the way
+measured faster (bench/lora.py, docs/lora.md)."""
+
+
+def lora_publish(cfg: Config) -> str:
+    """``model.lora.publish`` with ``auto`` resolved (:data:`VLLM_LORA_PUBLISH`)."""
+    lora = cfg.model.lora
+    if lora is None or lora.publish == "auto":
+        return VLLM_LORA_PUBLISH
+    return lora.publish
 
 
 def close_engine(engine: RolloutEngine) -> None:

@@ -27,6 +27,13 @@ How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
 - **Stops.** Only ``SamplingParams.stop_token_ids`` and ``stop`` end a sample (``ignore_eos``:
   the trainer already lists EOS among the stop ids); the token that ends it is kept, as in the
   torch engine.
+- **LoRA policies** (:mod:`rlvr.adapters`). ``lora_publish="merged"``: each update reloads the
+  weights with the adapter merged (``W + (alpha / r) B A``, under the plain model's names).
+  ``"adapter"``: the base weights are loaded once and each update sends only the adapter, as a
+  LoRA request (vLLM's ``enable_lora``): it is written in PEFT's format to a temporary directory
+  and served under a new adapter id per version (vLLM caches adapters by id: reusing one would
+  serve the old adapter), the previous id removed. ``rlvr.engines`` picks the one measured
+  faster where ``model.lora.publish`` is ``auto``.
 - **Memory on a GPU.** ``sleep_mode`` frees the KV cache and offloads the weights to host memory
   between rollouts (``LLM.sleep(level=1)``), so the trainer has the card during the update;
   ``gpu_memory_utilization`` caps what vLLM takes when awake. On the CPU, sleep is a no-op and
@@ -36,6 +43,7 @@ How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,6 +51,7 @@ from typing import Any
 
 import torch
 
+from rlvr import adapters
 from rlvr.errors import RlvrError
 from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
 
@@ -115,6 +124,21 @@ def vllm_sampling_params(vllm: Any, sampling: SamplingParams, seed: int | None) 
     )
 
 
+_LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM 0.32 accepts."""
+
+
+def _lora_rank_slot(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of ``rank``."""
+    for slot in _LORA_RANK_SLOTS:
+        if rank <= slot:
+            return slot
+    raise VLLMSettingsError(
+        f"vLLM serves LoRA adapters up to rank {_LORA_RANK_SLOTS[-1]}, this one has rank {rank}: "
+        "set model.lora.publish: merged"
+    )
+
+
 class VLLMEngine:
     """Rollout engine over an in-process ``vllm.LLM`` (see the module docstring).
 
@@ -131,6 +155,8 @@ class VLLMEngine:
             1 GiB on a CPU.
         enforce_eager: no graph compilation (engine start ~10 s instead of minutes on a CPU).
         sleep_mode: sleep between rollouts so the trainer has the GPU (CUDA only).
+        lora_publish: how a LoRA policy's updates reach vLLM: ``merged`` or ``adapter`` (see the
+            module docstring); ignored for a policy without adapters.
     """
 
     name = "vLLM"
@@ -146,6 +172,7 @@ class VLLMEngine:
         kv_cache_gb: float | None = None,
         enforce_eager: bool = True,
         sleep_mode: bool = False,
+        lora_publish: str = "merged",
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
@@ -171,6 +198,13 @@ class VLLMEngine:
             "kv_cache_memory_bytes": None if kv_cache_gb is None else int(kv_cache_gb * 2**30),
             "enable_sleep_mode": self.sleep_mode,
         }
+        self._adapter: Any = None  # the LoRA request served (lora_publish: adapter)
+        self.lora_publish = lora_publish if adapters.has_lora(policy) else None
+        if self.lora_publish not in (None, "merged", "adapter"):
+            raise ValueError(f"lora_publish must be merged or adapter, got {lora_publish!r}")
+        if self.lora_publish == "adapter":
+            rank = max(c.r for c in policy.peft_config.values())
+            options.update(enable_lora=True, max_loras=1, max_lora_rank=_lora_rank_slot(rank))
         threads, set_threads = torch.get_num_threads(), torch.set_num_threads
         try:
             self.llm = vllm.LLM(model=self._dir.name, **options)
@@ -194,21 +228,46 @@ class VLLMEngine:
             raise
 
     def _tensors(self, policy: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-        """The policy's tensors in the engine's dtype, one at a time."""
-        for name, tensor in policy.state_dict().items():
-            yield name, tensor.detach().to(self.dtype)
+        """The policy's tensors in the engine's dtype, one at a time (a LoRA policy's: merged,
+        or its base model's where the adapter is sent apart)."""
+        if self.lora_publish == "merged":
+            yield from adapters.merged_state_dict(policy, self.dtype)
+        elif self.lora_publish == "adapter":
+            with adapters.disabled(policy):
+                yield from adapters.merged_state_dict(policy, self.dtype)
+        else:
+            for name, tensor in policy.state_dict().items():
+                yield name, tensor.detach().to(self.dtype)
 
     @torch.no_grad()
     def update_weights(self, policy: torch.nn.Module) -> None:
-        """Load the policy's current weights into vLLM's model in memory (one more version)."""
+        """Load the policy's current weights into vLLM's model in memory (one more version);
+        a LoRA policy with ``lora_publish="adapter"``: only its adapter, after the first."""
         if "weights" in self._asleep:  # weights back on the card; the KV cache wakes to sample
             self.llm.wake_up(tags=["weights"])
             self._asleep.discard("weights")
-        self.llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": self._tensors(policy)}
-        )
+        if self.lora_publish != "adapter" or self.version == 0:
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": self._tensors(policy)}
+            )
+        if self.lora_publish == "adapter":
+            self._send_adapter(policy)
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
         self.version += 1
+
+    def _send_adapter(self, policy: torch.nn.Module) -> None:
+        """Serve the policy's current adapter as a new LoRA request (a new id: vLLM caches
+        adapters by id), dropping the previous one and its files."""
+        from vllm.lora.request import LoRARequest
+
+        adapter_id = self.version + 1
+        path = os.path.join(self._dir.name, f"adapter-{adapter_id}")
+        adapters.save_adapter(policy, path)
+        old, self._adapter = self._adapter, LoRARequest("policy", adapter_id, path)
+        self.llm.llm_engine.add_lora(self._adapter)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
 
     def _wake(self) -> None:
         """Wake what sleeps (each tag once: waking an awake tag would map its memory twice)."""
@@ -242,7 +301,9 @@ class VLLMEngine:
         params = [vllm_sampling_params(self._vllm, sampling, s) for s in seeds]
         self._wake()
         try:
-            outputs = self.llm.generate(requests, params, use_tqdm=False)
+            outputs = self.llm.generate(
+                requests, params, use_tqdm=False, lora_request=self._adapter
+            )
         finally:
             self._sleep()
         completions, logprobs, finished = [], [], []

@@ -62,10 +62,12 @@ class Collector:
     _reward_seconds: float = 0.0
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def publish(self, weights: Weights, version: int) -> None:
-        """Serve ``weights`` (the learners') from now on, as policy ``version``."""
-        self.rollouts.publish(weights, version)
+    def publish(self, weights: Weights, version: int) -> dict[str, float]:
+        """Serve ``weights`` (the learners') from now on, as policy ``version``; the
+        publication's statistics."""
+        stats = self.rollouts.publish(weights, version)
         self.version = version
+        return stats
 
     def rewards(self, scored: Scored, record: bool = True) -> torch.Tensor:
         """Rewards [N] of scored completions, with DAPO's overlong penalty when the preset has

@@ -200,13 +200,12 @@ class Loop:
         (``rollout.publish_check``); the seconds it took."""
         start = time.perf_counter()
         version = self.learners.version
-        self.collector.publish(self.learners.weights(), version)
+        self.publish_metrics = self.collector.publish(self.learners.weights(), version)
         if self.cfg.rollout.publish_check:
             tolerance = self.cfg.rollout.publish_check_tolerance
             rollouts = self.collector.rollouts
-            self.publish_metrics = check_publish(
-                rollouts, self.learners, self.probe, version, tolerance
-            )
+            checked = check_publish(rollouts, self.learners, self.probe, version, tolerance)
+            self.publish_metrics.update(checked)
         return time.perf_counter() - start
 
     # ------------------------------------------------------------ after the step

@@ -41,8 +41,9 @@ class Rollouts(Protocol):
         """Play and score ``n`` episodes of each problem (:class:`~rlvr.trainer.rollouts.Player`),
         episode i from the stream ``keys[i]``."""
 
-    def publish(self, weights: Weights, version: int) -> None:
-        """Serve ``weights`` (what :meth:`Learners.weights` returns) as policy ``version``."""
+    def publish(self, weights: Weights, version: int) -> dict[str, float]:
+        """Serve ``weights`` (what :meth:`Learners.weights` returns) as policy ``version``;
+        statistics of the publication (Ray: ``rollout/publish_bytes``), else empty."""
 
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int

@@ -49,8 +49,9 @@ class LocalRollouts:
     ) -> Scored:
         return self.player.play(self.engine, problems, n, sampling, keys)
 
-    def publish(self, weights: torch.nn.Module, version: int) -> None:
+    def publish(self, weights: torch.nn.Module, version: int) -> dict[str, float]:
         self.engine.update_weights(weights)
+        return {}
 
     def probe(
         self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor, where: str = ""

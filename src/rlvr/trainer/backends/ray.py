@@ -151,6 +151,7 @@ class RayLearners:
         self.where = infos
         self.lr = infos[0]["lr"]
         self.precision = infos[0]["precision"]
+        self.publish_bytes = infos[0]["publish_bytes"]  # the trained tensors: a LoRA adapter's
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         try:
@@ -334,14 +335,17 @@ class RayRollouts:
         )
         return [p for i in range(len(self.workers)) for p in results[i]]
 
-    def publish(self, learners: Any, version: int) -> None:
-        """Give every worker the learners' current weights as ``version``."""
+    def publish(self, learners: Any, version: int) -> dict[str, float]:
+        """Give every worker the learners' current weights as ``version``: the trained tensors
+        only (a LoRA policy's adapter; the frozen base never changes). Returns their size,
+        ``rollout/publish_bytes`` (what each worker receives)."""
         if self.cfg.distributed.weight_sync == "object_store":
             state = self.learners.published_state(fresh=True)
             self._call("load_state", {i: (state, version) for i in range(len(self.workers))})
         else:
             self._broadcast(version)
         self.version = version
+        return {"rollout/publish_bytes": float(self.learners.publish_bytes)}
 
     def _broadcast(self, version: int) -> None:
         """Learner rank 0 broadcasts to the workers (the group formed first when needed); a

@@ -155,7 +155,8 @@ class LearnerWorker:
             self.learner.initial = None
         self._snapshot()  # version 0, what the workers load themselves
         info = {**_where(), "rank": self.rank, "lr": self.learner.lr}
-        return {**info, "precision": self.learner.precision}
+        published = sum(t.numel() * t.element_size() for t in self.published)
+        return {**info, "precision": self.learner.precision, "publish_bytes": published}
 
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
         return self.learner.score(prompt, completions)
