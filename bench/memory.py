@@ -17,8 +17,18 @@ decoder's activations, not the logits, dominate). Reports the peak RSS of the st
 (the peak after two 8-token steps: weights paged in, gradients allocated and accumulated into)
 and the step time. Writes bench/results/memory-chunked-logprobs-cpu.json.
 
+``--benchmark lora``: two GRPO steps with a reference (beta = 0.04) per arm: full fine-tuning,
+LoRA rank 8 and rank 1 (all linear layers), on SmolLM2-135M and on a Llama-shaped model of
+about 1.1B parameters with random weights built in-process (hidden 2048, 16 layers, SmolLM2's
+tokenizer; memory and time only: its completions are noise). Each arm runs in a fresh
+subprocess watched from here: one whose RSS passes ``--limit-gib`` is stopped and reported as
+not fitting. Reports the peak RSS and the second step's time (rollout and update). Writes
+bench/results/memory-lora-cpu.json.
+
 Usage: python bench/memory.py [--groups 8,32,128] [--prompts 2] [--max-new-tokens 48]
            [--device cuda]  (also the peak GPU memory; writes memory-cuda.json)
+       python bench/memory.py --benchmark lora [--models smollm2-135m-instruct,llama-1b-random]
+           [--limit-gib 20]
        python bench/memory.py --benchmark chunked-logprobs [--samples 8]
            [--completion-len 512] [--chunks 0,1024] [--no-gradient-checkpointing]
 """
@@ -105,6 +115,144 @@ print(json.dumps({"chunk_tokens": chunk, "gradient_checkpointing": bool(ckpt),
 """
 
 
+CHILD_LORA = r"""
+import json, resource, sys
+from rlvr.config import build_config
+from rlvr.logging import read_metrics
+from rlvr.trainer import train
+model, arm, run_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+spec = {"name": model}
+if arm != "full":
+    spec["lora"] = {"rank": int(arm)}
+cfg = build_config({
+    "model": spec,
+    "task": {"name": "arithmetic", "level": 3},
+    "rollout": {"group_size": 8, "prompts_per_step": 2, "max_new_tokens": 32, "dtype": "fp32"},
+    "algorithm": {"preset": "grpo", "beta": 0.04},
+    "reward": {"terms": [{"name": "negative_entropy"}]},  # dense: every step trains
+    "train": {"steps": 2, "micro_batch_size": 16, "autocast": "fp32"},
+    "eval": {"before": False, "after": False},
+    "logging": {"run_dir": run_dir, "progress": False, "tensorboard": False},
+    "checkpoint": {"every": 0, "save_final": False},
+})
+train(cfg)
+rows = [r for r in read_metrics(run_dir) if "policy/loss" in r]
+last = rows[-1]
+print(json.dumps({
+    "model": model, "arm": arm,
+    "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "step_s": last["time/step"], "rollout_s": last["time/rollout"],
+    "publish_s": last["time/publish"],
+    "update_s": last["time/step"] - last["time/rollout"] - last["time/publish"],
+    "kl_ref": last["policy/kl_ref"],
+}))
+"""
+
+RANDOM_1B = {
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "tie_word_embeddings": True,
+}
+"""A Llama of Llama-3.2-1B's shapes with SmolLM2's vocabulary (49152): ~1.1B parameters."""
+
+
+def random_1b() -> str:
+    """A local model directory of :data:`RANDOM_1B` with random weights (bf16 on disk), built
+    once under the rlvr cache; SmolLM2's tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rlvr.models import cache_dir, load_tokenizer
+
+    out = cache_dir() / "models" / "bench-llama-1b-random"
+    if (out / "config.json").is_file():
+        return str(out)
+    tok = load_tokenizer("smollm2-135m-instruct")
+    config = AutoConfig.for_model(
+        "llama",
+        vocab_size=len(tok),
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **RANDOM_1B,
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return str(out)
+
+
+def run_watched(code: str, limit_gib: float, *argv: object) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter; stop it if its RSS passes ``limit_gib`` (returns
+    ``{"fits": False, ...}`` then) rather than let the machine run out of memory."""
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, argv)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = 0.0
+    while proc.poll() is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 2**20
+        except (OSError, StopIteration):
+            rss = 0.0
+        peak = max(peak, rss)
+        if rss > limit_gib:
+            proc.kill()
+            proc.wait()
+            return {"fits": False, "killed_at_rss_gib": round(rss, 2), "limit_gib": limit_gib}
+        time.sleep(0.2)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"the child failed:\n{err[-3000:]}")
+    return {"fits": True, **json.loads(out.strip().splitlines()[-1])}
+
+
+def lora(args: argparse.Namespace) -> None:
+    """Peak RSS and step time of full fine-tuning vs LoRA rank 8 / 1 with beta > 0; writes
+    memory-lora-cpu.json."""
+    rows = []
+    for name in args.models.split(","):
+        model = random_1b() if name == "llama-1b-random" else name
+        for arm in ("full", "8", "1"):
+            with tempfile.TemporaryDirectory() as tmp:
+                row = run_watched(CHILD_LORA, args.limit_gib, model, arm, tmp)
+            row.update(model=name, arm=arm if arm == "full" else f"lora-r{arm}")
+            rows.append(row)
+            if row["fits"]:
+                print(
+                    f"{name:24s} {row['arm']:8s}: peak RSS {row['peak_rss_mib'] / 1024:6.2f} GiB, "
+                    f"step {row['step_s']:6.1f} s (rollout {row['rollout_s']:.1f}, update "
+                    f"{row['update_s']:.1f}, publish {row['publish_s']:.1f})",
+                    flush=True,
+                )
+            else:
+                print(
+                    f"{name:24s} {row['arm']:8s}: did not fit in {args.limit_gib} GiB", flush=True
+                )
+    result = {
+        "benchmark": "full fine-tuning vs LoRA, two GRPO steps with beta = 0.04 (second timed)",
+        "device": describe_device(),
+        "settings": "2 prompts x G=8, 32 new tokens, fp32, micro-batch 16, all linear layers",
+        "random_1b": RANDOM_1B,
+        "rows": rows,
+    }
+    path = Path(__file__).parent / "results" / "memory-lora-cpu.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
 def run_child(code: str, *argv: object) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter and parse the JSON of its last stdout line."""
     out = subprocess.run(
@@ -184,7 +332,11 @@ def chunked_logprobs(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--benchmark", choices=["group-size", "chunked-logprobs"], default="group-size")
+    ap.add_argument(
+        "--benchmark", choices=["group-size", "chunked-logprobs", "lora"], default="group-size"
+    )
+    ap.add_argument("--models", default="smollm2-135m-instruct,llama-1b-random")
+    ap.add_argument("--limit-gib", type=float, default=20.0)
     ap.add_argument("--groups", default="8,32,128")
     ap.add_argument("--device", default="cpu", help="group-size: cpu, or cuda (peak GPU memory)")
     ap.add_argument("--prompts", type=int, default=2)
@@ -194,7 +346,8 @@ def main() -> None:
     ap.add_argument("--chunks", default="0,1024")
     ap.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args()
-    (chunked_logprobs if args.benchmark == "chunked-logprobs" else group_size)(args)
+    benchmarks = {"group-size": group_size, "chunked-logprobs": chunked_logprobs, "lora": lora}
+    benchmarks[args.benchmark](args)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,13 @@ class LoraSpec:
     base: str = field(default="", compare=False)  # the model spec written into the config
 
 
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s weights are stored quantised (a QLoRA base: bitsandbytes)."""
+    return getattr(model, "hf_quantizer", None) is not None or bool(
+        getattr(model, "is_quantized", False)
+    )
+
+
 def has_lora(model: torch.nn.Module) -> bool:
     """Whether ``model`` carries PEFT adapters (injected with :func:`add_lora`)."""
     return bool(getattr(model, "_hf_peft_config_loaded", False))
@@ -255,6 +262,11 @@ class MergedWeights:
         if not isinstance(module, LoraLayer):
             return module.weight
         base = module.get_base_layer().weight
+        if base.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise AdapterError(
+                "merging an adapter into quantised weights is not supported here: a quantised "
+                "base is run through its own layers (the transformers forward)"
+            )
         if module.disable_adapters or module.merged:
             return base
         names = [a for a in module.active_adapters if a in module.lora_A]

@@ -63,6 +63,11 @@ class LoraConfig(Section):
         description="a PEFT adapter directory to train further (its own rank and layers; "
         "rank, alpha, target_modules are then ignored); the KL reference is then it, frozen",
     )
+    quantize: Literal["4bit", "8bit"] | None = Field(
+        None,
+        description="QLoRA (Dettmers et al. 2023): the frozen base in 4-bit NF4 or 8-bit "
+        "(bitsandbytes, pip install 'rlvr[qlora]'); torch engine only",
+    )
     publish: Literal["auto", "adapter", "merged"] = Field(
         "auto",
         description="how vLLM gets each update: adapter (only A, B: a LoRA request), merged "

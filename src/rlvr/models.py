@@ -22,6 +22,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,13 +291,45 @@ def adapter_base(source: Path | str) -> str | None:
     return str(base)
 
 
-def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+QUANTIZATIONS = ("4bit", "8bit")
+"""Frozen-base quantisations :func:`load_model` offers (bitsandbytes): NF4 with double
+quantisation (QLoRA's, Dettmers et al. 2023), and LLM.int8()."""
+
+
+def quantization_config(quantize: str, dtype: torch.dtype) -> object:
+    """bitsandbytes' settings of a :data:`QUANTIZATIONS` name computing in ``dtype``; a
+    :class:`ModelSpecError` saying what to install or why this platform cannot."""
+    if quantize not in QUANTIZATIONS:
+        raise ModelSpecError(f"quantize must be one of {QUANTIZATIONS}, got {quantize!r}")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelSpecError(
+            f"quantize: {quantize} needs bitsandbytes (pip install 'rlvr[qlora]'); rlvr does "
+            "not fall back to an unquantised base"
+        )
+    from transformers import BitsAndBytesConfig
+
+    if quantize == "8bit":  # its int8 matmul says so at every call: known, and by design
+        warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=dtype,
+    )
+
+
+def load_model(
+    spec: str, dtype: torch.dtype = torch.float32, quantize: str | None = None
+) -> PreTrainedModel:
     """A causal LM for a model spec, in ``dtype``, in eval mode, with SDPA attention (an
-    adapter directory: its base model with the adapter, see :func:`adapter_base`)."""
+    adapter directory: its base model with the adapter, see :func:`adapter_base`).
+    ``quantize``: the linear layers' weights stored in 4 or 8 bits (:data:`QUANTIZATIONS`),
+    computing in ``dtype``: a frozen base for QLoRA."""
     source = resolve(spec)
     base = adapter_base(source)
     if base is not None:
-        model = load_model(base, dtype)
+        model = load_model(base, dtype, quantize)
         try:
             adapters.add_lora(model, adapters.LoraSpec(base=base), path=source)
         except adapters.AdapterError as err:
@@ -309,9 +342,12 @@ def load_model(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel
         raise ModelSpecError(
             f"cannot load config of {spec!r} ({err}). Expected {_accepted()}."
         ) from err
+    extra = {}
+    if quantize is not None:
+        extra["quantization_config"] = quantization_config(quantize, dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, config=config, dtype=dtype, attn_implementation="sdpa"
+            source, config=config, dtype=dtype, attn_implementation="sdpa", **extra
         )
     except ValueError as err:
         if "Unrecognized configuration class" in str(err) or "does not support" in str(err):

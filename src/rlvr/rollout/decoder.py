@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
 
-from rlvr.adapters import MergedWeights
+from rlvr.adapters import MergedWeights, is_quantized
 from rlvr.rollout.attention import shared_prefix_attention
 from rlvr.rollout.linear import PackedLinear
 
@@ -165,8 +165,10 @@ class LlamaDecoder:
 
     @staticmethod
     def supports(model: PreTrainedModel) -> bool:
-        """Llama and Qwen2 causal LMs with full attention in every layer (no sliding window)."""
-        if not isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)):
+        """Llama and Qwen2 causal LMs with full attention in every layer (no sliding window),
+        weights not quantised (a QLoRA base runs through its own quantised layers: the lean
+        decoder would need a dequantised copy, the memory QLoRA saves)."""
+        if not isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)) or is_quantized(model):
             return False
         layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
         return all(t == "full_attention" for t in layer_types)

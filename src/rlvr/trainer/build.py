@@ -27,7 +27,14 @@ from rlvr.data import Task, build_task, data_fingerprint
 from rlvr.devices import resolve_device
 from rlvr.envs.agent import build_agent
 from rlvr.judging import Judge, build_judge
-from rlvr.models import adapter_base, encode_messages, load_model, resolve, stop_token_ids
+from rlvr.models import (
+    ModelSpecError,
+    adapter_base,
+    encode_messages,
+    load_model,
+    resolve,
+    stop_token_ids,
+)
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
 from rlvr.rewards.base import build_reward
 from rlvr.rewards.combined import CombinedReward, RewardSpec
@@ -303,6 +310,8 @@ def rollout_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
     """The rollout engine's (and the reference model's) dtype (``rollout.dtype``; ``auto``
     measured for ``policy``'s shapes on its device, :mod:`rlvr.precision`)."""
     device = next(policy.parameters()).device
+    if adapters.is_quantized(policy):  # the engine samples from the quantised model itself
+        return torch.float32
     return precision.resolve(cfg.rollout.dtype, device, policy.config, "rollout")
 
 
@@ -359,7 +368,26 @@ def load_policy(cfg: Config) -> torch.nn.Module:
             "log-probs are of another (random) model than the sampler's, so the importance "
             "ratio is not 1 on-policy and the KL to the reference is not 0 at the start"
         )
-    policy = load_model(cfg.model.name, torch.float32).to(resolve_device(cfg.train.device))
+    device = resolve_device(cfg.train.device)
+    if lora is not None and lora.quantize is not None:
+        if cfg.rollout.engine != "torch":
+            raise ConfigError(
+                "model.lora.quantize: a quantised base is served by the torch engine only "
+                "(vLLM would need the base in its own quantisation); set rollout.engine: torch"
+            )
+        if cfg.rollout.dtype not in ("auto", "fp32"):
+            raise ConfigError(
+                f"model.lora.quantize: the engine samples from the quantised model itself, "
+                f"which computes in fp32 here; set rollout.dtype: fp32 (not {cfg.rollout.dtype})"
+            )
+        try:
+            policy = load_model(cfg.model.name, torch.float32, lora.quantize)
+        except ModelSpecError as err:
+            raise ConfigError(f"model.lora.quantize: {err}") from None
+        if device.type != "cpu":
+            policy = policy.to(device)
+    else:
+        policy = load_model(cfg.model.name, torch.float32).to(device)
     policy.config.use_cache = False
     if lora is not None:
         spec = adapters.LoraSpec(
