@@ -258,3 +258,11 @@ def test_qlora_refuses_vllm(tmp_path):
     cfg["rollout"]["engine"] = "vllm"
     with pytest.raises(ConfigError, match="torch engine only"):
         train(build_config(cfg))
+
+
+def test_rlvr_eval_evaluates_a_lora_run(tmp_path, straight_run):
+    from rlvr.evaluation import evaluate
+
+    run_dir, _ = straight_run
+    summary = evaluate(run_dir, n=2, n_prompts=4, out=tmp_path / "eval", progress=False)
+    assert summary["checkpoint"] == "step_000004" and "pass@1" in summary["metrics"]

@@ -564,7 +564,12 @@ def _evaluate(
     tokenizer = _load_tokenizer(target, model)
     # fp32 weights and a bf16/fp32 engine as in training, so greedy results match the
     # trainer's own held-out evaluation sample for sample
-    policy = load_model(target.spec, torch.float32).to(torch_device)
+    # a QLoRA run's adapter is evaluated on the quantised base it was trained on
+    lora = cfg.model.lora if target.run_dir is not None else None
+    quantize = lora.quantize if lora is not None else None
+    policy = load_model(target.spec, torch.float32, quantize)
+    if quantize is None:
+        policy = policy.to(torch_device)
     task, dropped = limit_task_prompts(task, tokenizer, policy, cfg)
     problems = task.eval_problems()[: cfg.eval.n_prompts]
     if not problems:
@@ -576,6 +581,8 @@ def _evaluate(
     for note in notes + (replacing if (out_dir / SUMMARY_FILE).is_file() else []):
         console.print(f"note: {note}", markup=False, highlight=False)
     dtype = resolve(cfg.rollout.dtype, torch_device, policy.config, "rollout")
+    if quantize is not None:  # the engine samples from the quantised model itself
+        dtype = torch.float32
     if cfg.env.name is not None:  # agent episodes, judged by their success
         episodes, sampling, seconds = _play(
             policy, tokenizer, problems, settings, task, max_batch, console, dtype
