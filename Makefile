@@ -46,6 +46,8 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/generation.py --dtype fp32
 	$(BIN)/python bench/training.py
 	$(BIN)/python bench/memory.py
+	$(BIN)/python bench/memory.py --benchmark lora
+	$(BIN)/python bench/vllm_lora.py
 	$(BIN)/python bench/grpo_step.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/precision.py

@@ -241,6 +241,10 @@ def lora(args: argparse.Namespace) -> None:
                 print(
                     f"{name:24s} {row['arm']:8s}: did not fit in {args.limit_gib} GiB", flush=True
                 )
+    path = Path(__file__).parent / "results" / "memory-lora-cpu.json"
+    done = {row["model"] for row in rows}
+    if path.is_file():  # the other models' rows of an earlier run stay
+        rows = [r for r in json.loads(path.read_text())["rows"] if r["model"] not in done] + rows
     result = {
         "benchmark": "full fine-tuning vs LoRA, two GRPO steps with beta = 0.04 (second timed)",
         "device": describe_device(),
@@ -248,7 +252,6 @@ def lora(args: argparse.Namespace) -> None:
         "random_1b": RANDOM_1B,
         "rows": rows,
     }
-    path = Path(__file__).parent / "results" / "memory-lora-cpu.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
 

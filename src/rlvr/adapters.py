@@ -277,10 +277,13 @@ class MergedWeights:
         kept = self._cache.get(id(module))
         if kept is not None and kept[0] == key:
             return kept[1]
-        merged = base.float()
-        for a in names:
-            merged = merged + module.get_delta_weight(a).float()
-        merged = merged.to(base.dtype)
+        # a normal tensor even when called under inference mode (the engine's): its version
+        # counter tells the decoder's packed copy that it has not changed
+        with torch.inference_mode(False):
+            merged = base.float()
+            for a in names:
+                merged = merged + module.get_delta_weight(a).float()
+            merged = merged.to(base.dtype)
         self._cache[id(module)] = (key, merged)
         return merged
 

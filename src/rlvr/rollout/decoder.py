@@ -185,7 +185,12 @@ class LlamaDecoder:
             for proj in (b.self_attn.q_proj, b.self_attn.k_proj, b.self_attn.v_proj)
             + (b.self_attn.o_proj, b.mlp.gate_proj, b.mlp.up_proj, b.mlp.down_proj)
         ] + [self.model.lm_head]
-        packed = self.linear.pack([self.merged(m) for m in flat])
+        weights = [self.merged(m) for m in flat]
+        packed = self.linear.pack(weights)
+        if self.linear.enabled:  # the packed copies are what runs: free the merged ones' memory
+            for w, m in zip(weights, flat, strict=True):
+                if w is not getattr(m, "weight", None) and w.untyped_storage().size():
+                    w.untyped_storage().resize_(0)  # same tensor and version: not repacked
         projections = [(w, _bias(m)) for w, m in zip(packed, flat, strict=True)]
         self.lm_head = projections.pop()
         self.layers = [
