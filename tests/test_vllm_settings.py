@@ -40,7 +40,7 @@ class RecordingLLM:
     def reset_prefix_cache(self) -> None:
         self.calls.append(("reset_prefix_cache",))
 
-    def generate(self, requests: list, params: list, use_tqdm: bool) -> list:
+    def generate(self, requests: list, params: list, use_tqdm: bool, lora_request=None) -> list:
         self.calls.append(("generate", len(requests)))
         token = SimpleNamespace(logprob=-0.5)
         sample = SimpleNamespace(
@@ -57,6 +57,7 @@ def sleeping_engine() -> VLLMEngine:
     engine.sleep_mode = True
     engine.version = 0
     engine._asleep = set()
+    engine.lora_publish, engine._adapter = None, None  # a policy without adapters
     engine._dir = tempfile.TemporaryDirectory()
     return engine
 
