@@ -410,5 +410,5 @@ def test_preset_values() -> None:
         0.0,
     )
     assert get_preset("rloo").advantage == "rloo"
-    with pytest.raises(ValueError, match="'nope'.*dapo, dr_grpo, gmpo"):
+    with pytest.raises(ValueError, match="'nope'.*dapo, dpo, dr_grpo, gmpo"):
         get_preset("nope")

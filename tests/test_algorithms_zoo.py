@@ -236,6 +236,8 @@ def test_compute_advantages_uniform_convention() -> None:
         token_kl=torch.zeros(4, 2, dtype=torch.float64),
         values=torch.zeros(4, 2, dtype=torch.float64),
         greedy_rewards=_t([1, 1, 0, 0]),
+        student_logp=torch.zeros(4, 2, dtype=torch.float64),
+        teacher_logp=torch.zeros(4, 2, dtype=torch.float64),
     )
     for name, estimator in ADVANTAGES.items():
         out = compute_advantages(name, inputs)
@@ -612,6 +614,14 @@ def test_every_preset_validates_and_is_documented() -> None:
         "cispo",
         "ppo",
         "nsr",
+        "sft",
+        "rft",
+        "dpo",
+        "ipo",
+        "online_dpo",
+        "semi_online_dpo",
+        "rebel",
+        "on_policy_distillation",
     }
     assert set(PRESETS) == expected
     for name, preset in PRESETS.items():

@@ -78,7 +78,8 @@ def test_chat_column_in_parquet_and_problems_stay_picklable(tmp_path):
     ("messages", "message"),
     [
         ([SYSTEM], r"the last message must be the user's .* got role 'system'"),
-        (chat(("user", "a"), ("assistant", "b")), r"last message must be the user's"),
+        (chat(("assistant", "b")), r"a user message before its first assistant message"),
+        (chat(("user", "a"), ("assistant", "b"), ("system", "c")), r"message 2: only the first"),
         (chat(("user", "a"), ("system", "b"), ("user", "c")), r"message 1: only the first"),
         (chat(("robot", "a")), r"message 0: role 'robot' is not one of system, user, assistant"),
         ([{"role": "user", "content": ["a"]}], r"message 0: expected \{'role'"),

@@ -8,12 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.algorithms import PRESETS
+from rlvr.algorithms import ADVANTAGES, PRESETS
 from rlvr.config import ConfigError, build_config
 from rlvr.logging import read_metrics
 from rlvr.trainer import train
 
-TRAINABLE = sorted(PRESETS)
+TRAINABLE = sorted(
+    name
+    for name, preset in PRESETS.items()
+    if preset.samples == "policy" and "teacher_logp" not in ADVANTAGES[preset.advantage].requires
+)
+"""Presets that learn from their own samples and a reward alone (SFT and offline DPO learn from
+the data's completions, distillation from a teacher: tests/test_objectives.py)."""
 
 
 def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:

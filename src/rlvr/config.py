@@ -94,6 +94,12 @@ class ModelConfig(Section):
     lora: LoraConfig | None = Field(
         None, description="train a LoRA adapter on the frozen model (None: every weight)"
     )
+    teacher: str | None = Field(
+        None,
+        description="on-policy distillation: a model spec (a trained run's checkpoint, a "
+        "larger model with the same tokenizer) whose log-probs of the student's samples give "
+        "the advantages (algorithm.preset: on_policy_distillation)",
+    )
 
 
 class TaskConfig(Section):
@@ -136,7 +142,23 @@ class TaskConfig(Section):
         description="file task: column of the prompt, text or a chat (a list of {role, content} "
         "messages)",
     )
-    answer_column: str = Field("answer", description="file task: column of the reference answer")
+    answer_column: str | None = Field(
+        "answer",
+        description="file task: column of the reference answer (None: rows without one, for "
+        "demonstrations or preference pairs that are not verified)",
+    )
+    completion_column: str | None = Field(
+        None,
+        description="file task: column of a demonstration, a completion text or a list of "
+        "messages (assistant turns, tool results) continuing the prompt's chat (SFT, RFT, "
+        "sft_coef); a prompt column whose chat ends with assistant turns needs none",
+    )
+    chosen_column: str | None = Field(
+        None, description="file task: column of the preferred completion (offline DPO / IPO)"
+    )
+    rejected_column: str | None = Field(
+        None, description="file task: column of the dispreferred completion"
+    )
     answer_pattern: str | None = Field(
         None,
         description="file task: regex whose one group cuts the answer out of the answer column, "
@@ -183,6 +205,9 @@ class TaskConfig(Section):
     )
 
     FILE_FIELDS: ClassVar[tuple[str, ...]] = (
+        "completion_column",
+        "chosen_column",
+        "rejected_column",
         "subset",
         "split",
         "eval_split",
@@ -549,6 +574,33 @@ class AlgorithmConfig(Section):
     reference_reset_every: int | None = Field(
         None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
     )
+    objective: str | None = Field(
+        None,
+        description="a registered objective: policy_gradient (advantages and a policy loss), "
+        "imitation (SFT / RFT negative log-likelihood), dpo, ipo, rebel (pairs), or a plug-in's",
+    )
+    samples: Literal["policy", "data"] | None = Field(
+        None,
+        description="policy: sample G completions per prompt; data: train on the data's own "
+        "completions (task.completion_column, task.chosen_column / rejected_column)",
+    )
+    pairing: Literal["best_worst", "adjacent"] | None = Field(
+        None,
+        description="pair objectives: best_worst (the best and worst sample of each group; "
+        "equal rewards skipped) or adjacent (samples 0-1, 2-3, ...)",
+    )
+    sync_every: int | None = Field(
+        None,
+        ge=1,
+        description="the rollouts get the trained weights every s updates (1: online; s > 1: "
+        "semi-online, pairs sampled from a snapshot)",
+    )
+    sft_coef: float | None = Field(
+        None,
+        ge=0,
+        description="weight of an SFT term on each problem's demonstration beside the RL loss "
+        "(needs task.completion_column; 0: none)",
+    )
     vf_coef: float | None = Field(None, ge=0, description="value loss weight (gae)")
     value_clip: float | None = Field(None, gt=0, description="value clip range (gae)")
     gamma: float | None = Field(None, ge=0, le=1, description="GAE discount")
@@ -679,6 +731,13 @@ class TrainConfig(Section):
         True,
         description="encode each prompt once per group in the training forward (Prefix "
         "Grouper); same gradients as the padded forward, less compute",
+    )
+    packing: bool | None = Field(
+        None,
+        description="sequence packing: pack whole sequences (prompt + completion) of a "
+        "micro-batch back to back into rows under a block-diagonal mask, no padding; None: on "
+        "for the data's completions (SFT, offline DPO), off for sampled groups (whose shared "
+        "prompts shared_prefix encodes once)",
     )
     device: str = Field(
         "auto",
@@ -846,6 +905,7 @@ class Config(Section):
             ("kl_estimator", algorithms.KL_ESTIMATORS),
             ("group_filter", algorithms.GROUP_FILTERS),
             ("group_selector", algorithms.GROUP_SELECTORS),
+            ("objective", algorithms.OBJECTIVES),
             ("credit", CREDIT),
         ):
             value = getattr(algo, key)

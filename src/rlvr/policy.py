@@ -12,6 +12,12 @@ right-padded to ``T``. Two forwards give the same log-probs and gradients:
   under a block mask. A group of G samples of lengths ``T_i`` of a prompt of length ``Lp`` then
   costs about ``Lp + sum_i T_i`` token-passes instead of ``G*(Lp + max_i T_i)``.
 
+* ``packed=True`` (sequence packing): each sample's whole sequence, prompt and completion
+  without padding, is packed back to back into rows as wide as the longest sequence, under a
+  block-diagonal causal mask with positions restarting at each sequence: for batches whose
+  prompts are not shared (SFT on demonstrations), where it removes the padding of the plain
+  forward.
+
 Only the logits that predict completion tokens are computed: with a 50k vocabulary they are
 the expensive part of the output layer. With ``chunk_tokens`` they are not even all in memory at
 once: the output layer and the log-softmax run a chunk of tokens at a time, each chunk
@@ -251,6 +257,7 @@ def completion_logprobs(
     entropy_grad: bool = False,
     value_head: ValueHead | None = None,
     chunk_tokens: int = 0,
+    packed: bool = False,
 ) -> (
     tuple[torch.Tensor, torch.Tensor | None]
     | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
@@ -265,6 +272,7 @@ def completion_logprobs(
             once) up to fp32 rounding; a :class:`ConfigError` for models whose logits are not
             the output layer of the last hidden state (logit soft-capping or scaling, see
             :data:`_LOGIT_SETTINGS`).
+        packed: sequence packing (:func:`_packed_forward`); ``shared_prefix`` is then unused.
 
     Returns:
         logp [N, T] (fp32; zero where the completion mask is 0), and the per-token entropy of
@@ -277,6 +285,8 @@ def completion_logprobs(
     if chunk_tokens:
         _check_plain_output_layer(model)
     forward = _grouped_forward if shared_prefix else _padded_forward
+    if packed:
+        forward = _packed_forward
     logits, states = forward(model, batch, value_head is not None, chunk_tokens > 0)  # [K,V],[K,H]
     mask = batch.completion_mask
     targets = batch.completion_ids[mask.bool()]
@@ -355,6 +365,68 @@ def pack_rows(prompt_index: list[int], lengths: list[int]) -> list[tuple[int, li
         else:
             rows.append((prompt_index[i], [i], lengths[i]))
     return [(j, sorted(members)) for j, members, _ in rows]
+
+
+def _packed_forward(
+    model: PreTrainedModel, batch: Batch, hidden: bool, chunked: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Sequence packing: every sample's sequence (its prompt's real tokens, then its completion)
+    packed back to back into rows as wide as the longest sequence (first-fit decreasing,
+    :func:`pack_rows` with one bin for all), each token attending causally to its own sequence
+    only, with positions from 0 at each sequence's start: the logits of every token are those of
+    the plain forward.
+
+    Returns the logits [K, V] (None when ``chunked``) and last hidden states [K, H] (when
+    ``hidden`` or ``chunked``) predicting the K real completion tokens, in the row-major order of
+    ``batch.completion_mask``.
+    """
+    device = batch.prompt_ids.device
+    lp = batch.prompt_ids.shape[1]
+    prompt_len = batch.prompt_mask.sum(-1).tolist()
+    index = batch.prompt_index.tolist()
+    completion_len = batch.completion_mask.sum(-1).tolist()
+    lengths = [prompt_len[j] + t for j, t in zip(index, completion_len, strict=True)]
+    rows = pack_rows([0] * len(lengths), lengths)
+    width = max(1, max(lengths))
+    prompt_ids, completion_ids = batch.prompt_ids.cpu(), batch.completion_ids.cpu()
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    owner = torch.full((len(rows), width), -1, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    source = []  # flat slot of the state predicting each real completion token, in order
+    start = [0] * len(lengths)
+    for r, (_, members) in enumerate(rows):
+        o = 0
+        for i in members:
+            j, n_prompt, length = index[i], prompt_len[index[i]], lengths[i]
+            ids[r, o : o + n_prompt] = prompt_ids[j, lp - n_prompt :]
+            ids[r, o + n_prompt : o + length] = completion_ids[i, : length - n_prompt]
+            owner[r, o : o + length] = i
+            positions[r, o : o + length] = torch.arange(length)
+            start[i] = r * width + o
+            o += length
+    for i, t in enumerate(completion_len):
+        first = start[i] + prompt_len[index[i]] - 1  # the prompt's last token predicts token 0
+        source += range(first, first + t)
+    owner = owner.to(device)
+    same = (owner[:, :, None] == owner[:, None, :]) & (owner[:, :, None] >= 0)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    alone = torch.eye(width, dtype=torch.bool, device=device) & (owner[:, :, None] < 0)
+    mask = ((same & causal) | alone)[:, None]  # padding slots see themselves: finite
+    logits, states = _run(
+        model,
+        not chunked,
+        hidden or chunked,
+        input_ids=ids.to(device),
+        attention_mask=mask,
+        position_ids=positions.to(device),
+        use_cache=False,
+    )
+    flat = torch.tensor(source, dtype=torch.long, device=device)
+
+    def take(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.reshape(-1, x.shape[-1])[flat]
+
+    return take(logits), take(states)
 
 
 class _KeepLayer(DynamicLayer):

@@ -25,6 +25,7 @@ from rlvr.algorithms.advantages import (
     weight_by_sign,
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
+from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.filters import (
     GROUP_FILTERS,
     GROUP_SELECTORS,
@@ -37,6 +38,7 @@ from rlvr.algorithms.filters import (
     register_group_selector,
     top_entropy_mask,
 )
+from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import MISMATCH_BAND, importance_weights, mismatch_metrics
 from rlvr.algorithms.kl import (
     KL_ESTIMATORS,
@@ -67,6 +69,20 @@ from rlvr.algorithms.losses import (
     reinforce_policy_loss,
     value_loss,
 )
+from rlvr.algorithms.objectives import (
+    OBJECTIVES,
+    Objective,
+    PairLogps,
+    add_objective,
+    register_objective,
+)
+from rlvr.algorithms.preference import (
+    PAIRINGS,
+    dpo_loss,
+    ipo_loss,
+    preference_pairs,
+    rebel_loss,
+)
 from rlvr.algorithms.presets import (
     KL_PLACEMENTS,
     NORMALIZATIONS,
@@ -91,6 +107,8 @@ __all__ = [
     "KL_PLACEMENTS",
     "MISMATCH_BAND",
     "NORMALIZATIONS",
+    "OBJECTIVES",
+    "PAIRINGS",
     "POLICY_LOSSES",
     "POLICY_METRICS",
     "PRESETS",
@@ -98,13 +116,17 @@ __all__ = [
     "AdvantageInputs",
     "AdvantageOutput",
     "GroupAccumulator",
+    "Objective",
+    "PairLogps",
     "PolicyLoss",
     "Preset",
+    "add_objective",
     "advantage_kwargs",
     "aggregate",
     "cispo_policy_loss",
     "clipped_policy_loss",
     "compute_advantages",
+    "dpo_loss",
     "dr_grpo",
     "entropy_bonus",
     "entropy_threshold",
@@ -118,6 +140,7 @@ __all__ = [
     "gspo_policy_loss",
     "importance_weights",
     "informative_groups",
+    "ipo_loss",
     "kl_k1",
     "kl_k2",
     "kl_k3",
@@ -125,11 +148,13 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "mismatch_metrics",
+    "nll_loss",
     "normalize_batch",
     "overlong_penalty",
     "pass_rate_band",
     "policy_loss",
     "policy_metrics",
+    "preference_pairs",
     "preset_advantages",
     "register_advantage",
     "register_aggregation",
@@ -137,19 +162,23 @@ __all__ = [
     "register_group_filter",
     "register_group_selector",
     "register_kl",
+    "register_objective",
     "register_policy_loss",
     "register_preset",
+    "rebel_loss",
     "reinforce",
     "reinforce_policy_loss",
     "reinforce_pp",
     "remax",
     "resolve",
+    "reverse_kl_advantages",
     "reward_to_go",
     "rloo",
     "should_reset_reference",
     "token_rewards",
     "top_entropy_mask",
     "validate",
+    "verified",
     "value_loss",
     "weight_by_sign",
 ]

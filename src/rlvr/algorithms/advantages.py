@@ -402,6 +402,10 @@ class AdvantageInputs:
         values: [N, T] value-head outputs on the completion tokens (no grad); needed by gae.
         greedy_rewards: [N] reward of the greedy completion of each sample's prompt; needed by
             remax.
+        student_logp: [N, T] the sampler's log-probs of the sampled tokens; needed by
+            reverse_kl (on-policy distillation).
+        teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
+            reverse_kl.
     """
 
     rewards: torch.Tensor
@@ -410,6 +414,8 @@ class AdvantageInputs:
     token_kl: torch.Tensor | None = None
     values: torch.Tensor | None = None
     greedy_rewards: torch.Tensor | None = None
+    student_logp: torch.Tensor | None = None
+    teacher_logp: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.rewards.shape[0] if self.rewards.dim() == 1 else -1
@@ -420,7 +426,7 @@ class AdvantageInputs:
             )
         if self.mask is not None and (self.mask.dim() != 2 or self.mask.shape[0] != n):
             raise ValueError(f"AdvantageInputs.mask must be [{n}, T], got {tuple(self.mask.shape)}")
-        for name in ("token_kl", "values"):
+        for name in ("token_kl", "values", "student_logp", "teacher_logp"):
             tensor = getattr(self, name)
             if tensor is not None and (self.mask is None or tensor.shape != self.mask.shape):
                 expected = "[N, T] like mask" if self.mask is None else tuple(self.mask.shape)
@@ -458,6 +464,8 @@ INPUT_HINTS = {
     "values": "the [N, T] outputs of a value head on the completion tokens",
     "greedy_rewards": "the rollout must add one greedy completion per prompt and give its "
     "reward to every sample of the prompt, [N]",
+    "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
+    "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
 }
 
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.algorithms import distillation, imitation  # noqa: F401 (register their estimators)
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
@@ -34,9 +35,12 @@ from rlvr.algorithms.advantages import (
 from rlvr.algorithms.filters import GROUP_FILTERS, GROUP_SELECTORS
 from rlvr.algorithms.kl import KL_ESTIMATORS
 from rlvr.algorithms.losses import AGGREGATIONS, POLICY_LOSSES
+from rlvr.algorithms.objectives import OBJECTIVES
+from rlvr.algorithms.preference import PAIRINGS
 from rlvr.registry import Registry, check_params
 
 KL_PLACEMENTS = ("loss", "reward")
+SAMPLE_SOURCES = ("policy", "data")
 NORMALIZATIONS = ("group", "batch")
 
 
@@ -80,9 +84,20 @@ class Preset:
         value_clip: value clip range (gae only), or None.
         gamma: GAE discount (gae only; 1 otherwise).
         lam: GAE lambda (gae only; 1 otherwise).
+        objective: what the learner minimises (:data:`~rlvr.algorithms.objectives.OBJECTIVES`):
+            policy_gradient (the parts above), imitation (SFT, RFT), or a pair objective (dpo,
+            ipo, rebel).
+        samples: where a step's completions come from: ``policy`` (sampled, G per prompt) or
+            ``data`` (the problems' own demonstrations or preference pairs: SFT, offline DPO).
+        pairing: how a pair objective forms pairs in a group (``best_worst``, ``adjacent``;
+            None: the objective's default).
+        sync_every: the rollouts get the trained weights every this many updates (1: online;
+            s > 1: semi-online, Lanchantin et al. 2025).
+        sft_coef: weight of an SFT term on the problems' demonstrations beside the RL loss
+            (0: none).
         params: each selected part's own keyword arguments, by part: ``advantage``,
             ``policy_loss``, ``aggregation``, ``kl_estimator``, ``group_filter``,
-            ``group_selector`` (checked against the part's signature).
+            ``group_selector``, ``objective`` (checked against the part's signature).
         citation: the paper.
         summary: one line on what the preset does.
     """
@@ -114,6 +129,11 @@ class Preset:
     value_clip: float | None = None
     gamma: float = 1.0
     lam: float = 1.0
+    objective: str = "policy_gradient"
+    samples: str = "policy"
+    pairing: str | None = None
+    sync_every: int = 1
+    sft_coef: float = 0.0
     params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
     citation: str
     summary: str
@@ -123,6 +143,17 @@ class Preset:
         """The group selector a step applies: ``group_selector``, else DAPO's ``informative``
         with ``dynamic_sampling``, else None (every group trains)."""
         return self.group_selector or ("informative" if self.dynamic_sampling else None)
+
+    @property
+    def pairs(self) -> str:
+        """The pairing of a pair objective (``pairing``, or the objective's default)."""
+        return self.pairing or OBJECTIVES[self.objective].pairing or "best_worst"
+
+    @property
+    def needs_reference(self) -> bool:
+        """The run keeps a reference policy: a KL term (beta > 0) or an objective that reads
+        it (DPO, IPO)."""
+        return self.beta > 0 or OBJECTIVES[self.objective].needs_reference
 
 
 FIXED_FIELDS = ("name", "citation", "summary")
@@ -134,6 +165,7 @@ ARGUMENTS_FILLED = {
     "kl_estimator": ("logp", "ref_logp"),
     "group_filter": ("rewards", "lengths"),
     "group_selector": ("rewards", "group_ids"),
+    "objective": ("pairs",),
 }
 """The parts ``params`` configures, with the arguments rlvr fills itself (the advantage's
 beta, gamma, lam and baseline come from the preset's fields)."""
@@ -162,9 +194,12 @@ def _problems(p: Preset) -> list[str]:
         value = getattr(p, name)
         if value is not None and value not in registry:
             problems.append(f"{name}: {registry.unknown(value)}")
+    if p.objective not in OBJECTIVES:
+        problems.append(f"objective: {OBJECTIVES.unknown(p.objective)}")
     if problems:
         return problems  # the checks below look the names up
     estimator, loss = ADVANTAGES[p.advantage], POLICY_LOSSES[p.policy_loss]
+    problems += _objective_problems(p)
 
     # clipping
     if p.clip_low < 0 or p.clip_high < 0:
@@ -209,7 +244,7 @@ def _problems(p: Preset) -> list[str]:
         )
     if p.reference_reset_every < 0:
         problems.append(f"reference_reset_every must be >= 0, got {p.reference_reset_every}")
-    if p.reference_reset_every > 0 and p.beta == 0:
+    if p.reference_reset_every > 0 and not p.needs_reference:
         problems.append("reference_reset_every > 0 but beta = 0: there is no reference to reset")
 
     # advantage options
@@ -272,6 +307,55 @@ def _problems(p: Preset) -> list[str]:
     return problems
 
 
+def _objective_problems(p: Preset) -> list[str]:
+    """Contradictions of the objective, the samples' source, pairing, sync_every, sft_coef."""
+    problems = []
+    objective = OBJECTIVES[p.objective]
+    if p.samples not in SAMPLE_SOURCES:
+        problems.append(f"samples must be one of {SAMPLE_SOURCES}, got {p.samples!r}")
+    if p.pairing is not None and objective.kind != "pairs":
+        problems.append(
+            f"pairing applies to pair objectives (dpo, ipo, rebel), not {p.objective!r}"
+        )
+    if p.pairing is not None and p.pairing not in PAIRINGS:
+        problems.append(f"pairing must be one of {PAIRINGS}, got {p.pairing!r}")
+    if p.sync_every < 1:
+        problems.append(f"sync_every must be >= 1, got {p.sync_every}")
+    if p.sft_coef < 0:
+        problems.append(f"sft_coef must be >= 0, got {p.sft_coef}")
+    if p.sft_coef > 0 and (objective.kind != "policy_gradient" or p.samples != "policy"):
+        problems.append(
+            "sft_coef adds an SFT term to a policy-gradient objective on sampled groups"
+        )
+    if objective.kind != "policy_gradient":
+        if p.beta > 0:
+            problems.append(
+                f"beta is the KL penalty of policy-gradient objectives; objective {p.objective!r} "
+                "sets its own strength in params.objective"
+            )
+        if p.entropy_coef or p.top_entropy_rho is not None or p.vf_coef:
+            problems.append(
+                f"entropy_coef, top_entropy_rho and value heads apply to policy-gradient "
+                f"objectives, not {p.objective!r}"
+            )
+    if p.samples == "data":
+        if p.dynamic_sampling or p.selector or p.group_filter or p.overlong_buffer_frac is not None:
+            problems.append(
+                "samples: data trains on the data's completions: dynamic sampling, group "
+                "filters and the overlong penalty apply to sampled groups"
+            )
+        if p.sync_every != 1:
+            problems.append("sync_every applies to sampled groups (samples: policy)")
+        if p.objective == "policy_gradient":
+            problems.append(
+                "samples: data needs an objective that learns from given completions "
+                "(imitation, dpo, ipo, rebel)"
+            )
+        if "student_logp" in ADVANTAGES[p.advantage].requires:
+            problems.append(f"advantage {p.advantage!r} scores the policy's own samples")
+    return problems
+
+
 def _part_function(p: Preset, part: str) -> Any:
     """The function of the part ``part`` the preset selects, or None when it selects none."""
     if part == "advantage":
@@ -284,6 +368,8 @@ def _part_function(p: Preset, part: str) -> Any:
         return KL_ESTIMATORS[p.kl_estimator]
     if part == "group_filter":
         return None if p.group_filter is None else GROUP_FILTERS[p.group_filter]
+    if part == "objective":
+        return OBJECTIVES[p.objective].fn
     return None if p.selector is None else GROUP_SELECTORS[p.selector]
 
 
@@ -540,6 +626,111 @@ for _preset in (
             "rewards, the paper's +-1 up to scale) with positive advantages weighted 0, so "
             "only wrong completions are pushed down; PPO clip 0.2, token-mean, no KL. "
             "pos_weight = 0.1 gives W-REINFORCE."
+        ),
+    ),
+    Preset(
+        name="sft",
+        advantage="verified",
+        objective="imitation",
+        samples="data",
+        aggregation="token-mean",
+        citation="Ouyang et al. 2022, Training language models to follow instructions with "
+        "human feedback (InstructGPT), arXiv:2203.02155, Sec. 3.5 (SFT)",
+        summary=(
+            "Supervised fine-tuning on the data's demonstrations (a completion column, or the "
+            "assistant turns of a chat): negative log-likelihood of the assistant tokens, "
+            "token mean over the batch, no sampling."
+        ),
+    ),
+    Preset(
+        name="rft",
+        advantage="verified",
+        objective="imitation",
+        aggregation="token-mean",
+        citation="Yuan et al. 2023, Scaling Relationship on Learning Mathematical Reasoning "
+        "with Large Language Models (RFT), arXiv:2308.01825; Zelikman et al. 2022, STaR, "
+        "arXiv:2203.14465",
+        summary=(
+            "Rejection-sampling fine-tuning (expert iteration): sample G per prompt, keep the "
+            "verified ones (reward >= params.advantage.threshold, 1), and fine-tune on them "
+            "with the SFT loss; the wrong ones are not pushed down."
+        ),
+    ),
+    Preset(
+        name="dpo",
+        advantage="grpo",
+        objective="dpo",
+        samples="data",
+        citation="Rafailov et al. 2023, Direct Preference Optimization: Your Language Model is "
+        "Secretly a Reward Model, arXiv:2305.18290",
+        summary=(
+            "Offline DPO on preference pairs of the data (chosen, rejected columns): "
+            "-log sigmoid(beta h), beta = 0.1 (params.objective), h the log-ratio to the "
+            "reference (the initial policy) of the chosen minus the rejected."
+        ),
+    ),
+    Preset(
+        name="ipo",
+        advantage="grpo",
+        objective="ipo",
+        samples="data",
+        citation="Azar et al. 2023, A General Theoretical Paradigm to Understand Learning from "
+        "Human Preferences, arXiv:2310.12036",
+        summary=(
+            "Offline IPO on the data's preference pairs: (h - 1/(2 tau))^2, tau = 0.1, with "
+            "DPO's log-ratio margin h; no sigmoid, so the margin does not grow without bound."
+        ),
+    ),
+    Preset(
+        name="online_dpo",
+        advantage="grpo",
+        objective="dpo",
+        pairing="best_worst",
+        citation="Guo et al. 2024, Direct Language Model Alignment from Online AI Feedback, "
+        "arXiv:2402.04792",
+        summary=(
+            "DPO on the policy's own groups: chosen = the best, rejected = the worst sample "
+            "of each group by the reward (groups of equal rewards skipped and counted), "
+            "beta = 0.1, the reference the initial policy; fresh samples every step."
+        ),
+    ),
+    Preset(
+        name="semi_online_dpo",
+        advantage="grpo",
+        objective="dpo",
+        pairing="best_worst",
+        sync_every=5,
+        citation="Lanchantin et al. 2025, Bridging Offline and Online Reinforcement Learning "
+        "for LLMs, arXiv:2506.21495",
+        summary=(
+            "Online DPO whose sampler gets the trained weights only every s = 5 updates "
+            "(sync_every): pairs come from a snapshot between syncs, between offline (s = "
+            "inf) and online (s = 1) DPO."
+        ),
+    ),
+    Preset(
+        name="rebel",
+        advantage="grpo",
+        objective="rebel",
+        pairing="adjacent",
+        citation="Gao et al. 2024, REBEL: Reinforcement Learning via Regressing Relative "
+        "Rewards, arXiv:2404.16767",
+        summary=(
+            "Least-squares regression of reward differences on differences of log-ratios to "
+            "the sampling policy, (1/eta) [log-ratio(y) - log-ratio(y')] ~ r(y) - r(y'), on "
+            "adjacent pairs of each group, eta = 1 (params.objective); no reference, no clip."
+        ),
+    ),
+    Preset(
+        name="on_policy_distillation",
+        advantage="reverse_kl",
+        aggregation="token-mean",
+        citation="Agarwal et al. 2024, On-Policy Distillation of Language Models (GKD), "
+        "arXiv:2306.13649; Lu & Thinking Machines Lab 2025, On-Policy Distillation",
+        summary=(
+            "A teacher (model.teacher) scores the student's own samples token by token; the "
+            "per-token reverse KL log pi_s - log pi_T is the negative advantage (task reward "
+            "mixed in with params.advantage.task_weight), PPO clip 0.2, token mean, no KL."
         ),
     ),
 ):

@@ -6,6 +6,7 @@ from rlvr.data.base import (
     DEFAULT_PROMPT_TEMPLATE,
     FILE_PROMPT_TEMPLATE,
     CategorizedTask,
+    Demonstration,
     Problem,
     Task,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "CountdownTask",
     "FileTask",
     "MixtureTask",
+    "Demonstration",
     "Problem",
     "ReasoningGymTask",
     "Task",

@@ -10,8 +10,9 @@ Every task asks for its final answer the same way: on the last line, as ``Answer
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 DEFAULT_PROMPT_TEMPLATE = (
     "{question}\nThink step by step if needed, then give the final answer on the last line as "
@@ -27,17 +28,49 @@ Chat = tuple[tuple[str, str], ...]  # ((role, content), ...): system?, then turn
 
 
 @dataclass(frozen=True)
+class Demonstration:
+    """A completion the data gives for a problem: the chat messages that continue its prompt
+    (one assistant message for a prompt/completion row; the assistant turns, tool results and
+    user turns after the prompt for a chat row), and its ``reward`` (1 for a demonstration or a
+    chosen completion, 0 for a rejected one).
+
+    ``messages`` are JSON texts of ``{"role", "content", ...}`` dicts (a message's other fields,
+    such as ``tool_calls``, kept as written), so the problem stays hashable; :meth:`turns`
+    gives the dicts."""
+
+    messages: tuple[str, ...]
+    reward: float = 1.0
+
+    @staticmethod
+    def of(messages: list[dict[str, Any]], reward: float = 1.0) -> Demonstration:
+        return Demonstration(tuple(json.dumps(m, sort_keys=True) for m in messages), reward)
+
+    def turns(self) -> list[dict[str, Any]]:
+        """The messages as dicts."""
+        return [json.loads(m) for m in self.messages]
+
+    @property
+    def text(self) -> str:
+        """The last assistant message's content (what a verifier would read)."""
+        turns = [t for t in self.turns() if t["role"] == "assistant"]
+        return str(turns[-1].get("content") or "") if turns else ""
+
+
+@dataclass(frozen=True)
 class Problem:
     """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, the
     reference ``answer`` as a string (e.g. "71"), the ``category`` it was drawn from in a
-    :class:`CategorizedTask` ("" otherwise), and for a chat-format data row the whole ``chat``
-    it is prompted with (``prompt`` is then that chat's last user message)."""
+    :class:`CategorizedTask` ("" otherwise), for a chat-format data row the whole ``chat``
+    it is prompted with (``prompt`` is then that chat's last user message), and the
+    completions the data gives for it (``demonstrations``: a demonstration, or a chosen and a
+    rejected completion)."""
 
     id: str
     prompt: str
     answer: str
     category: str = ""
     chat: Chat | None = None
+    demonstrations: tuple[Demonstration, ...] = ()
 
     def messages(self, system_prompt: str | None = None) -> list[dict[str, str]]:
         """The chat the policy is prompted with: the stored ``chat``, else the user message;

@@ -66,7 +66,7 @@ class FileTask:
         self,
         path: str,
         prompt_column: str = "prompt",
-        answer_column: str = "answer",
+        answer_column: str | None = "answer",
         split_column: str | None = None,
         eval_fraction: float = 0.1,
         n_eval: int | None = None,
@@ -78,6 +78,9 @@ class FileTask:
         eval_split: str | None = None,
         subset: str | None = None,
         answer_pattern: str | None = None,
+        completion_column: str | None = None,
+        chosen_column: str | None = None,
+        rejected_column: str | None = None,
     ) -> None:
         if (category_column is None) != (category is None):
             raise ValueError("category_column and category go together")
@@ -92,6 +95,9 @@ class FileTask:
             split=split,
             eval_split=eval_split,
             subset=subset,
+            completion_column=completion_column,
+            chosen_column=chosen_column,
+            rejected_column=rejected_column,
         )
         self._setup(loaded, category, eval_fraction, n_eval, seed)
 
@@ -154,7 +160,13 @@ class FileTask:
     @staticmethod
     def _problem(split: str, row: PreparedRow) -> Problem:
         """The Problem of a row."""
-        return Problem(f"file-{split}-{row.index}", row.prompt, row.answer, chat=row.chat)
+        return Problem(
+            f"file-{split}-{row.index}",
+            row.prompt,
+            row.answer,
+            chat=row.chat,
+            demonstrations=row.demonstrations,
+        )
 
     def train_problem(self, index: int) -> Problem:
         """The training problem at sampler position ``index`` (epoch ``index // n_train``)."""
@@ -221,13 +233,16 @@ def load_source(
     category_column: str | None = None,
     *,
     prompt_column: str = "prompt",
-    answer_column: str = "answer",
+    answer_column: str | None = "answer",
     split_column: str | None = None,
     prompt_template: str = FILE_PROMPT_TEMPLATE,
     answer_pattern: str | None = None,
     split: str = "train",
     eval_split: str | None = None,
     subset: str | None = None,
+    completion_column: str | None = None,
+    chosen_column: str | None = None,
+    rejected_column: str | None = None,
 ) -> LoadedRows:
     """The checked, de-duplicated rows of a file or dataset (the arguments are FileTask's)."""
     fmt = RowFormat(
@@ -237,6 +252,9 @@ def load_source(
         answer_pattern=answer_pattern,
         split_column=split_column,
         category_column=category_column,
+        completion_column=completion_column,
+        chosen_column=chosen_column,
+        rejected_column=rejected_column,
     )
     return load_rows(path, fmt, split, eval_split, subset)
 

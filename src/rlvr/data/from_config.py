@@ -51,6 +51,9 @@ def _build(t: TaskConfig) -> Task:
         "eval_split": t.eval_split,
         "subset": t.subset,
         "answer_pattern": t.answer_pattern,
+        "completion_column": t.completion_column,
+        "chosen_column": t.chosen_column,
+        "rejected_column": t.rejected_column,
     }
     if t.category_column:
         return file_mixture(t.path, t.category_column, **source, **kwargs)

@@ -6,7 +6,13 @@ A row gives a prompt and a reference answer (columns named by :class:`RowFormat`
   system message first, the user's last, user/assistant turns between); the template is
   applied to the (last) user message;
 * the answer is text, a number or a boolean (kept as ``str(value)``), optionally cut out of a
-  longer text by ``answer_pattern`` (one regex group, e.g. GSM8K's ``#### (\\S+)``);
+  longer text by ``answer_pattern`` (one regex group, e.g. GSM8K's ``#### (\\S+)``); without
+  an answer column (``answer_column`` None) every answer is "";
+* a row may give completions (:class:`~rlvr.data.base.Demonstration`): a demonstration
+  (``completion_column``: text, or messages continuing the chat: assistant turns, tool results,
+  user turns), a preference pair (``chosen_column`` and ``rejected_column``), or a prompt chat
+  that ends with assistant turns (the chat before its first assistant message is the prompt,
+  the rest the demonstration: the common ``messages`` format of SFT data);
 * the template may use ``{question}`` (the prompt) and any other column of the row by name
   (``"{question} (in {unit})"``); every field is checked against the columns at load.
 
@@ -27,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.data.base import FILE_PROMPT_TEMPLATE, Chat
+from rlvr.data.base import FILE_PROMPT_TEMPLATE, Chat, Demonstration
 from rlvr.data.sources import read_source
 from rlvr.data.tables import Table, describe
 from rlvr.errors import DataError
@@ -35,6 +41,7 @@ from rlvr.templates import answer_regex, template_fields
 
 HELD_OUT_SPLITS = frozenset({"test", "eval", "validation"})
 _ROLES = ("system", "user", "assistant")
+_CONTINUATION_ROLES = ("assistant", "user", "tool")
 
 
 @dataclass(frozen=True)
@@ -42,11 +49,14 @@ class RowFormat:
     """How data rows become problems (the file-task keys of a ``task:`` section)."""
 
     prompt_column: str = "prompt"
-    answer_column: str = "answer"
+    answer_column: str | None = "answer"
     prompt_template: str = FILE_PROMPT_TEMPLATE
     answer_pattern: str | None = None
     split_column: str | None = None
     category_column: str | None = None
+    completion_column: str | None = None
+    chosen_column: str | None = None
+    rejected_column: str | None = None
 
     def __post_init__(self) -> None:
         fields = template_fields(self.prompt_template)
@@ -57,10 +67,16 @@ class RowFormat:
             )
         if self.answer_pattern is not None:
             answer_regex(self.answer_pattern)
+        if (self.chosen_column is None) != (self.rejected_column is None):
+            raise DataError("task.chosen_column and task.rejected_column go together")
+        if self.chosen_column is not None and self.completion_column is not None:
+            raise DataError("give task.completion_column or task.chosen_column, not both")
 
     def columns(self) -> list[str]:
-        """Every column a row needs: prompt, answer, split, category, template fields."""
+        """Every column a row needs: prompt, answer, split, category, completions, template
+        fields."""
         named = [self.prompt_column, self.answer_column, self.split_column, self.category_column]
+        named += [self.completion_column, self.chosen_column, self.rejected_column]
         fields = sorted(template_fields(self.prompt_template) - {"question"})
         return list(dict.fromkeys(c for c in named + fields if c is not None))
 
@@ -69,8 +85,9 @@ class RowFormat:
 class PreparedRow:
     """One checked row: its 0-based ``index`` in its table, ``where`` it is ("d.jsonl, line 4"),
     the rendered user message ``prompt`` (the last user turn of ``chat`` for a chat row), the
-    ``answer`` text, whether a split column or the eval split marks it ``held_out``, and its
-    ``category`` (the category column's value, "" without one)."""
+    ``answer`` text, whether a split column or the eval split marks it ``held_out``, its
+    ``category`` (the category column's value, "" without one) and the completions it gives
+    (``demonstrations``)."""
 
     index: int
     where: str
@@ -79,6 +96,7 @@ class PreparedRow:
     answer: str
     held_out: bool = False
     category: str = ""
+    demonstrations: tuple[Demonstration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,10 +167,31 @@ def _prepare_row(
     def cell(column: str) -> str:
         return text_cell(table.columns[column][i], where, column)
 
-    answer = cell(fmt.answer_column)
-    if regex is not None:
+    answer = cell(fmt.answer_column) if fmt.answer_column is not None else ""
+    if regex is not None and fmt.answer_column is not None:
         answer = _cut_answer(regex, answer, where, fmt.answer_column)
-    prompt = prompt_cell(table.columns[fmt.prompt_column][i], where, fmt.prompt_column)
+    raw_prompt = table.columns[fmt.prompt_column][i]
+    given: list[Demonstration] = []
+    if isinstance(raw_prompt, list) and raw_prompt and _role(raw_prompt[-1]) == "assistant":
+        first = next(k for k, turn in enumerate(raw_prompt) if _role(turn) == "assistant")
+        at = f"{where}, column {fmt.prompt_column!r}"
+        if not any(_role(turn) == "user" for turn in raw_prompt[:first]):
+            raise DataError(
+                f"{at}: a chat needs a user message before its first assistant message (the "
+                "prompt the demonstration answers)"
+            )
+        turns = continuation_cell(raw_prompt[first:], at, first)
+        given.append(Demonstration.of(turns))
+        raw_prompt = raw_prompt[:first]
+    prompt = prompt_cell(raw_prompt, where, fmt.prompt_column)
+    for column, reward in (
+        (fmt.completion_column, 1.0),
+        (fmt.chosen_column, 1.0),
+        (fmt.rejected_column, 0.0),
+    ):
+        if column is not None:
+            turns = completion_cell(table.columns[column][i], where, column)
+            given.append(Demonstration.of(turns, reward))
     last = prompt if isinstance(prompt, str) else prompt[-1][1]
     values = {field: cell(field) for field in fields}
     try:
@@ -163,7 +202,7 @@ def _prepare_row(
     if fmt.split_column is not None:
         held_out = cell(fmt.split_column).lower() in HELD_OUT_SPLITS
     category = cell(fmt.category_column) if fmt.category_column is not None else ""
-    return PreparedRow(i, where, text, chat, answer, held_out, category)
+    return PreparedRow(i, where, text, chat, answer, held_out, category, tuple(given))
 
 
 def _check_columns(table: Table, fmt: RowFormat) -> None:
@@ -171,6 +210,9 @@ def _check_columns(table: Table, fmt: RowFormat) -> None:
     keys = {
         fmt.prompt_column: "task.prompt_column",
         fmt.answer_column: "task.answer_column",
+        fmt.completion_column: "task.completion_column",
+        fmt.chosen_column: "task.chosen_column",
+        fmt.rejected_column: "task.rejected_column",
         fmt.split_column: "task.split_column",
         fmt.category_column: "task.category_column",
     }
@@ -244,6 +286,49 @@ def chat_cell(value: list[Any], where: str, column: str) -> Chat:
             f"the reply), got role {turns[-1][0]!r}"
         )
     return tuple(turns)
+
+
+def _role(turn: Any) -> Any:
+    return turn.get("role") if isinstance(turn, dict) else None
+
+
+def completion_cell(value: Any, where: str, column: str) -> list[dict[str, Any]]:
+    """A given completion: text (one assistant message), or a list of messages continuing the
+    prompt's chat (:func:`continuation_cell`)."""
+    if isinstance(value, list):
+        return continuation_cell(value, f"{where}, column {column!r}", 0)
+    return [{"role": "assistant", "content": text_cell(value, where, column)}]
+
+
+def continuation_cell(value: list[Any], at: str, offset: int) -> list[dict[str, Any]]:
+    """Messages that continue a chat: assistant, user or tool messages, the first and the last
+    an assistant's (the turns trained on); an assistant message needs text content or
+    ``tool_calls``. Each message is kept as written (other fields included)."""
+    turns: list[dict[str, Any]] = []
+    for k, turn in enumerate(value):
+        here = f"{at}, message {k + offset}"
+        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str):
+            raise DataError(
+                f"{here}: expected {{'role': ..., 'content': ...}}, got {describe(turn)}"
+            )
+        role, content = turn["role"], turn.get("content")
+        if role not in _CONTINUATION_ROLES:
+            raise DataError(
+                f"{here}: role {role!r} cannot follow the prompt; expected one of "
+                f"{', '.join(_CONTINUATION_ROLES)}"
+            )
+        text = isinstance(content, str) and content.strip()
+        if not text and not (role == "assistant" and turn.get("tool_calls")):
+            raise DataError(f"{here}: empty content")
+        turns.append(dict(turn))
+    if not turns:
+        raise DataError(f"{at}: no messages")
+    if turns[0]["role"] != "assistant" or turns[-1]["role"] != "assistant":
+        raise DataError(
+            f"{at}: a demonstration starts and ends with an assistant message (the turns "
+            f"trained on), got {turns[0]['role']!r} ... {turns[-1]['role']!r}"
+        )
+    return turns
 
 
 def _cut_answer(regex: re.Pattern[str], answer: str, where: str, column: str) -> str:

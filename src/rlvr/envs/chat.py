@@ -149,3 +149,68 @@ def _not_a_prefix(turns: int, before: str, after: str) -> str:
         "Use a model whose chat template only appends (model.chat_template), or a "
         "single-turn task"
     )
+
+
+def encode_demonstration(
+    tokenizer: Any,
+    prompt: list[Message],
+    turns: list[Message],
+    stop_token_ids: tuple[int, ...],
+) -> tuple[list[int], list[int], list[int]]:
+    """A demonstration's tokens as an episode's: the prompt's ids (ending with the assistant
+    header), then the completion's ids and the loss mask over them, 1 exactly on what the policy
+    would sample: each assistant message's content and the template's closing up to and
+    including its first stop token; 0 on the rest (the closing after the stop token, tool
+    results, user turns and the next assistant header).
+
+    Segments are the chat template's text between consecutive renders (prefix-preserving, as
+    for episodes: :class:`ChatRenderer`), each tokenized alone, as the agent loop does: an
+    assistant segment is tokenized as the policy would write it after the header.
+
+    Args:
+        tokenizer: a transformers tokenizer with a chat template.
+        prompt: the problem's messages (system prompt included).
+        turns: the demonstration's messages (first and last an assistant's).
+        stop_token_ids: the ids that end an assistant turn (EOS, ``<|im_end|>``).
+    Returns:
+        prompt_ids, completion_ids, mask (as long as completion_ids).
+    Raises:
+        TemplateError: a template that rewrites earlier text when a message is added.
+    """
+
+    def render(messages: list[Message], generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
+        )
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    done = render(prompt, True)
+    prompt_ids = encode(done)
+    completion: list[int] = []
+    mask: list[int] = []
+    chat = list(prompt)
+    for k, turn in enumerate(turns):
+        assistant = turn["role"] == "assistant"
+        if assistant and k > 0:  # the assistant header after a tool or user message
+            head = render(chat, True)
+            if not head.startswith(done):
+                raise TemplateError(_not_a_prefix(len(chat), done, head))
+            ids = encode(head[len(done) :])
+            completion += ids
+            mask += [0] * len(ids)
+            done = head
+        chat.append(turn)
+        text = render(chat, False)
+        if not text.startswith(done):
+            raise TemplateError(_not_a_prefix(len(chat) - 1, done, text))
+        ids = encode(text[len(done) :])
+        if assistant:  # trained up to and including the first stop token
+            stop = next((j for j, t in enumerate(ids) if t in stop_token_ids), len(ids) - 1)
+            mask += [1] * (stop + 1) + [0] * (len(ids) - stop - 1)
+        else:
+            mask += [0] * len(ids)
+        completion += ids
+        done = text
+    return prompt_ids, completion, mask

@@ -69,10 +69,15 @@ class Trajectories:
         terms: each reward term's unweighted value [N].
         policy_version: the number of optimizer updates of the policy that sampled them.
         action_mask: [N] per completion token, 1 on the ids the policy sampled and 0 on an
-            episode's observation tokens (None: every completion token was sampled).
+            episode's observation tokens, or, for the data's completions, 1 on the assistant
+            tokens (None: every completion token was sampled).
         turn_rewards: [N] an episode's reward of each turn (None: one-step episodes).
         anchors: [N] an episode's anchor state of each turn (GiGPO's step groups), or None.
         transcripts: [N] an episode's whole chat (messages), for the logs, or None.
+        teacher_logprobs: [N] a teacher's log-prob of each completion token (on-policy
+            distillation), or None.
+        demonstration_ids, demonstration_mask: [P] each problem's demonstration (token ids
+            after its prompt) and its loss mask (``sft_coef``), or None.
     """
 
     problems: list[Problem]
@@ -91,6 +96,9 @@ class Trajectories:
     turn_rewards: list[list[float]] | None = None
     anchors: list[list[Hashable | None]] | None = None
     transcripts: list[list[dict[str, Any]]] | None = None
+    teacher_logprobs: list[list[float]] | None = None
+    demonstration_ids: list[list[int]] | None = None
+    demonstration_mask: list[list[int]] | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)

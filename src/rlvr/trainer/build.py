@@ -43,9 +43,17 @@ from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
 from rlvr.trainer.batch import Sampled
 from rlvr.trainer.collect import Collector
-from rlvr.trainer.learn import Learner, lr_lambda
+from rlvr.trainer.learn import Learner, PublishedCopy, lr_lambda
 from rlvr.trainer.protocols import Learners
-from rlvr.trainer.rollouts import MultiTurn, OneStep, Player, ReferenceScorer
+from rlvr.trainer.rollouts import (
+    Given,
+    MultiTurn,
+    OneStep,
+    Player,
+    ReferenceScorer,
+    TeacherScorer,
+    demonstration_tokens,
+)
 
 CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
 """Reward fields the rollout engine records while sampling (label-free rewards)."""
@@ -151,9 +159,9 @@ def build_learner(
     fast = rollout_dtype(cfg, policy)
     autocast = train_dtype(cfg, policy)
     reference, adapter_reference = None, None
-    if algo.beta > 0 and cfg.model.lora is None:
+    if algo.needs_reference and cfg.model.lora is None:
         reference = load_model(cfg.model.name, fast).to(device)
-    elif algo.beta > 0:
+    elif algo.needs_reference:
         adapter_reference = "base"
         if cfg.model.lora.path is not None or algo.reference_reset_every:
             adapters.add_frozen_copy(policy, adapters.REFERENCE)
@@ -183,6 +191,8 @@ def build_learner(
         pad_token_id,
     )
     learner.adapter_reference = adapter_reference
+    if algo.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
+        learner.published_copy = PublishedCopy(policy)
     if cfg.train.compile:  # the training forward only; the engine keeps its own path
         learner.compiled = torch.compile(policy)
     if cfg.logging.update_sparsity:
@@ -325,6 +335,15 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
     """How the run's episodes are played and scored: an environment's multi-turn episodes
     (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
     rewards on the reference answer's probability, a scorer over ``policy``)."""
+    algo = front.algo
+    teacher = None
+    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage].requires:
+        if cfg.env.name is not None:
+            raise ConfigError(
+                f"algorithm.advantage {algo.advantage!r} (on-policy distillation) scores "
+                "single completions; agent episodes (env.name) are not supported yet"
+            )
+        teacher = build_teacher(cfg, tokenizer, policy)
     if cfg.env.name is not None:
         return MultiTurn(build_agent(cfg, front.task, tokenizer))
     scorer = None
@@ -336,13 +355,54 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
             cfg.train.micro_batch_size,
             train_dtype(cfg, policy),
         )
-    return OneStep(
+    stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
+    demonstration = None
+    if algo.sft_coef > 0:  # an SFT term on each problem's demonstration beside the RL loss
+        system = cfg.model.system_prompt
+        demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)
+    sampled = OneStep(
         front.reward,
         scorer,
         front.task,
         front.judge,
         partial(encode_problem, tokenizer, cfg.model.system_prompt),
         partial(decode_tokens, tokenizer),
+        teacher,
+        demonstration,
+    )
+    if algo.samples == "data":
+        return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)
+    return sampled
+
+
+def build_teacher(cfg: Config, tokenizer: Any, policy: torch.nn.Module) -> TeacherScorer:
+    """On-policy distillation's teacher (``model.teacher``) on the policy's device, in the
+    rollout dtype, frozen; a ConfigError when there is none or its vocabulary is not the
+    student's (its log-probs would be of other tokens)."""
+    spec = cfg.model.teacher
+    if spec is None:
+        raise ConfigError(
+            f"algorithm.advantage {cfg.algorithm.advantage or cfg.algorithm.preset!r} needs a "
+            "teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
+            "model with the same tokenizer)"
+        )
+    from rlvr.models import load_tokenizer
+
+    theirs = load_tokenizer(spec)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"model.teacher {spec!r} has another vocabulary than the student {cfg.model.name!r} "
+            f"({len(theirs)} vs {len(tokenizer)} tokens): its log-probs would score other tokens"
+        )
+    device = next(policy.parameters()).device
+    model = load_model(spec, rollout_dtype(cfg, policy)).to(device).eval()
+    model.requires_grad_(False)
+    return TeacherScorer(
+        model,
+        tokenizer.pad_token_id,
+        cfg.rollout.temperature,
+        cfg.train.micro_batch_size,
+        train_dtype(cfg, policy),
     )
 
 

@@ -98,7 +98,10 @@ class Collector:
         if scored.episode_counts is not None:
             for key, value in scored.episode_counts.items():
                 self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
-        ids = torch.arange(len(problems)).repeat_interleave(n)
+        if scored.group_ids is not None:  # the data's completions: as many as each problem has
+            ids = torch.tensor(scored.group_ids, dtype=torch.long)
+        else:
+            ids = torch.arange(len(problems)).repeat_interleave(n)
         rewards = self.rewards(scored)
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
         keep = torch.arange(len(scored.texts))
@@ -133,6 +136,9 @@ class Collector:
             turn_rewards=_kept(scored.turn_rewards, k),
             anchors=_kept(scored.anchors, k),
             transcripts=_kept(scored.transcripts, k),
+            teacher_logprobs=_kept(scored.teacher_logprobs, k),
+            demonstration_ids=scored.demonstration_ids,
+            demonstration_mask=scored.demonstration_mask,
         )
 
     def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:

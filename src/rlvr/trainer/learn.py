@@ -30,6 +30,20 @@ global token and sequence counts: ``algorithms.aggregate`` (one micro-batch's sh
 the accumulated gradient is the minibatch's). Then the gradient norm is clipped and AdamW steps
 (:func:`_optimizer_step`).
 
+Other objectives (``algorithm.objective``, :mod:`rlvr.algorithms.objectives`) replace the
+policy-gradient term and keep the rest of the update (minibatches, micro-batches, AdamW):
+
+- ``imitation`` (SFT, RFT): l_{i,t} = -w_i log pi_theta(y_{i,t}) on the samples with w_i > 0
+  (w: the preset's advantages, 1 for a demonstration or a verified sample), token mean over
+  their trained tokens: ``algorithms.nll_loss`` in :func:`_micro_batch_loss`;
+- pair objectives (DPO, IPO, REBEL): the pairs of each group
+  (``algorithms.preference_pairs``) are shuffled into minibatches instead of samples, and
+  ``J = -mean_pairs l(log pi(y_c), log pi(y_r), log pi_ref(.), log pi_old(.), r_c - r_r)``
+  with sequence log-probs: :func:`_pair_loss`.
+
+``sft_coef`` > 0 adds ``sft_coef * NLL`` of each trained group's demonstration to the
+policy-gradient loss (an SFT term beside RL; :func:`_demonstration_loss`).
+
 A non-finite advantage, loss or gradient norm stops the update where it is found (no further
 optimizer step) and is reported to the loop, which counts the skipped step.
 """
@@ -116,6 +130,10 @@ class _Step:
     old_values: torch.Tensor | None
     ref_logp: torch.Tensor | None
     sampler_logp: torch.Tensor  # [N, T] the behaviour policy (the rollout engine)
+    rewards: torch.Tensor  # [N]
+    pairs: torch.Tensor | None = None  # [P, 2] (chosen, rejected) rows of a pair objective
+    skipped_groups: int = 0  # groups that gave no pair (equal rewards)
+    demonstrations: Batch | None = None  # [P] each group's demonstration (sft_coef)
 
 
 class _Averages:
@@ -143,9 +161,10 @@ def _no_grad_pass(
     autocast: torch.autocast,
     head: ValueHead | None = None,
     only: torch.Tensor | None = None,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """log-probs, entropies (and values) [N, T] of every sample under ``model`` (``only``: of
-    those rows, zeros elsewhere)."""
+    those rows, zeros elsewhere; ``packed``: sequence packing)."""
     mb = cfg.train.micro_batch_size
     shape, device = batch.completion_mask.shape, batch.completion_mask.device
     outs = [torch.zeros(shape, device=device) for _ in range(3 if head else 2)]
@@ -163,6 +182,7 @@ def _no_grad_pass(
                 shared_prefix=cfg.train.shared_prefix,
                 value_head=head,
                 chunk_tokens=cfg.train.logprob_chunk_tokens,
+                packed=packed,
             )
             for out, part in zip(outs, parts, strict=True):
                 out[rows, :width] = part
@@ -183,6 +203,7 @@ def _sampler_weights(
     mask: torch.Tensor,
     averages: _Averages,
     describe: bool,
+    sampled: bool = True,
 ) -> torch.Tensor | None:
     """The importance weights [n, T] of a micro-batch's policy loss correcting the sampler /
     trainer mismatch (``algorithm.tis_cap``, ``mis_band``; None: no correction), from pi_old
@@ -190,10 +211,13 @@ def _sampler_weights(
 
     ``describe``: log the mismatch (``mismatch/*``) and the weights' statistics, token means
     weighted by the micro-batch's tokens; true in the first epoch only, which sees every trained
-    row once (pi_old, hence the weights, are the same in every epoch)."""
+    row once (pi_old, hence the weights, are the same in every epoch). ``sampled``: False for
+    the data's completions, which no sampler produced (no correction, no metrics)."""
     algo = cfg.algorithm
     weights: torch.Tensor | None = None
     info: dict[str, float] = {}
+    if not sampled:  # the data's completions: no behaviour policy to correct for
+        return None
     if algo.tis_cap is not None or algo.mis_band is not None:
         weights, info = algorithms.importance_weights(
             old, sampler_logp, mask, algo.tis_cap, algo.tis_level, algo.mis_band, algo.mis_level
@@ -233,23 +257,28 @@ def _micro_batch_loss(
             entropy_grad=bool(algo.entropy_coef),
             value_head=learner.value_head,
             chunk_tokens=cfg.train.logprob_chunk_tokens,
+            packed=learner.packed,
         )
     old = logp.detach() if step.old_logp is None else step.old_logp[sub_rows, :width]
     adv = step.advantages[sub_rows]
     adv = adv[:, :width] if adv.dim() == 2 else adv
-    loss_tok, info = algorithms.policy_loss(
-        algo.policy_loss,
-        logp,
-        old,
-        adv,
-        sub.action_mask,
-        algo.clip_low,
-        algo.clip_high,
-        algo.dual_clip,
-        **algo.params.get("policy_loss", {}),
-    )
+    if learner.objective.kind == "imitation":  # SFT / RFT: -w_i log pi on the kept samples
+        loss_tok, info = algorithms.nll_loss(logp, adv), {}
+    else:
+        loss_tok, info = algorithms.policy_loss(
+            algo.policy_loss,
+            logp,
+            old,
+            adv,
+            sub.action_mask,
+            algo.clip_low,
+            algo.clip_high,
+            algo.dual_clip,
+            **algo.params.get("policy_loss", {}),
+        )
     sampler_logp = step.sampler_logp[sub_rows, :width]
-    weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe)
+    sampled = algo.samples == "policy"
+    weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe, sampled)
     if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights
     if step.ref_logp is not None and algo.kl_in == "loss":
@@ -301,9 +330,94 @@ def _micro_batch_loss(
     averages.add("policy/loss", loss.item())
     ent = entropy.detach()
     averages.add("policy/entropy", algorithms.masked_mean(ent, sub.action_mask).item())
-    for k, v in algorithms.policy_metrics(info, sub.action_mask).items():
-        averages.add(f"policy/{k}", v)
+    if learner.objective.kind == "imitation":
+        nll = algorithms.masked_mean(-logp.detach(), sub_mask).item()
+        averages.add("sft/nll", nll, float(sub_mask.sum()))
+    else:
+        for k, v in algorithms.policy_metrics(info, sub.action_mask).items():
+            averages.add(f"policy/{k}", v)
     return loss
+
+
+def _pair_loss(
+    learner: Learner,
+    step: _Step,
+    pairs: torch.Tensor,
+    total_pairs: float,
+    averages: _Averages,
+) -> torch.Tensor:
+    """The loss of one micro-batch of ``pairs`` [p, 2] (chosen, rejected rows) under a pair
+    objective (DPO, IPO, REBEL: :mod:`rlvr.algorithms.preference`), normalised by the
+    minibatch's global pair count ``total_pairs``; sequence log-probs are sums over each
+    completion's trained tokens."""
+    algo, cfg = learner.algo, learner.cfg
+    p = len(pairs)
+    rows = torch.cat([pairs[:, 0], pairs[:, 1]])  # chosen rows, then rejected rows
+    sub = step.batch.select(rows)
+    width = sub.completion_ids.shape[1]
+    mask = sub.action_mask.float()
+    with learner.autocast():
+        logp, entropy = completion_logprobs(
+            learner.compiled or learner.policy,
+            sub,
+            learner.temperature,
+            True,
+            shared_prefix=cfg.train.shared_prefix,
+            chunk_tokens=cfg.train.logprob_chunk_tokens,
+            packed=learner.packed,
+        )
+    seq = (logp * mask).sum(-1)  # log pi(y | x) [2p]
+    old = logp.detach() if step.old_logp is None else step.old_logp[rows, :width]
+    old_seq = (old * mask).sum(-1)
+    ref_seq = None
+    if step.ref_logp is not None:
+        ref_seq = (step.ref_logp[rows, :width] * mask).sum(-1)
+    rewards = step.rewards[rows]
+    logps = algorithms.PairLogps(
+        chosen=seq[:p],
+        rejected=seq[p:],
+        ref_chosen=None if ref_seq is None else ref_seq[:p],
+        ref_rejected=None if ref_seq is None else ref_seq[p:],
+        old_chosen=old_seq[:p],
+        old_rejected=old_seq[p:],
+        reward_margin=rewards[:p] - rewards[p:],
+    )
+    assert learner.objective.fn is not None
+    loss_pairs, info = learner.objective.fn(logps, **algo.params.get("objective", {}))
+    loss = loss_pairs.sum() / total_pairs
+    if not torch.isfinite(loss):
+        raise _SkipStep("loss", "policy/loss", loss.item())
+    averages.add("policy/loss", loss_pairs.mean().item(), p)
+    for key, value in info.items():
+        averages.add(f"preference/{key}", value.float().mean().item(), p)
+    tokens = float(mask.sum())
+    averages.add("policy/entropy", algorithms.masked_mean(entropy, mask).item(), tokens)
+    return loss
+
+
+def _demonstration_loss(
+    learner: Learner, step: _Step, groups: torch.Tensor, total_tokens: float, averages: _Averages
+) -> torch.Tensor:
+    """``sft_coef`` x the NLL of the demonstrations of ``groups`` (a micro-batch of them), as a
+    share of the token mean over the minibatch's groups' demonstration tokens
+    ``total_tokens``: the SFT term beside the RL loss."""
+    assert step.demonstrations is not None
+    sub = step.demonstrations.select(groups)
+    with learner.autocast():
+        logp, _ = completion_logprobs(
+            learner.compiled or learner.policy,
+            sub,
+            learner.temperature,
+            shared_prefix=learner.cfg.train.shared_prefix,
+            chunk_tokens=learner.cfg.train.logprob_chunk_tokens,
+            packed=learner.packed,
+        )
+    mask = sub.action_mask.float()
+    nll = -(logp * mask).sum()
+    if not torch.isfinite(nll):
+        raise _SkipStep("loss", "sft/nll", nll.item())
+    averages.add("sft/nll", nll.item() / max(float(mask.sum()), 1.0), float(mask.sum()))
+    return learner.algo.sft_coef * nll / max(total_tokens, 1.0)
 
 
 def _optimizer_step(learner: Learner, averages: _Averages) -> None:
@@ -349,18 +463,37 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     mask, advantages = step.batch.action_mask, step.advantages
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
     nonzero = nonzero.cpu()  # indexes the CPU row orders of the shuffle
+    pairs = step.pairs  # a pair objective shuffles pairs, not samples
     averages = _Averages()
     policy.train()
     try:
         for epoch in range(cfg.algorithm.ppo_epochs):
-            order = torch.randperm(n, generator=learner.generator)
+            order = torch.randperm(n if pairs is None else len(pairs), generator=learner.generator)
             for shuffled in order.chunk(cfg.algorithm.minibatches):
+                learner.optimizer.zero_grad(set_to_none=True)
+                skip = None
+                if pairs is not None:
+                    chosen = pairs[shuffled.sort().values]
+                    mine = chosen[learner.share(torch.arange(len(chosen)))]
+                    per = max(1, mb // 2)  # pairs per micro-batch: 2 sequences each
+                    for lo in range(0, len(mine), per):
+                        try:
+                            loss = _pair_loss(
+                                learner, step, mine[lo : lo + per], float(len(chosen)), averages
+                            )
+                        except _SkipStep as err:
+                            skip = err
+                            break
+                        loss.backward()
+                    skip = learner.sync_gradients(skip)
+                    if skip is not None:
+                        raise skip
+                    _optimizer_step(learner, averages)
+                    continue
                 rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
                 totals = (float(step.train_mask[rows].sum()), float(len(rows)))
                 active = rows[nonzero[rows]] if skippable else rows
                 active = learner.share(active)  # this learner's rows (all of them in one process)
-                learner.optimizer.zero_grad(set_to_none=True)
-                skip = None
                 for lo in range(0, len(active), mb):
                     sub_rows = active[lo : lo + mb]
                     try:
@@ -371,6 +504,19 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
                         skip = err
                         break
                     loss.backward()
+                if step.demonstrations is not None and skip is None:  # sft_coef: SFT beside RL
+                    groups = step.batch.prompt_index[rows].unique().cpu()
+                    total = float(step.demonstrations.action_mask[groups].sum())
+                    mine = learner.share(groups)
+                    for lo in range(0, len(mine), mb):
+                        try:
+                            loss = _demonstration_loss(
+                                learner, step, mine[lo : lo + mb], total, averages
+                            )
+                        except _SkipStep as err:
+                            skip = err
+                            break
+                        loss.backward()
                 skip = learner.sync_gradients(skip)  # learners sum their gradients
                 if skip is not None:
                     raise skip
@@ -386,9 +532,22 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     metrics.setdefault("policy/loss", 0.0)  # every advantage was zero: nothing to train on
     if token_kl is not None:
         metrics["policy/kl_ref"] = algorithms.masked_mean(token_kl, mask).item()
+    if pairs is not None:
+        metrics["preference/pairs"] = float(len(pairs))
+        metrics["preference/skipped_groups"] = float(step.skipped_groups)
+        metrics["policy/trained_samples_frac"] = float(len(pairs.unique())) / max(1, n)
+        return metrics, None
     metrics["policy/trained_samples_frac"] = float(nonzero.float().mean() if skippable else 1.0)
     metrics.update(advantage_stats(advantages, mask))
     return metrics, None
+
+
+def _padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
+    """Per-token values of each sample right-padded with 0 to ``shape`` [N, T]."""
+    out = torch.zeros(shape)
+    for i, row in enumerate(values):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
 
 
 def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -432,6 +591,38 @@ def turn_credit(
     return token_advantages(per_turn, mask.cpu()).to(mask.device)
 
 
+class PublishedCopy(torch.nn.Module):
+    """The trained parameters as last published to the rollouts, and their policy version: with
+    ``sync_every`` = s > 1 (semi-online, Lanchantin et al. 2025) the rollouts serve this
+    snapshot between syncs, so a checkpoint keeps it and a resume serves it again."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.names = [n for n, p in policy.named_parameters() if p.requires_grad]
+        params = dict(policy.named_parameters())
+        for i, name in enumerate(self.names):
+            self.register_buffer(f"p{i}", params[name].detach().clone())
+        self.register_buffer("version", torch.zeros((), dtype=torch.long))
+
+    def refresh(self, policy: torch.nn.Module, version: int) -> None:
+        """Copy the policy's trained parameters in, as ``version``."""
+        params = dict(policy.named_parameters())
+        with torch.no_grad():
+            for i, name in enumerate(self.names):
+                getattr(self, f"p{i}").copy_(params[name])
+        self.version.fill_(version)
+
+    def swap(self, policy: torch.nn.Module) -> None:
+        """Exchange the policy's trained parameters with the copy's (twice: as before)."""
+        params = dict(policy.named_parameters())
+        with torch.no_grad():
+            for i, name in enumerate(self.names):
+                mine = getattr(self, f"p{i}")
+                kept = params[name].detach().clone()
+                params[name].copy_(mine)
+                mine.copy_(kept)
+
+
 @dataclass
 class Learner:
     """Trains the policy on :class:`Trajectories` (see the module docstring).
@@ -459,6 +650,8 @@ class Learner:
             itself with its adapter switched: ``"base"`` (adapters disabled: the base model, no
             second copy of the weights) or :data:`rlvr.adapters.REFERENCE` (a frozen copy of
             the adapter: one that existed before the run, or ProRL's reset); else None.
+        published_copy: with ``sync_every`` > 1, the weights the rollouts serve (semi-online),
+            else None.
     """
 
     policy: torch.nn.Module
@@ -478,6 +671,19 @@ class Learner:
     initial: list[torch.Tensor] | None = None
     precision: dict[str, Any] | None = None
     adapter_reference: str | None = None
+    published_copy: PublishedCopy | None = None
+
+    @property
+    def packed(self) -> bool:
+        """The training forward packs whole sequences (``train.packing``; by default for the
+        data's completions, whose prompts are seldom shared)."""
+        packing = self.cfg.train.packing
+        return self.algo.samples == "data" if packing is None else packing
+
+    @property
+    def objective(self) -> algorithms.Objective:
+        """What the update minimises (:data:`rlvr.algorithms.OBJECTIVES`)."""
+        return algorithms.OBJECTIVES[self.algo.objective]
 
     @property
     def has_reference(self) -> bool:
@@ -556,14 +762,23 @@ class Learner:
         if need_old:
             old_logp, old_entropy, *rest = self._sum_over_group(
                 _no_grad_pass(
-                    self.policy, batch, self.temperature, cfg, autocast, self.value_head, mine
+                    self.policy,
+                    batch,
+                    self.temperature,
+                    cfg,
+                    autocast,
+                    self.value_head,
+                    mine,
+                    self.packed,
                 )
             )
             old_values = rest[0] if rest else None
         ref_logp = None
         if self.has_reference:
             with self.reference_model() as reference:
-                ref = _no_grad_pass(reference, batch, self.temperature, cfg, autocast, only=mine)
+                ref = _no_grad_pass(
+                    reference, batch, self.temperature, cfg, autocast, None, mine, self.packed
+                )
             ref_logp = self._sum_over_group(ref[:1])[0]
         mask = batch.action_mask
         token_kl = None
@@ -572,13 +787,20 @@ class Learner:
             token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp, **kl_params)
             token_kl = token_kl * mask
         greedy = data.greedy_rewards
+        sampler_logp = _padded(data.sampler_logprobs, mask.shape).to(device)  # the behaviour
+        teacher_logp = None
+        if data.teacher_logprobs is not None:  # on-policy distillation
+            teacher_logp = _padded(data.teacher_logprobs, mask.shape).to(device)
+        rewards = data.rewards.to(device)
         inputs = algorithms.AdvantageInputs(
-            rewards=data.rewards.to(device),
+            rewards=rewards,
             group_ids=data.group_ids.to(device),
             mask=mask,
             token_kl=token_kl,
             values=old_values,
             greedy_rewards=None if greedy is None else greedy.to(device),
+            student_logp=sampler_logp,
+            teacher_logp=teacher_logp,
         )
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages
@@ -588,10 +810,25 @@ class Learner:
         if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
             train_mask = algorithms.top_entropy_mask(old_entropy, mask, algo.top_entropy_rho)
             train_mask = train_mask.float()
-        sampler_logp = torch.zeros(mask.shape)  # [N, T] the rollout engine's log-probs
-        for i, lps in enumerate(data.sampler_logprobs):
-            sampler_logp[i, : len(lps)] = torch.tensor(lps)
-        sampler_logp = sampler_logp.to(device)
+        if self.objective.kind == "imitation":  # the token mean is over the kept samples only
+            kept = advantages > 0 if advantages.dim() == 1 else (advantages > 0).any(-1)
+            train_mask = train_mask * kept[:, None]
+        pairs, skipped = None, 0
+        if self.objective.kind == "pairs":
+            chosen, rejected, skipped = algorithms.preference_pairs(
+                data.rewards, data.group_ids, algo.pairs
+            )
+            pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
+        demonstrations = None
+        if algo.sft_coef > 0:
+            if data.demonstration_ids is None or data.demonstration_mask is None:
+                raise ValueError("sft_coef > 0 needs each problem's demonstration in the batch")
+            demonstrations = make_batch(
+                data.prompt_ids,
+                data.demonstration_ids,
+                self.pad_token_id,
+                action_masks=data.demonstration_mask,
+            ).to(device)
         step = _Step(
             batch,
             advantages,
@@ -601,6 +838,10 @@ class Learner:
             old_values,
             ref_logp,
             sampler_logp,
+            rewards,
+            pairs,
+            skipped,
+            demonstrations,
         )
         return step, token_kl
 
@@ -651,7 +892,28 @@ class Learner:
             out["reference"] = self.reference
         if self.adapter_reference == adapters.REFERENCE and self.algo.reference_reset_every:
             out["reference"] = adapters.AdapterView(self.policy, adapters.REFERENCE)
+        if self.published_copy is not None:
+            out["published"] = self.published_copy
         return out
+
+    def mark_published(self) -> None:
+        """The current weights are being published (semi-online: keep them as the snapshot)."""
+        if self.published_copy is not None:
+            self.published_copy.refresh(self.policy, self.version)
+
+    @contextlib.contextmanager
+    def published(self) -> Iterator[int]:
+        """For the block, the policy holds the weights last published (the semi-online
+        snapshot; the current ones otherwise); yields their version."""
+        copy = self.published_copy
+        if copy is None:
+            yield self.version
+            return
+        copy.swap(self.policy)
+        try:
+            yield int(copy.version)
+        finally:
+            copy.swap(self.policy)
 
     @property
     def lr(self) -> float:

@@ -10,6 +10,7 @@ record (docs/design.md, "One training step").
        meanwhile with the weights before it (:class:`Ahead`);
   5.   :meth:`~Loop.publish`: the rollouts serve the new weights, checked on a probe
        (:mod:`rlvr.trainer.publish_check`: an engine that does not serve them stops the run);
+       every ``sync_every`` updates only (semi-online: a snapshot served between syncs);
 then :meth:`~Loop.record` logs the step's metrics and samples and runs the guards, and an
 evaluation and a checkpoint follow when due. The same loop drives every backend
 (:mod:`rlvr.trainer.backends`): only the parts differ.
@@ -149,7 +150,8 @@ class Loop:
         t0 = time.perf_counter()
         self.learners.reset_reference_if_due(self.state.step)  # ProRL
         data, sampling_metrics = self.collect()  # 1-3
-        lag = staleness(self.learners.version, data, self.cfg.rollout.max_staleness)
+        bound = self.cfg.rollout.max_staleness + self.learners.algo.sync_every - 1
+        lag = staleness(self.learners.version, data, bound)
         t_rollout = time.perf_counter() - t0
         train_metrics, bad = self.learn(data)  # 4
         t_publish = self.publish()  # 5
@@ -200,7 +202,14 @@ class Loop:
         (``rollout.publish_check``); the seconds it took."""
         start = time.perf_counter()
         version = self.learners.version
+        sync_every = self.learners.algo.sync_every
+        if sync_every > 1 and version - self.collector.version < sync_every:
+            self.publish_metrics = {"rollout/synced": 0.0}  # semi-online: the snapshot stays
+            return time.perf_counter() - start
+        self.learners.mark_published()
         self.publish_metrics = self.collector.publish(self.learners.weights(), version)
+        if sync_every > 1:
+            self.publish_metrics["rollout/synced"] = 1.0
         if self.cfg.rollout.publish_check:
             tolerance = self.cfg.rollout.publish_check_tolerance
             rollouts = self.collector.rollouts

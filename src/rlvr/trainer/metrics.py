@@ -74,12 +74,13 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
 def staleness(version: int, data: Trajectories, bound: int) -> dict[str, float]:
     """``staleness/mean`` and ``/max``: policy versions between the learner (before this step's
     update) and the policy that sampled the batch, over its samples; more than ``bound``
-    (``rollout.max_staleness``) is a bug, never trained on."""
+    (``rollout.max_staleness``, plus ``sync_every`` - 1 for a semi-online snapshot) is a bug,
+    never trained on."""
     lag = version - data.policy_version
     if not 0 <= lag <= bound:
         raise RuntimeError(
             f"a batch sampled by policy version {data.policy_version} reached the learner at "
-            f"version {version}: staleness {lag} outside [0, {bound}] (rollout.max_staleness)"
+            f"version {version}: staleness {lag} outside [0, {bound}] (rollout.max_staleness, sync_every)"
         )
     return {"staleness/mean": float(lag), "staleness/max": float(lag)}
 

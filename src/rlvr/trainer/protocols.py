@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -96,6 +97,15 @@ class Learners(Protocol):
 
     def reset_reference_if_due(self, step: int) -> None:
         """ProRL's reference reset, when due before ``step``."""
+
+    def mark_published(self) -> None:
+        """The current weights are being published: with ``sync_every`` > 1 (semi-online) they
+        become the snapshot the rollouts serve until the next sync (checkpointed)."""
+
+    def published(self) -> contextlib.AbstractContextManager[int]:
+        """For the block, the policy holds the weights last published (the semi-online
+        snapshot; the current ones otherwise), and :meth:`weights` publishes them; yields
+        their policy version (a resume serves them again)."""
 
     def apply_optimizer_config(self, cfg: Config) -> None:
         """Follow ``cfg``'s optimizer settings from now on (a resume that changed them)."""

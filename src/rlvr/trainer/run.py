@@ -163,7 +163,8 @@ def _run(
         checkpoint, state, pending = resume_parts(
             cfg, run_dir, parts.learners, parts.collector.sampler, state, changes, warn
         )
-        parts.collector.publish(parts.learners.weights(), parts.learners.version)
+        with parts.learners.published() as version:  # semi-online: the snapshot again
+            parts.collector.publish(parts.learners.weights(), version)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     parts.collector.phase = progress.phase
     logger = _logger(cfg, run_dir, state.step if resuming else None)

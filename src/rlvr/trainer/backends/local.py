@@ -1,10 +1,12 @@
 """``distributed.backend: local``: every part of the run in this process. The engine samples
-from the policy module the learner trains (``publish`` hands it the updated weights in memory).
+from the policy module the learner trains (``publish`` hands it the updated weights in memory);
+with ``sync_every`` > 1 (semi-online) from its own copy, which a publish updates.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -86,7 +88,12 @@ def local_rollouts(
     """Playing and scoring over ``policy`` in this process: the engine (closed by ``cleanup``)
     and the run's player. Ray's rollout workers build theirs with it too."""
     decode = partial(decode_tokens, tokenizer)
-    engine = build_engine(cfg, policy, tokenizer, rollout_dtype(cfg, policy), decode)
+    served = policy
+    if front.algo.sync_every > 1:  # semi-online: the engine keeps its snapshot between syncs
+        served = copy.deepcopy(policy).requires_grad_(False)
+        for name, param in served.named_parameters():  # update_weights copies these
+            param.requires_grad_(dict(policy.named_parameters())[name].requires_grad)
+    engine = build_engine(cfg, served, tokenizer, rollout_dtype(cfg, policy), decode)
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     return LocalRollouts(engine, build_player(cfg, front, tokenizer, policy), front.judge.name)

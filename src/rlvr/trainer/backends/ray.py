@@ -24,7 +24,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -181,6 +181,19 @@ class RayLearners:
 
     def reset_reference_if_due(self, step: int) -> None:
         self._get([r.reset_reference_if_due.remote(step) for r in self.ranks], "reference reset")
+
+    def mark_published(self) -> None:
+        self._get([r.mark_published.remote() for r in self.ranks], "publishing weights")
+
+    @contextlib.contextmanager
+    def published(self) -> Iterator[int]:
+        """Every rank's policy holds the weights last published for the block (rank 0's are
+        broadcast); their version."""
+        versions = self._get([r.swap_published.remote() for r in self.ranks], "resume")
+        try:
+            yield versions[0]
+        finally:
+            self._get([r.swap_published.remote() for r in self.ranks], "resume")
 
     def apply_optimizer_config(self, cfg: Config) -> None:
         data = cfg.model_dump(mode="json")

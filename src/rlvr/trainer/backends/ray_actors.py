@@ -168,6 +168,18 @@ class LearnerWorker:
     def reset_reference_if_due(self, step: int) -> None:
         self.learner.reset_reference_if_due(step)
 
+    def mark_published(self) -> None:
+        self.learner.mark_published()
+
+    def swap_published(self) -> int:
+        """Exchange the policy's weights with the semi-online snapshot (twice: as before); the
+        snapshot's version (the current one without a snapshot)."""
+        copy = self.learner.published_copy
+        if copy is None:
+            return self.learner.version
+        copy.swap(self.learner.policy)
+        return int(copy.version)
+
     def apply_optimizer_config(self, cfg_data: dict[str, Any]) -> None:
         self.learner.apply_optimizer_config(Config.model_validate(cfg_data))
 
