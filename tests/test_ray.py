@@ -141,6 +141,36 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
     assert {r["rollout/publish_bytes"] for r in rows.values()} == {adapter}
 
 
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"preset": "semi_online_dpo", "sync_every": 2},
+        {"preset": "on_policy_distillation"},
+    ],
+    ids=["semi_online_dpo", "distillation"],
+)
+def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorithm):
+    """Semi-online DPO (the workers keep the snapshot between syncs) and on-policy
+    distillation (each worker scores its samples with its own copy of the teacher) on two
+    rollout workers: the same steps as one process."""
+    settings = {
+        "algorithm": {"beta": None, **algorithm},
+        "model": {"name": "tiny-random-llama", "teacher": "tiny-random-llama"},
+        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 12, "dtype": "fp32"},
+        "train": {"lr": 5e-2},
+    }
+    name = algorithm["preset"]
+    local_cfg = local_config(Path("unused"), steps=4, **settings)
+    local_cfg["algorithm"].pop("beta")
+    local = run_once(f"{name}-local", local_cfg, tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp(f"{name}-ray") / "run"
+    cfg = ray_config(run_dir, 2, steps=4, **settings)
+    cfg["algorithm"].pop("beta")
+    train(build_config(cfg))
+    assert comparable(step_rows(run_dir)) == local
+    assert local[4]["policy/loss"] != local[1]["policy/loss"]
+
+
 def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_factory):
     """max_staleness 1 in one process: batches at most one version old, AReaL's behaviour
     weight at work (the Ray run of the next test must equal this one)."""

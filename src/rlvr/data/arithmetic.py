@@ -26,7 +26,7 @@ import random
 from collections.abc import Callable
 
 from rlvr.answers import numeric_reward
-from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, Problem
+from rlvr.data.base import DEFAULT_PROMPT_TEMPLATE, Demonstration, Problem
 
 Expr = int | tuple[str, "Expr", "Expr"]
 
@@ -63,6 +63,30 @@ def _render(expr: Expr) -> str:
     ):
         right_s = f"({right_s})"
     return f"{left_s} {op} {right_s}"
+
+
+def worked_solution(expr: Expr) -> str:
+    """A step-by-step solution ending with the answer line the prompt asks for: one line per
+    operation in evaluation order (children first), e.g. for ``(5 + 7) * 3 - 4``::
+
+        5 + 7 = 12
+        12 * 3 = 36
+        36 - 4 = 32
+        Answer: 32
+    """
+    steps: list[str] = []
+
+    def value(node: Expr) -> int:
+        if isinstance(node, int):
+            return node
+        op, left, right = node
+        a, b = value(left), value(right)
+        result = _evaluate((op, a, b))
+        steps.append(f"{a} {op} {b} = {result}")
+        return result
+
+    answer = value(expr)  # fills steps
+    return "\n".join([*steps, f"Answer: {answer}"])
 
 
 def is_held_out(expression: str, percent: int = 10) -> bool:
@@ -136,7 +160,8 @@ HELD_OUT_PERCENT: dict[int, int] = {1: 30, 2: 30, 3: 10, 4: 10, 5: 10, 6: 10, 7:
 
 
 class ArithmeticTask:
-    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..8).
+    """Procedural arithmetic problems ("What is 23 + 48?") of a given ``level`` (1..8), each
+    with a worked solution as its demonstration (:func:`worked_solution`: SFT, ``sft_coef``).
 
     ``train_problem(i)`` draws from ``random.Random(f"{seed}-L{level}-train-{i}")``, re-drawing
     held-out expressions, so it is a pure function of (seed, level, i). ``eval_problems()`` draws
@@ -169,7 +194,9 @@ class ArithmeticTask:
     def _problem(self, id_: str, expr: Expr) -> Problem:
         """The Problem for an expression tree, with the prompt built from the template."""
         question = f"What is {_render(expr)}?"
-        return Problem(id_, self.prompt_template.format(question=question), str(_evaluate(expr)))
+        worked = Demonstration.of([{"role": "assistant", "content": worked_solution(expr)}])
+        prompt = self.prompt_template.format(question=question)
+        return Problem(id_, prompt, str(_evaluate(expr)), demonstrations=(worked,))
 
     def _make_eval(self) -> list[Problem]:
         """The first ``n_eval`` distinct held-out expressions of the eval stream, as Problems."""

@@ -1,0 +1,445 @@
+"""Objectives beyond the policy gradient (docs/objectives.md): SFT, rejection-sampling
+fine-tuning, on-policy distillation, DPO / IPO / REBEL offline, online and semi-online, and the
+SFT term beside RL. Each formula on a hand-computed example, each objective trained on the tiny
+model, and the resume of each exact."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import COMPARED, step_rows, tiny_config
+
+from rlvr import algorithms
+from rlvr.algorithms import PairLogps, preference_pairs
+from rlvr.config import ConfigError, build_config
+from rlvr.data import Demonstration, Problem
+from rlvr.envs.chat import encode_demonstration
+from rlvr.models import load_model, load_tokenizer, stop_token_ids
+from rlvr.policy import completion_logprobs, make_batch
+from rlvr.trainer import train
+from rlvr.trainer.backends.local import build
+
+
+def _t(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- the formulas, by hand
+
+PAIRS = PairLogps(
+    chosen=_t([-1.0, -2.0]),
+    rejected=_t([-3.0, -1.0]),
+    ref_chosen=_t([-1.5, -2.0]),
+    ref_rejected=_t([-2.5, -1.5]),
+    old_chosen=_t([-1.2, -2.2]),
+    old_rejected=_t([-2.8, -1.1]),
+    reward_margin=_t([1.0, 0.5]),
+)
+# h = (chosen - ref_chosen) - (rejected - ref_rejected) = [0.5 + 0.5, 0 - 0.5] = [1.0, -0.5]
+# REBEL's delta = (chosen - old_chosen) - (rejected - old_rejected) = [0.2 + 0.2, 0.2 - 0.1]
+
+
+def _softplus(x: float) -> float:
+    return math.log1p(math.exp(x))  # -log sigmoid(-x)
+
+
+def test_dpo_on_hand_computed_pairs():
+    loss, info = algorithms.dpo_loss(PAIRS, beta=0.1)
+    # -log sigmoid(beta h) = softplus(-beta h)
+    torch.testing.assert_close(loss, _t([_softplus(-0.1), _softplus(0.05)]))
+    torch.testing.assert_close(info["reward_margin"], _t([0.1, -0.05]))
+    torch.testing.assert_close(info["accuracy"], _t([1.0, 0.0]).float())
+    smooth, _ = algorithms.dpo_loss(PAIRS, beta=0.1, label_smoothing=0.2)
+    expected = [
+        0.8 * _softplus(-0.1) + 0.2 * _softplus(0.1),
+        0.8 * _softplus(0.05) + 0.2 * _softplus(-0.05),
+    ]
+    torch.testing.assert_close(smooth, _t(expected))
+
+
+def test_ipo_on_hand_computed_pairs():
+    loss, info = algorithms.ipo_loss(PAIRS, tau=0.1)
+    torch.testing.assert_close(loss, _t([(1.0 - 5.0) ** 2, (-0.5 - 5.0) ** 2]))  # (h - 1/(2 tau))^2
+    torch.testing.assert_close(info["reward_margin"], _t([0.1, -0.05]))
+
+
+def test_rebel_on_hand_computed_pairs():
+    loss, info = algorithms.rebel_loss(PAIRS, eta=1.0)
+    torch.testing.assert_close(loss, _t([(0.4 - 1.0) ** 2, (0.1 - 0.5) ** 2]))
+    torch.testing.assert_close(info["log_ratio_margin"], _t([0.4, 0.1]))
+    halved, _ = algorithms.rebel_loss(PAIRS, eta=2.0)
+    torch.testing.assert_close(halved, _t([(0.2 - 1.0) ** 2, (0.05 - 0.5) ** 2]))
+
+
+def test_pair_losses_need_their_inputs_and_valid_strengths():
+    no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
+    with pytest.raises(ValueError, match="dpo.*reference"):
+        algorithms.dpo_loss(no_reference)
+    algorithms.rebel_loss(no_reference)  # REBEL regresses on log-ratios to the sampler only
+    for fn, key in ((algorithms.dpo_loss, "beta"), (algorithms.ipo_loss, "tau")):
+        with pytest.raises(ValueError, match=key):
+            fn(PAIRS, **{key: 0.0})
+
+
+def test_online_dpo_picks_the_best_and_worst_of_each_group_and_skips_ties():
+    rewards = _t([1, 0, 1, 0.5, 0.5, 0, 2, 2, 3])
+    groups = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 3])
+    chosen, rejected, skipped = preference_pairs(rewards, groups, "best_worst")
+    assert chosen.tolist() == [0, 6] and rejected.tolist() == [1, 5]  # first of the best/worst
+    assert skipped == 2  # the tied group and the group of one
+    chosen, rejected, skipped = preference_pairs(rewards, groups, "adjacent")
+    assert chosen.tolist() == [0, 3, 6] and rejected.tolist() == [1, 4, 5] and skipped == 0
+    # ids need not be contiguous nor sorted; groups come in order of their first sample
+    chosen, rejected, _ = preference_pairs(_t([0, 1, 1, 0]), torch.tensor([5, 2, 5, 2]))
+    assert chosen.tolist() == [2, 1] and rejected.tolist() == [0, 3]
+
+
+def test_rejection_sampling_keeps_exactly_the_verified_samples():
+    assert algorithms.verified(_t([1.0, 0.5, 0.0, 1.2])).tolist() == [1, 0, 0, 1]
+    assert algorithms.verified(_t([1.0, 0.5, 0.0]), threshold=0.5).tolist() == [1, 1, 0]
+    logp = _t([[-1.0, -2.0], [-0.5, -0.25]])
+    torch.testing.assert_close(algorithms.nll_loss(logp, _t([1.0, 0.0])), _t([[1.0, 2.0], [0, 0]]))
+
+
+def test_distillation_advantage_is_the_per_token_reverse_kl():
+    student = _t([[-1.0, -2.0, -0.5], [-0.1, -3.0, 0.0]])
+    teacher = _t([[-1.5, -1.0, -0.5], [-0.3, -2.0, -9.0]])
+    mask = _t([[1, 1, 1], [1, 1, 0]])
+    advantages = algorithms.reverse_kl_advantages(student, teacher, mask)
+    # -(log pi_s - log pi_T) on each trained token, 0 on padding
+    torch.testing.assert_close(advantages, _t([[-0.5, 1.0, 0.0], [-0.2, 1.0, 0.0]]))
+    torch.testing.assert_close(
+        algorithms.reverse_kl_advantages(student, teacher, mask, coef=2.0), 2 * advantages
+    )
+    assert torch.count_nonzero(algorithms.reverse_kl_advantages(student, student, mask)) == 0
+    inputs = algorithms.AdvantageInputs(
+        rewards=_t([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        mask=mask,
+        student_logp=student,
+        teacher_logp=teacher,
+    )
+    mixed = algorithms.compute_advantages("reverse_kl", inputs, task_weight=0.5)
+    grpo = algorithms.grpo(_t([1.0, 0.0]), torch.tensor([0, 0]))  # +-0.7071
+    torch.testing.assert_close(mixed.advantages, advantages + 0.5 * grpo[:, None] * mask)
+
+
+# ---------------------------------------------------------------- demonstrations as tokens
+
+
+def test_sft_masks_exactly_the_assistant_tokens_of_a_chat():
+    """A multi-turn chat with a tool result: the ids are the chat template's own, and the loss
+    mask covers exactly each assistant message's content and its end-of-turn token."""
+    tokenizer = load_tokenizer("tiny-random-llama")
+    stops = stop_token_ids(tokenizer)
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+3?"}]
+    turns = [
+        {"role": "assistant", "content": "<tool_call>add(2, 3)</tool_call>"},
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "Answer: 5"},
+    ]
+    prompt_ids, ids, mask = encode_demonstration(tokenizer, prompt, turns, stops)
+    template = tokenizer.apply_chat_template(prompt + turns, tokenize=True, return_dict=True)
+    assert prompt_ids + ids == list(template["input_ids"])  # token-exact: the template's ids
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    expected = []
+    for turn in turns:
+        if turn["role"] == "assistant":
+            expected += tokenizer(turn["content"], add_special_tokens=False)["input_ids"] + [end]
+    assert [t for t, m in zip(ids, mask, strict=True) if m] == expected
+    assert len(mask) == len(ids) and sum(mask) == len(expected)
+
+
+def test_sft_rows_of_a_file_train_on_their_demonstrations(tmp_path):
+    """The three ways a file gives demonstrations: a completion column (text or messages), and
+    a messages column ending with assistant turns (the chat before them is the prompt)."""
+    from rlvr.data import make_task
+
+    rows = [
+        {"prompt": "What is 1 + 1?", "answer": "2", "completion": "1 + 1 = 2\nAnswer: 2"},
+        {
+            "prompt": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "What is 2 + 2?"},
+                {"role": "assistant", "content": "Answer: 4"},
+            ],
+            "answer": "4",
+        },
+    ]
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    task = make_task("file", path=str(path), eval_fraction=0.0, prompt_template="{question}")
+    problems = {p.id: p for p in (task.train_problem(i) for i in range(2))}
+    chat_row, text_row = problems["file-train-1"], problems["file-train-0"]
+    assert chat_row.chat == (("user", "Hi"),)  # the chat before its first assistant message
+    roles = [t["role"] for t in chat_row.demonstrations[0].turns()]
+    assert roles == ["assistant", "user", "assistant"]  # every assistant turn is trained on
+    assert text_row.demonstrations == ()  # no completion column named
+    path.write_text(json.dumps(rows[0]))
+    given = make_task(
+        "file", path=str(path), eval_fraction=0.0, completion_column="completion"
+    ).train_problem(0)
+    assert given.demonstrations[0].turns() == [
+        {"role": "assistant", "content": "1 + 1 = 2\nAnswer: 2"}
+    ]
+
+
+# ---------------------------------------------------------------- on the tiny model
+
+
+def preference_file(path: Path, n: int = 24) -> Path:
+    rows = []
+    for i in range(n):
+        a, b = i % 6, i // 6
+        rows.append(
+            {
+                "prompt": f"What is {a} + {b}?",
+                "answer": str(a + b),
+                "completion": f"{a} + {b} = {a + b}\nAnswer: {a + b}",
+                "chosen": f"Answer: {a + b}",
+                "rejected": f"I do not know {a}",
+            }
+        )
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) -> dict:
+    """A tiny run of ``preset``: the data file's demonstrations or pairs for SFT and offline
+    DPO / IPO, the arithmetic task's worked solutions for the SFT term, sampled groups
+    otherwise."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    data = preference_file(run_dir.parent / "prefs.jsonl")
+    cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
+    del cfg["algorithm"]["beta"]
+    cfg["rollout"]["dtype"] = "fp32"
+    if preset in ("sft", "dpo", "ipo"):
+        task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
+        if preset == "sft":
+            task["completion_column"] = "completion"
+        else:
+            task.update(chosen_column="chosen", rejected_column="rejected")
+        cfg["task"] = task
+    if preset == "on_policy_distillation":
+        cfg["model"]["teacher"] = "tiny-random-llama"
+    return cfg
+
+
+@contextlib.contextmanager
+def built(cfg: dict):
+    with contextlib.ExitStack() as stack:
+        yield build(build_config(cfg), None, stack)
+
+
+def test_rft_trains_on_the_verified_samples_only(tmp_path):
+    cfg = objective_config(tmp_path / "run", "rft", params={"advantage": {"threshold": 0.25}})
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        step, _ = parts.learners.prepare(data)
+        kept = data.rewards >= 0.25
+        assert 0 < int(kept.sum()) < len(data)  # some verified, some not
+        assert torch.equal(step.train_mask.sum(-1) > 0, kept)
+        metrics, bad = parts.learners.update(data)
+        assert bad is None and metrics["policy/trained_samples_frac"] == kept.float().mean().item()
+
+
+def test_packing_does_not_change_the_loss_or_its_gradient():
+    model = load_model("tiny-random-llama")
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (5, 9, 3)]
+    completions = [torch.randint(3, 200, (n,), generator=g).tolist() for n in (4, 7, 2, 6)]
+    batch = make_batch(prompts, completions, 0, [0, 1, 2, 1])
+    grads = []
+    for packed in (False, True):
+        model.zero_grad()
+        logp, _ = completion_logprobs(model, batch, packed=packed)
+        (-logp.sum()).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        if not packed:
+            unpacked = logp.detach()
+    torch.testing.assert_close(logp.detach(), unpacked, rtol=0, atol=1e-6)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sft_with_and_without_packing_trains_alike(tmp_path):
+    rows = []
+    for packing in (True, False):
+        run_dir = tmp_path / f"packing-{packing}"
+        cfg = objective_config(run_dir, "sft", steps=2)
+        cfg["train"]["packing"] = packing
+        train(build_config(cfg))
+        rows.append(step_rows(run_dir))
+    for step in (1, 2):
+        for key in ("policy/loss", "sft/nll", "policy/grad_norm"):
+            assert rows[0][step][key] == pytest.approx(rows[1][step][key], rel=1e-5), key
+    assert rows[0][2]["sft/nll"] < rows[0][1]["sft/nll"]  # it learns the demonstrations
+
+
+def test_offline_dpo_raises_the_chosen_minus_rejected_margin(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = objective_config(run_dir, "dpo", steps=8)
+    cfg["train"].update(lr=1e-2, lr_schedule="constant", warmup_steps=0)
+    cfg["checkpoint"] = {"every": 0, "save_final": True}
+    train(build_config(cfg))
+    rows = step_rows(run_dir)
+    assert rows[1]["preference/reward_margin"] == 0.0  # the policy starts as the reference
+    assert rows[8]["preference/reward_margin"] > 0.1 and rows[8]["preference/accuracy"] == 1.0
+    # on every pair of the file, the trained policy's log-ratio margin over the reference grew
+    tokenizer = load_tokenizer("tiny-random-llama")
+    stops = stop_token_ids(tokenizer)
+    lines = [json.loads(x) for x in (run_dir.parent / "prefs.jsonl").read_text().splitlines()]
+    margins = []
+    for model in (
+        load_model("tiny-random-llama"),
+        load_model(str(run_dir / "checkpoints/step_000008")),
+    ):
+        total = []
+        for row in lines:
+            seqs = []
+            for key in ("chosen", "rejected"):
+                turns = [{"role": "assistant", "content": row[key]}]
+                chat = [{"role": "user", "content": row["prompt"]}]
+                prompt, ids, mask = encode_demonstration(tokenizer, chat, turns, stops)
+                batch = make_batch([prompt], [ids], 0, action_masks=[mask])
+                with torch.no_grad():
+                    logp, _ = completion_logprobs(model, batch)
+                seqs.append(float((logp * batch.action_mask).sum()))
+            total.append(seqs[0] - seqs[1])
+        margins.append(total)
+    assert sum(b > a for a, b in zip(*margins, strict=True)) == len(lines)
+
+
+def test_online_dpo_trains_on_the_pairs_of_its_groups(tmp_path):
+    with built(objective_config(tmp_path / "run", "online_dpo")) as parts:
+        data, _ = parts.collector.collect(1)
+        step, _ = parts.learners.prepare(data)
+        chosen, rejected, skipped = preference_pairs(data.rewards, data.group_ids)
+        assert step.pairs.tolist() == torch.stack([chosen, rejected], 1).tolist()
+        metrics, bad = parts.learners.update(data)
+        assert bad is None
+        assert metrics["preference/pairs"] == len(chosen)
+        assert metrics["preference/skipped_groups"] == skipped
+        assert metrics["policy/loss"] == pytest.approx(math.log(2), abs=1e-6)  # h = 0 at first
+
+
+def test_semi_online_dpo_samples_from_a_snapshot_refreshed_every_s_updates(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = objective_config(run_dir, "semi_online_dpo", steps=5, sync_every=2)
+    cfg["train"].update(lr=5e-2, lr_schedule="constant", warmup_steps=0)
+    train(build_config(cfg))
+    rows = step_rows(run_dir)
+    assert [rows[s]["rollout/synced"] for s in range(1, 6)] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert [rows[s]["staleness/max"] for s in range(1, 6)] == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert all(rows[s]["rollout/publish_check_diff"] < 1e-5 for s in (2, 4))  # synced steps
+
+
+def test_distillation_from_the_student_itself_gives_zero_advantages(tmp_path):
+    run_dir = tmp_path / "run"
+    train(build_config(objective_config(run_dir, "on_policy_distillation", steps=1)))
+    row = step_rows(run_dir)[1]
+    assert row["advantages/abs_mean"] < 1e-5  # teacher = student: reverse KL ~ 0 per token
+
+
+def test_distillation_scores_the_samples_with_the_teacher(tmp_path):
+    """The teacher's log-probs of each sampled token (TeacherScorer) equal a direct forward of
+    the teacher, and the step's advantages are -(sampler - teacher) on each token."""
+    sft_dir = tmp_path / "teacher"
+    sft = objective_config(sft_dir, "sft", steps=2)
+    sft["train"]["lr"] = 5e-2
+    sft["checkpoint"] = {"every": 0, "save_final": True}
+    train(build_config(sft))
+    teacher_spec = str(sft_dir / "checkpoints/step_000002")
+    cfg = objective_config(tmp_path / "run", "on_policy_distillation")
+    cfg["model"]["teacher"] = teacher_spec
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        teacher = load_model(teacher_spec)
+        for i in (0, len(data) - 1):
+            prompt = data.prompt_ids[int(data.group_ids[i])]
+            batch = make_batch([prompt], [data.completion_ids[i]], 0)
+            with torch.no_grad():
+                expected, _ = completion_logprobs(teacher, batch)
+            torch.testing.assert_close(
+                torch.tensor(data.teacher_logprobs[i]), expected[0], rtol=0, atol=1e-5
+            )
+        step, _ = parts.learners.prepare(data)
+        i, t = 0, len(data.completion_ids[0])
+        want = -(torch.tensor(data.sampler_logprobs[i]) - torch.tensor(data.teacher_logprobs[i]))
+        torch.testing.assert_close(step.advantages[i, :t].cpu(), want, rtol=0, atol=1e-6)
+        assert step.advantages.abs().max() > 0.01
+
+
+def test_distillation_needs_a_teacher_with_the_students_vocabulary(tmp_path):
+    cfg = objective_config(tmp_path / "run", "on_policy_distillation")
+    del cfg["model"]["teacher"]
+    with pytest.raises(ConfigError, match="model.teacher"):
+        train(build_config(cfg))
+
+
+def test_sft_term_beside_rl_trains_on_the_worked_solutions(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = objective_config(run_dir, "grpo", steps=3, sft_coef=0.5)
+    cfg["train"].update(lr=1e-2)
+    train(build_config(cfg))
+    rows = step_rows(run_dir)
+    assert all(math.isfinite(rows[s]["sft/nll"]) for s in (1, 2, 3))
+    assert rows[3]["sft/nll"] < rows[1]["sft/nll"]
+
+
+def test_data_presets_need_the_datas_completions(tmp_path):
+    cfg = objective_config(tmp_path / "run", "sft")
+    del cfg["task"]["completion_column"]
+    with pytest.raises(Exception, match="no completion to train on"):
+        train(build_config(cfg))
+    bad = tiny_config(tmp_path / "x", algorithm={"preset": "dpo", "dynamic_sampling": True})
+    del bad["algorithm"]["beta"]
+    with pytest.raises(ConfigError, match="samples: data"):
+        build_config(bad)
+    with pytest.raises(ConfigError, match="sft_coef"):
+        build_config(tiny_config(tmp_path / "y", algorithm={"preset": "dpo", "sft_coef": 1.0}))
+
+
+RESUMED = ("sft", "dpo", "rft", "online_dpo", "semi_online_dpo", "rebel", "on_policy_distillation")
+
+
+@pytest.mark.parametrize("preset", [*RESUMED, "sft_coef"])
+def test_resume_of_each_objective_is_exact(tmp_path, preset):
+    """4 steps in one go against 2 steps, then a resume to 4: the same numbers (semi-online
+    with s = 3: the checkpoint of step 2 holds the snapshot of version 0 the engine serves)."""
+    extra: dict = {"sync_every": 3} if preset == "semi_online_dpo" else {}
+    if preset == "rft":
+        extra = {"params": {"advantage": {"threshold": 0.3}}}
+    name = "grpo" if preset == "sft_coef" else preset
+    if preset == "sft_coef":
+        extra = {"sft_coef": 0.5}
+
+    def config(run_dir: Path, steps: int) -> dict:
+        cfg = objective_config(run_dir, name, steps=steps, **extra)
+        cfg["train"]["lr"] = 1e-2
+        return cfg
+
+    straight = tmp_path / "straight" / "run"
+    train(build_config(config(straight, 4)))
+    resumed = tmp_path / "resumed" / "run"
+    train(build_config(config(resumed, 2)))
+    train(build_config(config(resumed, 4)), resume=resumed)
+    a, b = step_rows(straight), step_rows(resumed)
+    assert sorted(b) == [1, 2, 3, 4]
+    for step in (3, 4):
+        for key in COMPARED:
+            assert a[step][key] == b[step][key], (preset, step, key)
+    assert a[4]["policy/loss"] != a[1]["policy/loss"]  # it trained
+
+
+def test_problems_carry_their_demonstrations():
+    demo = Demonstration.of([{"role": "assistant", "content": "Answer: 2"}], reward=0.0)
+    problem = Problem("p", "1 + 1?", "2", demonstrations=(demo,))
+    assert hash(problem) == hash(Problem("p", "1 + 1?", "2", demonstrations=(demo,)))
+    assert demo.text == "Answer: 2" and demo.reward == 0.0
