@@ -202,3 +202,35 @@ def test_runnable_block_succeeds(block, tmp_path):
         f"{block.where}: the {block.language} block {outcome}\n"
         f"--- its code ---\n{block.code}--- its output (end) ---\n{output[-4000:]}"
     )
+
+
+OBJECTIVE_CONFIGS = ("sft", "rft", "dpo", "online_dpo", "semi_online_dpo", "rebel", "distill", "sft_rl")
+"""The configs of docs/objectives.md, one per objective."""
+
+
+@pytest.mark.parametrize("name", OBJECTIVE_CONFIGS)
+def test_objective_configs_train_on_the_tiny_model(tmp_path, name):
+    """Each objective's shipped config trains as written, on the tiny model for two steps."""
+    from rlvr.config import load_config
+    from rlvr.logging import read_metrics
+    from rlvr.trainer import train
+
+    overrides = [
+        "model.name=tiny-random-llama",
+        "train.steps=2",
+        "train.threads=1",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=2",
+        "rollout.max_new_tokens=8",
+        "eval.before=false",
+        "eval.after=false",
+        f"logging.run_dir={tmp_path / 'run'}",
+        "logging.progress=false",
+        "checkpoint.every=0",
+        "checkpoint.save_final=false",
+    ]
+    if name == "distill":
+        overrides.append("model.teacher=tiny-random-llama")
+    train(load_config(ROOT / "configs" / f"{name}.yaml", overrides))
+    rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]

@@ -17,7 +17,7 @@ import json
 import os
 import textwrap
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import click
 import typer
@@ -777,21 +777,10 @@ def algorithms(
         parts = [[f.name, str(getattr(preset, f.name))] for f in dataclasses.fields(preset)]
         _print_listing(f"preset {name}", ["part", "value"], parts)
         return
-    rows = [
-        [
-            preset.name,
-            preset.advantage,
-            preset.policy_loss,
-            f"{preset.clip_low}/{preset.clip_high}",
-            preset.aggregation,
-            f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-",
-            preset.summary,
-        ]
-        for preset in PRESETS.values()
-    ]
+    rows = [_preset_row(preset) for preset in PRESETS.values()]
     _print_listing(
         "algorithm presets (rlvr algorithms NAME for every part)",
-        ["name", "advantage", "loss", "clip", "aggregation", "KL", "summary"],
+        ["name", "objective", "advantage", "loss", "clip", "aggregation", "KL", "summary"],
         rows,
     )
     parts = [[key, ", ".join(sorted(registry))] for key, registry in algorithm_parts().items()]
@@ -800,6 +789,25 @@ def algorithms(
         ["key", "names"],
         parts[1:],
     )
+
+
+def _preset_row(preset: Any) -> list[str]:
+    """A preset's line of ``rlvr algorithms``: its objective and the parts it uses ("-" for
+    those its objective does not: a pair objective has no advantage, loss or aggregation)."""
+    from rlvr.algorithms import OBJECTIVES
+
+    kind = OBJECTIVES[preset.objective].kind
+    pg, pairs = kind == "policy_gradient", kind == "pairs"
+    return [
+        preset.name,
+        preset.objective + (" on the data" if preset.samples == "data" else ""),
+        "-" if pairs else preset.advantage,
+        preset.policy_loss if pg else "-",
+        f"{preset.clip_low}/{preset.clip_high}" if pg else "-",
+        "-" if pairs else preset.aggregation,
+        f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-",
+        preset.summary,
+    ]
 
 
 # ---------------------------------------------------------------- rlvr config

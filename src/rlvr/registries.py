@@ -49,6 +49,7 @@ def algorithm_parts() -> dict[str, Registry]:
     """The registries of the algorithm's parts by the config key that selects them."""
     return {
         "algorithm.preset": algorithms.PRESETS,
+        "algorithm.objective": algorithms.OBJECTIVES,
         "algorithm.advantage": algorithms.ADVANTAGES,
         "algorithm.policy_loss": algorithms.POLICY_LOSSES,
         "algorithm.aggregation": algorithms.AGGREGATIONS,
