@@ -60,7 +60,9 @@ def test_narrow_listing_has_one_block_per_entry_with_full_names(command, columns
 def test_narrow_algorithms_block_shows_parts_and_summary() -> None:
     out = _run("algorithms", 80)
     block = out.split("\ndapo\n")[1].split("\n\n")[0]
-    assert block.startswith("  objective: policy_gradient  advantage: grpo  loss: token  clip: 0.2/0.28")
+    assert block.startswith(
+        "  objective: policy_gradient  advantage: grpo  loss: token  clip: 0.2/0.28"
+    )
     flat = " ".join(block.split())
     assert "aggregation: token-mean KL: -" in flat
     assert " ".join(PRESETS["dapo"].summary.split()) in flat  # wrapped, not cut

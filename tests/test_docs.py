@@ -204,7 +204,16 @@ def test_runnable_block_succeeds(block, tmp_path):
     )
 
 
-OBJECTIVE_CONFIGS = ("sft", "rft", "dpo", "online_dpo", "semi_online_dpo", "rebel", "distill", "sft_rl")
+OBJECTIVE_CONFIGS = (
+    "sft",
+    "rft",
+    "dpo",
+    "online_dpo",
+    "semi_online_dpo",
+    "rebel",
+    "distill",
+    "sft_rl",
+)
 """The configs of docs/objectives.md, one per objective."""
 
 

@@ -155,6 +155,26 @@ def test_sft_masks_exactly_the_assistant_tokens_of_a_chat():
     assert len(mask) == len(ids) and sum(mask) == len(expected)
 
 
+def test_openai_tool_calls_become_hermes_calls_for_a_template_without_them():
+    """SFT data in OpenAI's format (``tool_calls`` with JSON-text arguments): a template that
+    does not render tool calls (ChatML here) gets them as the Hermes blocks rlvr's agent loop
+    parses, trained on as assistant tokens."""
+    from rlvr.envs.parsers import parse_hermes
+
+    tokenizer = load_tokenizer("tiny-random-llama")
+    call = {"type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    turns = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "5"},
+        {"role": "assistant", "content": "Answer: 5"},
+    ]
+    prompt = [{"role": "user", "content": "2+3?"}]
+    _, ids, mask = encode_demonstration(tokenizer, prompt, turns, stop_token_ids(tokenizer))
+    first = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m][: mask.index(0)])
+    parsed = parse_hermes(first)
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("add", {"a": 2, "b": 3})]
+
+
 def test_sft_rows_of_a_file_train_on_their_demonstrations(tmp_path):
     """The three ways a file gives demonstrations: a completion column (text or messages), and
     a messages column ending with assistant turns (the chat before them is the prompt)."""
@@ -314,6 +334,25 @@ def test_offline_dpo_raises_the_chosen_minus_rejected_margin(tmp_path):
             total.append(seqs[0] - seqs[1])
         margins.append(total)
     assert sum(b > a for a, b in zip(*margins, strict=True)) == len(lines)
+
+
+def test_dpo_with_lora_takes_the_disabled_adapter_as_its_reference(tmp_path):
+    cfg = objective_config(tmp_path / "run", "dpo", steps=2)
+    cfg["model"]["lora"] = {"rank": 4, "alpha": 8}
+    cfg["train"]["lr"] = 5e-2
+    with built(cfg) as parts:
+        learner = parts.learners
+        assert learner.reference is None and learner.adapter_reference == "base"  # no copy
+        data, _ = parts.collector.collect(1)
+        step, _ = learner.prepare(data)
+        assert torch.equal(
+            step.ref_logp, step.old_logp if step.old_logp is not None else step.ref_logp
+        )
+        metrics, bad = learner.update(data)
+        assert bad is None and metrics["policy/loss"] == pytest.approx(math.log(2), abs=1e-6)
+        data, _ = parts.collector.collect(2)
+        metrics, _ = learner.update(data)
+        assert metrics["preference/reward_margin"] != 0.0  # the adapter moved off the base
 
 
 def test_online_dpo_trains_on_the_pairs_of_its_groups(tmp_path):

@@ -20,9 +20,12 @@ into the system prompt (:func:`rlvr.envs.parsers.tools_prompt`).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rlvr.envs.base import EnvError, Message
+from rlvr.envs.parsers import format_call
+from rlvr.envs.tools import ToolCall
 
 _PROBE = "Probe-action-7f3a"
 
@@ -186,6 +189,8 @@ def encode_demonstration(
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    if any(t.get("tool_calls") for t in turns) and not _renders_tool_calls(tokenizer):
+        turns = [_calls_as_text(t) for t in turns]
     done = render(prompt, True)
     prompt_ids = encode(done)
     completion: list[int] = []
@@ -214,3 +219,38 @@ def encode_demonstration(
         completion += ids
         done = text
     return prompt_ids, completion, mask
+
+
+_PROBE_CALL = "probe_tool_7f3a"
+
+
+def _renders_tool_calls(tokenizer: Any) -> bool:
+    """Whether the chat template shows an assistant message's ``tool_calls`` (probed)."""
+    call = {"type": "function", "function": {"name": _PROBE_CALL, "arguments": {}}}
+    chat = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    try:
+        return _PROBE_CALL in tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # a template that cannot render them at all (content None, say)
+        return False
+
+
+def _calls_as_text(turn: Message) -> Message:
+    """An assistant message's OpenAI-style ``tool_calls`` written into its content in the
+    Hermes format (``<tool_call>{"name", "arguments"}</tool_call>``, what rlvr's agent loop
+    parses), for a template that does not render ``tool_calls``; other messages unchanged."""
+    calls = turn.get("tool_calls")
+    if turn.get("role") != "assistant" or not calls:
+        return turn
+    texts = []
+    for call in calls:
+        fn = call.get("function", call)
+        arguments = fn.get("arguments") or {}
+        if isinstance(arguments, str):  # OpenAI's: a JSON text
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        texts.append(format_call(ToolCall(fn["name"], arguments), "hermes"))
+    content = str(turn.get("content") or "").strip()
+    rest = {k: v for k, v in turn.items() if k != "tool_calls"}
+    return rest | {"content": "\n".join([content, *texts] if content else texts)}
