@@ -197,13 +197,15 @@ class Loop:
                 return {}, bad
             return self.learners.update(data, fill)
 
-    def publish(self) -> float:
+    def publish(self, force: bool = False) -> float:
         """Step 5: the rollouts serve the learners' weights from now on, checked on the probe
-        (``rollout.publish_check``); the seconds it took."""
+        (``rollout.publish_check``); the seconds it took. With ``sync_every`` = s > 1 only
+        every s updates (or when ``force``d: the final evaluation is of the trained policy)."""
         start = time.perf_counter()
         version = self.learners.version
         sync_every = self.learners.algo.sync_every
-        if sync_every > 1 and version - self.collector.version < sync_every:
+        due = force or version - self.collector.version >= sync_every
+        if sync_every > 1 and not due:
             self.publish_metrics = {"rollout/synced": 0.0}  # semi-online: the snapshot stays
             return time.perf_counter() - start
         self.learners.mark_published()
@@ -307,5 +309,7 @@ class Loop:
                 progress.phase("checkpoint")
                 self.checkpoint()
             if cfg.eval.after and self.eval_problems:
+                if self.collector.version != self.learners.version:  # semi-online: sync first
+                    self.publish(force=True)
                 summary["after"] = self.evaluate()
                 self.logger.log(self.state.step, summary["after"])
