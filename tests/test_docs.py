@@ -208,6 +208,7 @@ OBJECTIVE_CONFIGS = (
     "sft",
     "rft",
     "dpo",
+    "ipo",
     "online_dpo",
     "semi_online_dpo",
     "rebel",
