@@ -482,3 +482,37 @@ def test_problems_carry_their_demonstrations():
     problem = Problem("p", "1 + 1?", "2", demonstrations=(demo,))
     assert hash(problem) == hash(Problem("p", "1 + 1?", "2", demonstrations=(demo,)))
     assert demo.text == "Answer: 2" and demo.reward == 0.0
+
+
+def test_shards_of_the_datas_completions_merge_with_their_groups_offset():
+    """Ray rollout workers play shards of a draw's problems; the data's completions (as many
+    per problem as it gives) come back with group ids offset by the problems before them."""
+    from rlvr.rewards.combined import RewardBreakdown
+    from rlvr.trainer.rollouts import Scored
+
+    def shard(problems: int, groups: list[int], rewards: list[float]) -> Scored:
+        n = len(groups)
+        breakdown = RewardBreakdown(
+            total=rewards,
+            components={"data": rewards},
+            weights={"data": 1.0},
+            errors={"data": 0},
+            reasons={"data": [None] * n},
+        )
+        return Scored(
+            prompt_ids=[[1]] * problems,
+            completion_ids=[[2, 3]] * n,
+            logprobs=[[0.0, 0.0]] * n,
+            finished=[True] * n,
+            texts=["x"] * n,
+            breakdown=breakdown,
+            seconds=1.0,
+            tokens_per_s=0.0,
+            reward_seconds=0.0,
+            action_mask=[[1, 1]] * n,
+            group_ids=groups,
+        )
+
+    merged = Scored.merge([shard(2, [0, 0, 1, 1], [1, 0, 1, 0]), shard(1, [0, 0], [1, 0])])
+    assert merged.group_ids == [0, 0, 1, 1, 2, 2]
+    assert merged.breakdown.total == [1, 0, 1, 0, 1, 0] and len(merged.prompt_ids) == 3
