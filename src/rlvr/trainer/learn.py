@@ -440,6 +440,56 @@ def _optimizer_step(learner: Learner, averages: _Averages) -> None:
     learner.scheduler.step()
 
 
+def _sample_gradients(
+    learner: Learner,
+    step: _Step,
+    rows: torch.Tensor,
+    nonzero: torch.Tensor | None,
+    describe: bool,
+    averages: _Averages,
+) -> _SkipStep | None:
+    """Accumulate one minibatch's gradient (its sample ``rows``) over micro-batches: the
+    policy-gradient or imitation loss of this learner's rows (``nonzero``: only the rows with a
+    nonzero advantage, when the others contribute nothing), then with ``sft_coef`` the SFT term
+    of their groups' demonstrations. The non-finite loss that stopped it, or None."""
+    mb = learner.cfg.train.micro_batch_size
+    totals = (float(step.train_mask[rows].sum()), float(len(rows)))
+    active = rows[nonzero[rows]] if nonzero is not None else rows
+    active = learner.share(active)  # this learner's rows (all of them in one process)
+    try:
+        for lo in range(0, len(active), mb):
+            loss = _micro_batch_loss(
+                learner, step, active[lo : lo + mb], totals, averages, describe
+            )
+            loss.backward()
+        if step.demonstrations is not None:  # sft_coef: SFT beside RL
+            groups = step.batch.prompt_index[rows].unique().cpu()
+            total = float(step.demonstrations.action_mask[groups].sum())
+            mine = learner.share(groups)
+            for lo in range(0, len(mine), mb):
+                loss = _demonstration_loss(learner, step, mine[lo : lo + mb], total, averages)
+                loss.backward()
+    except _SkipStep as err:
+        return err
+    return None
+
+
+def _pair_gradients(
+    learner: Learner, step: _Step, pairs: torch.Tensor, averages: _Averages
+) -> _SkipStep | None:
+    """Accumulate one minibatch's gradient over its ``pairs`` [p, 2] (this learner's share),
+    a micro-batch of ``micro_batch_size / 2`` pairs at a time (two sequences each); the
+    non-finite loss that stopped it, or None."""
+    mine = pairs[learner.share(torch.arange(len(pairs)))]
+    per = max(1, learner.cfg.train.micro_batch_size // 2)
+    try:
+        for lo in range(0, len(mine), per):
+            _pair_loss(learner, step, mine[lo : lo + per], float(len(pairs)), averages).backward()
+    except _SkipStep as err:
+        return err
+    return None
+
+
 def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float], str | None]:
     """Advantages, then ``ppo_epochs`` passes of ``minibatches`` optimizer steps over a batch.
 
@@ -457,7 +507,7 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     if first_nonfinite({"advantages": step.advantages}) is not None:
         bad_frac = (~torch.isfinite(step.advantages)).float().mean().item()
         return {"advantages/nonfinite_frac": bad_frac}, "advantages"
-    n, mb = len(data), cfg.train.micro_batch_size
+    n = len(data)
     kl_in_loss = learner.has_reference and algo.kl_in == "loss"
     skippable = not kl_in_loss and not algo.entropy_coef and learner.value_head is None
     mask, advantages = step.batch.action_mask, step.advantages
@@ -471,52 +521,12 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
             order = torch.randperm(n if pairs is None else len(pairs), generator=learner.generator)
             for shuffled in order.chunk(cfg.algorithm.minibatches):
                 learner.optimizer.zero_grad(set_to_none=True)
-                skip = None
-                if pairs is not None:
-                    chosen = pairs[shuffled.sort().values]
-                    mine = chosen[learner.share(torch.arange(len(chosen)))]
-                    per = max(1, mb // 2)  # pairs per micro-batch: 2 sequences each
-                    for lo in range(0, len(mine), per):
-                        try:
-                            loss = _pair_loss(
-                                learner, step, mine[lo : lo + per], float(len(chosen)), averages
-                            )
-                        except _SkipStep as err:
-                            skip = err
-                            break
-                        loss.backward()
-                    skip = learner.sync_gradients(skip)
-                    if skip is not None:
-                        raise skip
-                    _optimizer_step(learner, averages)
-                    continue
                 rows = shuffled.sort().values  # groups contiguous: micro-batches share prompts
-                totals = (float(step.train_mask[rows].sum()), float(len(rows)))
-                active = rows[nonzero[rows]] if skippable else rows
-                active = learner.share(active)  # this learner's rows (all of them in one process)
-                for lo in range(0, len(active), mb):
-                    sub_rows = active[lo : lo + mb]
-                    try:
-                        loss = _micro_batch_loss(
-                            learner, step, sub_rows, totals, averages, epoch == 0
-                        )
-                    except _SkipStep as err:
-                        skip = err
-                        break
-                    loss.backward()
-                if step.demonstrations is not None and skip is None:  # sft_coef: SFT beside RL
-                    groups = step.batch.prompt_index[rows].unique().cpu()
-                    total = float(step.demonstrations.action_mask[groups].sum())
-                    mine = learner.share(groups)
-                    for lo in range(0, len(mine), mb):
-                        try:
-                            loss = _demonstration_loss(
-                                learner, step, mine[lo : lo + mb], total, averages
-                            )
-                        except _SkipStep as err:
-                            skip = err
-                            break
-                        loss.backward()
+                if pairs is not None:
+                    skip = _pair_gradients(learner, step, pairs[rows], averages)
+                else:
+                    kept = nonzero if skippable else None
+                    skip = _sample_gradients(learner, step, rows, kept, epoch == 0, averages)
                 skip = learner.sync_gradients(skip)  # learners sum their gradients
                 if skip is not None:
                     raise skip
