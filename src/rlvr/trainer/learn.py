@@ -767,7 +767,15 @@ class Learner:
         )
         self.policy.eval()
         old_logp, old_entropy, old_values = None, None, None
-        mine = self.share(torch.arange(len(data)))  # a group splits the no-grad passes
+        pairs, skipped = None, 0
+        rows = torch.arange(len(data))
+        if self.objective.kind == "pairs":  # only the paired samples are scored and trained
+            chosen, rejected, skipped = algorithms.preference_pairs(
+                data.rewards, data.group_ids, algo.pairs
+            )
+            pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
+            rows = pairs.flatten().unique()
+        mine = self.share(rows)  # a group splits the no-grad passes
         autocast = self.autocast()
         if need_old:
             old_logp, old_entropy, *rest = self._sum_over_group(
@@ -823,12 +831,6 @@ class Learner:
         if self.objective.kind == "imitation":  # the token mean is over the kept samples only
             kept = advantages > 0 if advantages.dim() == 1 else (advantages > 0).any(-1)
             train_mask = train_mask * kept[:, None]
-        pairs, skipped = None, 0
-        if self.objective.kind == "pairs":
-            chosen, rejected, skipped = algorithms.preference_pairs(
-                data.rewards, data.group_ids, algo.pairs
-            )
-            pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
         demonstrations = None
         if algo.sft_coef > 0:
             if data.demonstration_ids is None or data.demonstration_mask is None:
