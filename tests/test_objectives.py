@@ -5,13 +5,13 @@ model, and the resume of each exact."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from test_lora import built
 from test_trainer import COMPARED, step_rows, tiny_config
 
 from rlvr import algorithms
@@ -22,7 +22,6 @@ from rlvr.envs.chat import encode_demonstration
 from rlvr.models import load_model, load_tokenizer, stop_token_ids
 from rlvr.policy import completion_logprobs, make_batch
 from rlvr.trainer import train
-from rlvr.trainer.backends.local import build
 
 
 def _t(values) -> torch.Tensor:
@@ -249,12 +248,6 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     if preset == "on_policy_distillation":
         cfg["model"]["teacher"] = "tiny-random-llama"
     return cfg
-
-
-@contextlib.contextmanager
-def built(cfg: dict):
-    with contextlib.ExitStack() as stack:
-        yield build(build_config(cfg), None, stack)
 
 
 def test_rft_trains_on_the_verified_samples_only(tmp_path):
