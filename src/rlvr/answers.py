@@ -81,6 +81,14 @@ def _after_marker(text: str) -> str | None:
     return line or None
 
 
+def marked_answer(text: str) -> str | None:
+    """The final answer a completion marks as such: the last ``\\boxed{...}``'s content, else
+    what follows the last "Answer:"-style marker; None when it marks none (no fallback to the
+    last number, unlike :func:`extract_answer`)."""
+    boxed = _last_boxed(text)
+    return boxed if boxed is not None else _after_marker(text)
+
+
 def extract_answer(text: str) -> str | None:
     """Extract the final answer from a completion, or None if there is none.
 

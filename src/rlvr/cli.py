@@ -971,5 +971,121 @@ def rm_eval(
     console.print(f"pairwise accuracy: {_rm_metrics_text(metrics)}")
 
 
+# ---------------------------------------------------------------- rlvr serve, rlvr judge
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str, typer.Argument(help="model spec (alias, HF dir, .gguf, hub id), checkpoint or run dir")
+    ],
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one)")] = 8000,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    name: Annotated[
+        str | None, typer.Option(help="the model name clients ask for; default: MODEL")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16")] = "fp32",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
+    max_batch: Annotated[int, typer.Option(min=1, help="most sequences decoded at once")] = 64,
+) -> None:
+    """Serve a model behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions),
+    e.g. a judge for several runs (reward.judges: {NAME: {engine: http, base_url: URL, model:
+    NAME}}). Replies carry their token ids; with logprobs, the model's own log-probs.
+
+    Example: rlvr serve smollm2-135m-instruct --port 8000
+    """
+    from rlvr.serve import serve as run_server
+
+    if dtype not in ("fp32", "bf16", "fp16"):
+        _fail(f"--dtype {dtype!r}: fp32, bf16 or fp16")
+
+    def ready(url: str) -> None:
+        console.print(f"serving {name or model} at [bold]{url}[/] (Ctrl-C stops)", highlight=False)
+
+    try:
+        run_server(model, host, port, name, dtype, device, max_batch, on_ready=ready)
+    except (ValueError, OSError) as err:  # ModelSpecError included; a port in use
+        _fail(str(err))
+
+
+judge_app = typer.Typer(
+    help="LLM judges: probe how easily one is fooled (docs/judges.md).", no_args_is_help=True
+)
+app.add_typer(judge_app, name="judge")
+
+
+@judge_app.command("probe")
+def judge_probe(
+    config: Annotated[
+        Path | None,
+        typer.Argument(help="a run config whose reward uses a judge (probes each judge term)"),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="probe this judge instead: a model spec, or the name at --base-url"),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="an OpenAI-compatible endpoint serving --model")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="environment variable holding the endpoint's API key")
+    ] = None,
+    reward: Annotated[
+        str, typer.Option(help="with --model: judge_score, judge_genrm or judge_fallback")
+    ] = "judge_score",
+    verdict: Annotated[
+        str | None, typer.Option(help="with --model: probability, yes_no, number, ...")
+    ] = None,
+    set_: SetOption = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="held-out problems probed")] = 8,
+    threshold: Annotated[float, typer.Option(help="least score of an accepted answer")] = 0.5,
+    out: Annotated[Path | None, typer.Option(help="also write the report as JSON here")] = None,
+) -> None:
+    """How often a judge accepts content-free "master keys" (":", "Solution", ...) and wrong
+    answers, and rejects correct ones, on a task's held-out problems.
+
+    Examples:
+
+      rlvr judge probe --model smollm2-135m-instruct --set task.name=arithmetic
+
+      rlvr judge probe configs/judge_writing.yaml
+    """
+    from rlvr.config import load_config
+    from rlvr.data.from_config import build_task
+    from rlvr.rewards.probe import probe_terms
+
+    if (config is None) == (model is None):
+        _fail("give a run CONFIG, or --model (with --base-url for an endpoint)")
+    overrides = list(set_ or [])
+    if model is not None:
+        engine = "http" if base_url else "torch"
+        overrides += [
+            f"reward.judges={json.dumps({'probe': {'engine': engine, 'model': model, 'base_url': base_url, 'api_key_env': api_key_env}})}",
+            "reward.terms="
+            + json.dumps(
+                [
+                    {
+                        "name": reward,
+                        "params": {"judge": "probe", **({"verdict": verdict} if verdict else {})},
+                    }
+                ]
+            ),
+        ]
+    try:
+        cfg = load_config(config, overrides)
+        reports = probe_terms(cfg.reward, build_task(cfg.task), n, threshold)
+    except (RlvrError, ValueError) as err:
+        _fail(str(err))
+        return
+    if not reports:
+        _fail(f"{config}: no judge term (judge_score, judge_genrm, judge_fallback) in reward.terms")
+    for report in reports:
+        for line in report.lines():
+            console.print(line, highlight=False, markup=False)
+    if out is not None:
+        out.write_text(json.dumps([r.as_dict() for r in reports], indent=2) + "\n")
+        console.print(f"report: {out}")
+
+
 if __name__ == "__main__":
     app()

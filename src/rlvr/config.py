@@ -453,6 +453,54 @@ class RewardTerm(Section):
     label: str | None = Field(None, description="name in the metrics (default: name)")
 
 
+class JudgeConfig(Section):
+    """A language model that judges completions (``reward.judges``, docs/judges.md): a model rlvr
+    loads and decodes with its torch engine, or an OpenAI-compatible endpoint (``rlvr serve``,
+    vLLM's server, a hosted API). Judge rewards (judge_score, judge_pairwise, rubric, ...) name
+    it with ``params: {judge: NAME}``."""
+
+    engine: Literal["torch", "http"] = Field(
+        "torch",
+        description="torch: rlvr loads `model` and decodes it itself (batched, no_grad; on Ray, "
+        "on each rollout worker); http: an OpenAI-compatible endpoint at base_url",
+    )
+    model: str | None = Field(
+        None,
+        description="torch: a model spec, checkpoint or run directory (its latest checkpoint); "
+        "http: the model name the endpoint serves",
+    )
+    base_url: str | None = Field(None, description="http: e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = Field(
+        None,
+        description="http: the environment variable holding the API key (never the key "
+        "itself); None: no key (a local server)",
+    )
+    dtype: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="torch: compute dtype")
+    device: str = Field("cpu", description="torch: where the judge runs")
+    max_batch: int = Field(64, ge=1, description="torch: most sequences decoded at once")
+    max_concurrency: int = Field(8, ge=1, description="http: most requests in flight")
+    timeout_s: float = Field(60.0, gt=0, description="http: time limit of one request")
+    retries: int = Field(2, ge=0, description="http: retries of a failed request (backoff)")
+    max_new_tokens: int = Field(256, ge=1, description="longest reply (verdict or reasoning)")
+    temperature: float = Field(0.0, ge=0, description="0: greedy verdicts")
+    system_prompt: str | None = Field(None, description="the judge's system message")
+    cache: bool = Field(
+        True,
+        description="remember answers by (judge, question): a repeated completion is judged once",
+    )
+    seed: int = Field(0, description="torch: seed of the judge's sampling (temperature > 0)")
+
+    @model_validator(mode="after")
+    def _complete(self) -> JudgeConfig:
+        if not self.model:
+            raise ValueError(f"a {self.engine} judge needs `model`")
+        if self.engine == "http" and not self.base_url:
+            raise ValueError("an http judge needs base_url (e.g. http://127.0.0.1:8000/v1)")
+        if self.engine == "torch" and self.base_url:
+            raise ValueError("base_url is for engine: http; a torch judge loads `model` itself")
+        return self
+
+
 class RewardConfig(Section):
     """How completions are scored: the task's own verifier (default), a user function, or a
     weighted sum of registered rewards, each logged separately."""
@@ -482,6 +530,10 @@ class RewardConfig(Section):
         description="how the task asks for the final answer; reference-probability rewards "
         "(rlpr, verifree) score the reference written this way after the reasoning",
     )
+    judges: dict[str, JudgeConfig] = Field(
+        default_factory=dict,
+        description="judge models by name, for judge rewards (params: {judge: NAME})",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> RewardConfig:
@@ -489,6 +541,14 @@ class RewardConfig(Section):
             raise ValueError("set reward.function or reward.terms, not both")
         if "{answer}" not in self.answer_format:
             raise ValueError(f"answer_format must contain '{{answer}}', got {self.answer_format!r}")
+        for term in self.terms:
+            judge = term.params.get("judge")
+            if isinstance(judge, str) and judge not in self.judges:
+                known = ", ".join(sorted(self.judges)) or "none"
+                raise ValueError(
+                    f"reward term {term.label or term.name!r} names judge {judge!r}, which "
+                    f"reward.judges does not define (defined: {known})"
+                )
         return self
 
 

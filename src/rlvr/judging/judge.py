@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from rlvr.data import Problem, Task
-from rlvr.rewards.base import build_reward
-from rlvr.rewards.combined import CombinedReward, RewardSpec
+from rlvr.rewards.base import build_reward, config_terms
+from rlvr.rewards.combined import CombinedReward
 from rlvr.rewards.protocol import SAMPLE_FIELDS
 from rlvr.rewards.registry import CALLABLE_MARKER
 
@@ -142,7 +142,7 @@ def _build_reward(cfg: Config, task: Task) -> CombinedReward:
     reward = build_reward(
         task,
         function,
-        [RewardSpec(t.name, t.weight, t.params, t.label) for t in cfg.reward.terms],
+        config_terms(cfg.reward),
         on_error=cfg.reward.on_error,
         timeout_s=cfg.reward.timeout_s,
         max_abs=cfg.reward.max_abs,

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlvr.answers import answer_span, extract_choice, normalize_text, numeric_match
+from rlvr.answers import answer_span, extract_choice, marked_answer, normalize_text, numeric_match
 from rlvr.rewards.registry import register_reward
 
 if TYPE_CHECKING:
@@ -121,3 +121,22 @@ def math_reward(completion: str, problem: Problem, timeout_seconds: int = 5) -> 
         parsing_timeout=timeout,
     )
     return 1.0 if pred and verify(list(gold), pred, timeout_seconds=timeout) else 0.0
+
+
+def parsed_answer_matches(completion: str, reference: str, timeout_seconds: int = 5) -> bool | None:
+    """Whether the completion's marked final answer (:func:`rlvr.answers.marked_answer`) is
+    mathematically equivalent to ``reference`` (math-verify), or None when the completion marks
+    no answer or either side does not parse: a question for a judge
+    (:func:`rlvr.rewards.judged.judge_fallback`)."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
+    found = marked_answer(completion)
+    if found is None:
+        return None
+    timeout = _signal_timeout(timeout_seconds)
+    gold = _parse_gold(reference, timeout)
+    configs = (LatexExtractionConfig(), ExprExtractionConfig())
+    pred = parse(f"${found}$", extraction_config=configs, parsing_timeout=timeout)
+    if not gold or not pred:
+        return None
+    return bool(verify(list(gold), pred, timeout_seconds=timeout))

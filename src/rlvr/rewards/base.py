@@ -15,13 +15,16 @@ must be a real number (``bool`` counts as 0/1), finite and at most ``max_abs`` i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rlvr.data.base import Task
 from rlvr.rewards.combined import CombinedReward, OnError, RewardSpec
 from rlvr.rewards.executor import ExecutorKind
 from rlvr.rewards.protocol import DEFAULT_MAX_ABS, RewardConfigError
+
+if TYPE_CHECKING:
+    from rlvr.config import RewardConfig
 
 
 def build_reward(
@@ -56,3 +59,22 @@ def build_reward(
         executor=executor,
         max_workers=max_workers,
     )
+
+
+def config_terms(reward: RewardConfig) -> list[RewardSpec]:
+    """The terms of a ``reward`` config section as :class:`RewardSpec`, each ``params.judge``
+    naming a ``reward.judges`` entry replaced by that judge's config (a plain mapping: a reward
+    worker, a process or a Ray worker, builds the judge from it)."""
+    specs = []
+    for t in reward.terms:
+        params: Mapping[str, Any] = dict(t.params)
+        name = params.get("judge")
+        if isinstance(name, str):
+            if name not in reward.judges:
+                raise RewardConfigError(
+                    f"reward term {t.label or t.name!r} names judge {name!r}, which "
+                    f"reward.judges does not define (defined: {', '.join(reward.judges) or 'none'})"
+                )
+            params = {**params, "judge": reward.judges[name].model_dump(mode="json")}
+        specs.append(RewardSpec(t.name, t.weight, params, t.label))
+    return specs

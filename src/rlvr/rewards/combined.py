@@ -98,7 +98,9 @@ class RewardBreakdown:
     scores per reward label (0.0 where the reward failed under ``on_error="zero"``); ``errors``
     counts failures per label; ``reasons`` holds the :class:`Score` reason or error message per
     sample (None where the reward gave none); ``events`` counts the samples that reported each
-    :attr:`Score.events` name (any term).
+    :attr:`Score.events` name (any term); ``parts`` holds, per ``label/part``, the values of
+    :attr:`Score.parts` the samples reported (a rubric's criteria); ``usage`` sums
+    :attr:`Score.usage` (a judge's calls, tokens and seconds).
     """
 
     total: list[float]
@@ -107,6 +109,8 @@ class RewardBreakdown:
     errors: dict[str, int]
     reasons: dict[str, list[str | None]]
     events: dict[str, int] = field(default_factory=dict)
+    parts: dict[str, list[float]] = field(default_factory=dict)
+    usage: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def concat(parts: Sequence[RewardBreakdown]) -> RewardBreakdown:
@@ -114,9 +118,15 @@ class RewardBreakdown:
         per-sample lists concatenated, error and event counts added."""
         first = parts[0]
         events: dict[str, int] = {}
+        usage: dict[str, float] = {}
+        subscores: dict[str, list[float]] = {}
         for p in parts:
             for name, count in p.events.items():
                 events[name] = events.get(name, 0) + count
+            for name, amount in p.usage.items():
+                usage[name] = usage.get(name, 0.0) + amount
+            for name, values in p.parts.items():
+                subscores.setdefault(name, []).extend(values)
         return RewardBreakdown(
             total=[x for p in parts for x in p.total],
             components={k: [x for p in parts for x in p.components[k]] for k in first.components},
@@ -124,6 +134,8 @@ class RewardBreakdown:
             errors={k: sum(p.errors[k] for p in parts) for k in first.errors},
             reasons={k: [x for p in parts for x in p.reasons[k]] for k in first.reasons},
             events=events,
+            parts=subscores,
+            usage=usage,
         )
 
     @property
@@ -133,14 +145,18 @@ class RewardBreakdown:
 
     def metrics(self, prefix: str = "reward") -> dict[str, float]:
         """Flat metrics for a logger: ``{prefix}/{label}/mean`` and ``{prefix}/{label}/errors``
-        per component, ``{prefix}/errors`` in total, and each event's sample count under its
-        own name (e.g. ``sandbox/killed/memory``)."""
+        per component, ``{prefix}/errors`` in total, each event's sample count under its
+        own name (e.g. ``sandbox/killed/memory``), each part's mean as
+        ``{prefix}/{label}/{part}`` and the usage under its own names (``time/judge``)."""
         out: dict[str, float] = {}
         for label, values in self.components.items():
             out[f"{prefix}/{label}/mean"] = sum(values) / len(values) if values else 0.0
             out[f"{prefix}/{label}/errors"] = float(self.errors[label])
         out[f"{prefix}/errors"] = float(self.num_errors)
         out.update({name: float(count) for name, count in sorted(self.events.items())})
+        for name, values in sorted(self.parts.items()):
+            out[f"{prefix}/{name}"] = sum(values) / len(values)
+        out.update(sorted(self.usage.items()))
         return out
 
 
@@ -308,6 +324,8 @@ class CombinedReward:
         reasons: dict[str, list[str | None]] = {term.label: [None] * n for term in self.terms}
         errors = {term.label: 0 for term in self.terms}
         seen: dict[str, set[int]] = {}
+        parts: dict[str, list[float]] = {}
+        usage: dict[str, float] = {}
         for call, (status, value) in zip(calls, outcomes, strict=True):
             term = self.terms[call.term]
             try:
@@ -327,13 +345,17 @@ class CombinedReward:
                     reasons[term.label][i] = score.reason
                     for event in score.events:
                         seen.setdefault(event, set()).add(i)
+                    for part, value in score.parts.items():
+                        parts.setdefault(f"{term.label}/{part}", []).append(float(value))
+                    for name, amount in score.usage.items():
+                        usage[name] = usage.get(name, 0.0) + float(amount)
         total = [
             math.fsum(term.weight * components[term.label][i] for term in self.terms)
             for i in range(n)
         ]
         weights = {term.label: term.weight for term in self.terms}
         events = {name: len(samples) for name, samples in seen.items()}
-        return RewardBreakdown(total, components, weights, errors, reasons, events)
+        return RewardBreakdown(total, components, weights, errors, reasons, events, parts, usage)
 
 
 def _task_entry(name: str, task: Task | None) -> RegisteredReward:

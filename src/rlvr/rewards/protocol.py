@@ -83,28 +83,43 @@ class GroupReward(Protocol):
 
 class Score(float):
     """A reward value (a ``float``) with a ``reason``, e.g. ``"2/3 tests passed; test 1: ..."``,
-    and ``events``: what was observed while scoring, as metric names (the code rewards report
-    e.g. ``"sandbox/killed/memory"``, ``"sandbox/forbidden/syscall"``).
+    ``events``: what was observed while scoring, as metric names (the code rewards report
+    e.g. ``"sandbox/killed/memory"``, ``"sandbox/forbidden/syscall"``), ``parts``: named
+    sub-scores of this sample (a rubric's criteria), and ``usage``: amounts the scoring cost,
+    summed over the batch (a judge's ``judge/calls``, ``time/judge``, ...).
 
     :class:`~rlvr.rewards.combined.CombinedReward` collects the reasons into
-    :attr:`~rlvr.rewards.combined.RewardBreakdown.reasons` and counts the samples per event in
-    :attr:`~rlvr.rewards.combined.RewardBreakdown.events`.
+    :attr:`~rlvr.rewards.combined.RewardBreakdown.reasons`, counts the samples per event in
+    :attr:`~rlvr.rewards.combined.RewardBreakdown.events`, averages each part over the samples
+    that report it and sums the usage.
     """
 
     reason: str
     events: tuple[str, ...]
+    parts: dict[str, float]
+    usage: dict[str, float]
 
-    def __new__(cls, value: float, reason: str = "", events: tuple[str, ...] = ()) -> Score:
+    def __new__(
+        cls,
+        value: float,
+        reason: str = "",
+        events: tuple[str, ...] = (),
+        parts: dict[str, float] | None = None,
+        usage: dict[str, float] | None = None,
+    ) -> Score:
         obj = super().__new__(cls, value)
         obj.reason = reason
         obj.events = tuple(events)
+        obj.parts = dict(parts or {})
+        obj.usage = dict(usage or {})
         return obj
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Score, (float(self), self.reason, self.events))
+        return (Score, (float(self), self.reason, self.events, self.parts, self.usage))
 
     def __repr__(self) -> str:
         extra = f", {self.events!r}" if self.events else ""
+        extra += f", parts={self.parts!r}" if self.parts else ""
         return f"Score({float(self)!r}, {self.reason!r}{extra})"
 
 

@@ -32,6 +32,9 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.reference_probability",
     "rlvr.rewards.reward_model",
     "rlvr.rewards.novelty",
+    "rlvr.rewards.judged",
+    "rlvr.rewards.pairwise",
+    "rlvr.rewards.rubric",
 )
 
 # Reward names that mean the task's own verifier (resolved with the task, not the registry).

@@ -67,6 +67,8 @@ class Trajectories:
         greedy_rewards: [N] reward of the group's greedy completion (ReMax's baseline) or None.
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
+        reasons: [N] per sample, the reason each reward term gave (a judge's reply, a failed
+            test), by term label; terms that gave none are left out.
         policy_version: the number of optimizer updates of the policy that sampled them.
         action_mask: [N] per completion token, 1 on the ids the policy sampled and 0 on an
             episode's observation tokens, or, for the data's completions, 1 on the assistant
@@ -99,6 +101,7 @@ class Trajectories:
     teacher_logprobs: list[list[float]] | None = None
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None
+    reasons: list[dict[str, str]] | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)

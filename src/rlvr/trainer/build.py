@@ -36,8 +36,8 @@ from rlvr.models import (
     stop_token_ids,
 )
 from rlvr.policy import ValueHead, enable_gradient_checkpointing
-from rlvr.rewards.base import build_reward
-from rlvr.rewards.combined import CombinedReward, RewardSpec
+from rlvr.rewards.base import build_reward, config_terms
+from rlvr.rewards.combined import CombinedReward
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
@@ -91,7 +91,7 @@ def _build_reward(
     reward = build_reward(
         task,
         user_reward if user_reward is not None else cfg.reward.function,
-        [RewardSpec(t.name, t.weight, t.params, t.label) for t in cfg.reward.terms],
+        config_terms(cfg.reward),
         on_error=cfg.reward.on_error,
         timeout_s=cfg.reward.timeout_s,
         max_abs=cfg.reward.max_abs,

@@ -36,6 +36,10 @@ def _kept(values: list | None, rows: list[int]) -> list | None:
     return None if values is None else [values[i] for i in rows]
 
 
+#: Reward metrics summed over a step's draws (a judge's usage), not averaged.
+SUMMED = ("judge/", "time/")
+
+
 @dataclass
 class Collector:
     """Samples and scores one step's batch (see the module docstring).
@@ -139,6 +143,10 @@ class Collector:
             teacher_logprobs=_kept(scored.teacher_logprobs, k),
             demonstration_ids=scored.demonstration_ids,
             demonstration_mask=scored.demonstration_mask,
+            reasons=[
+                {label: r[i] for label, r in scored.breakdown.reasons.items() if r[i] is not None}
+                for i in k
+            ],
         )
 
     def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
@@ -159,10 +167,10 @@ class Collector:
         while not draws.done:
             parts.append(self._draw(step, len(parts), n, draws))
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
-        # per draw: error counts add up, means are averaged over the step's draws
+        # per draw: error counts and judge usage add up, means are averaged over the draws
         metrics.update(
             {
-                k: sum(v) / (1 if k.endswith("errors") else len(v))
+                k: sum(v) / (1 if k.endswith("errors") or k.startswith(SUMMED) else len(v))
                 for k, v in self._reward_metrics.items()
             }
         )

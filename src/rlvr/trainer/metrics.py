@@ -64,6 +64,8 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
             "reward": data.rewards[i].item(),
             "terms": {label: values[i] for label, values in data.terms.items()},
         }
+        if data.reasons and data.reasons[i]:  # a judge's reply, a failed test: why it scored so
+            row["reasons"] = data.reasons[i]
         if data.transcripts is not None:  # agent episodes: the whole chat, reward per turn
             row["transcript"] = data.transcripts[i]
             row["turn_rewards"] = data.turn_rewards[i] if data.turn_rewards else []

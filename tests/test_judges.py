@@ -1,0 +1,450 @@
+"""Judges: verdict parsers, the local judge's exact verdict probabilities, pairwise position
+bias, rubrics, the cache, failures under on_error, `rlvr serve` with the openai client, and a
+run rewarded by a judge served on 127.0.0.1 (2 steps, then resumed)."""
+
+from __future__ import annotations
+
+import math
+import socket
+import string
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from test_trainer import assert_same_steps, step_rows, tiny_config
+
+from rlvr.config import ConfigError, JudgeConfig, build_config
+from rlvr.data import Problem
+from rlvr.reward_models.chat_model import Generation, LocalChatModel
+from rlvr.reward_models.judges import Judge
+from rlvr.reward_models.verdicts import (
+    expected_value,
+    parse_boxed,
+    parse_choice,
+    parse_json_field,
+    parse_number,
+    parse_yes_no,
+)
+from rlvr.rewards import build_reward
+from rlvr.rewards.judged import judge_fallback, judge_genrm, judge_score, master_key
+from rlvr.rewards.pairwise import bradley_terry, judge_pairwise
+from rlvr.rewards.probe import probe_judge
+from rlvr.rewards.protocol import RewardError
+from rlvr.rewards.rubric import rubric
+from rlvr.trainer import train
+
+PROBLEM = Problem("p0", "What is 2 + 3?", "5")
+
+
+class Scripted:
+    """A judge model answering from Python functions of the question text, counting calls."""
+
+    name = "scripted"
+
+    def __init__(
+        self,
+        reply: Callable[[str], str] = lambda q: "Yes",
+        probs: Callable[[str, Sequence[str]], list[float]] | None = None,
+    ) -> None:
+        self.reply, self.probs, self.questions = reply, probs, 0
+
+    def generate(self, chats, *, max_new_tokens, temperature=0.0, n=1, stop=()):
+        self.questions += len(chats)
+        return [[Generation(self.reply(c[-1]["content"]), 10, 2)] * n for c in chats]
+
+    def choice_probs(self, chats, choices):
+        self.questions += len(chats)
+        return [self.probs(c[-1]["content"], choices) for c in chats]
+
+
+def scripted_judge(**kwargs) -> tuple[Judge, Scripted]:
+    model = Scripted(**kwargs)
+    return Judge(JudgeConfig(model="scripted"), model), model
+
+
+# ------------------------------------------------------------------------------- verdicts
+
+
+def test_verdict_parsers_on_hand_written_replies():
+    assert parse_yes_no("Let me check. 2+3=5, so yes.\nVerdict: Yes") == 1.0
+    assert parse_yes_no("Yes, it looks fine at first, but no: the sum is wrong.") == 0.0
+    assert parse_yes_no("Eyes nod; nobody knows") is None  # not standalone words
+    assert parse_number("I'd give it 7 out of 10. Final score: 8/10") == 8.0
+    assert parse_number("score -2.5") == -2.5
+    assert parse_number("no digits here") is None
+    assert parse_boxed(r"so the score is \boxed{9} (or \boxed{\frac{1}{2}}?) \boxed{6}") == 6.0
+    assert parse_boxed(r"\boxed{unclosed 4") is None
+    reply = 'First {"score": 2} then ```json\n{"score": 4, "ok": true}\n```'
+    assert parse_json_field(reply, "score") == 4.0
+    assert parse_json_field(reply, "ok") == 1.0
+    assert parse_json_field('{"verdict": "yes"}', "verdict") == 1.0
+    assert parse_json_field("{broken", "score") is None
+    assert parse_choice("Response A is verbose, so B is better.", ["A", "B"]) == 1
+    assert parse_choice("And Bob agrees", ["A", "B"]) is None
+    assert expected_value([0.3, 0.1], [1.0, 0.0]) == pytest.approx(0.75)
+    assert expected_value([0.0, 0.0], [1.0, 0.0]) is None
+
+
+def test_master_keys_are_guarded_without_asking_the_judge():
+    for key in ["", "   ", ":", "Solution", "Let's solve this problem step by step.", "解"]:
+        assert master_key(key) is not None, key
+    assert master_key("The answer is 5.") is None
+    judge, model = scripted_judge(probs=lambda q, c: [0.9, 0.1])
+    scores = judge_score([":", "It is 5."], PROBLEM, judge)
+    assert [float(s) for s in scores] == [0.0, pytest.approx(0.9)]
+    assert scores[0].events == ("judge/guarded",) and model.questions == 1
+
+
+# ----------------------------------------------------------------------- the local judge
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalChatModel:
+    return LocalChatModel("tiny-random-llama")
+
+
+def test_p_yes_is_the_softmax_of_the_judges_logits_at_the_verdict_position(local):
+    question = [{"role": "user", "content": "Is 2 + 3 = 5? Answer Yes or No."}]
+    text = local.tokenizer.apply_chat_template(question, add_generation_prompt=True, tokenize=False)
+    ids = local.tokenizer(text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = local.model(input_ids=torch.tensor([ids])).logits[0, -1]
+    expected = torch.softmax(logits.double(), -1)
+    yes, no = (local.tokenizer("Yes", add_special_tokens=False)["input_ids"][0],
+               local.tokenizer("No", add_special_tokens=False)["input_ids"][0])
+    other = [{"role": "user", "content": "A longer question, so that the batch is padded: ok?"}]
+    (p_yes, p_no), _ = local.choice_probs([question, other], ["Yes", "No"])
+    assert p_yes == pytest.approx(expected[yes].item(), rel=1e-5)
+    assert p_no == pytest.approx(expected[no].item(), rel=1e-5)
+    judge = Judge(JudgeConfig(model="tiny-random-llama"), local)
+    (score,) = judge_score(["5"], PROBLEM, judge, template="Is 2 + 3 = {completion}?")
+    assert 0.0 < float(score) < 1.0 and score.reason.startswith("P(Yes)=")
+
+
+def test_choices_sharing_a_first_token_are_refused(local):
+    with pytest.raises(ValueError, match="begin with the same token"):
+        local.choice_tokens(["Yes", "Yes!"])
+
+
+def test_concurrent_callers_are_batched_together(local):
+    chats = [[{"role": "user", "content": f"question {i}"}] for i in range(6)]
+    alone = local.generate(chats, max_new_tokens=4)
+    results: list = [None] * 3
+    threads = [
+        threading.Thread(
+            target=lambda k=k: results.__setitem__(
+                k, local.generate(chats[2 * k : 2 * k + 2], max_new_tokens=4)
+            )
+        )
+        for k in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    together = [g for pair in results for g in pair]
+    assert [[g.ids for g in r] for r in together] == [[g.ids for g in r] for r in alone]
+
+
+# ---------------------------------------------------------------------- reward kinds
+
+
+def test_pairwise_order_swapping_removes_a_planted_position_bias():
+    """The judge prefers the longer reply by its length difference, plus a strong bias for
+    whichever reply it sees first; asked in both orders, the bias cancels."""
+
+    def probs(question: str, choices: Sequence[str]) -> list[float]:
+        a = question.split("Response A:\n")[1].split("\n\nResponse B:")[0]
+        b = question.split("Response B:\n")[1].split("\n\nWhich")[0]
+        p_first = 1 / (1 + math.exp(-(2.0 + 0.5 * (len(a) - len(b)))))
+        return [p_first, 1 - p_first]
+
+    judge, _ = scripted_judge(probs=probs)
+    group = ["aaaa", "aa", "aaa"]  # true order: 0 > 2 > 1
+    one_order = judge_pairwise(group, PROBLEM, judge, both_orders=False)
+    both = judge_pairwise(group, PROBLEM, judge)
+    # one order: the first-shown reply wins every pair, whatever its length
+    assert one_order[1] > one_order[2]
+    assert both[0] > both[2] > both[1]
+    q = lambda d: (1 / (1 + math.exp(-(2 + 0.5 * d))) + 1 - 1 / (1 + math.exp(-(2 - 0.5 * d)))) / 2
+    assert float(both[0]) == pytest.approx((q(2) + q(1)) / 2)
+    assert float(both[1]) == pytest.approx((q(-2) + q(-1)) / 2)
+    bt = judge_pairwise(group, PROBLEM, judge, scoring="bradley_terry")
+    assert bt[0] > bt[2] > bt[1] and sum(bt) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bradley_terry_recovers_the_log_odds_of_a_pair():
+    s = bradley_terry(torch.tensor([[0.5, 0.75], [0.25, 0.5]]), l2=1e-9)
+    assert (s[0] - s[1]).item() == pytest.approx(math.log(3), rel=1e-4)
+
+
+def test_rubric_weights_and_per_criterion_scores_are_logged():
+    judge, _ = scripted_judge(probs=lambda q, c: [0.8, 0.2] if "polite" in q else [0.1, 0.9])
+    criteria = [
+        {"criterion": "is polite", "weight": 2, "label": "polite"},
+        {"criterion": "mentions the sum", "check": "contains", "value": "5", "label": "sum"},
+        {"criterion": "short", "check": "max_words", "value": 3, "label": "short"},
+        {"criterion": "no shouting", "check": "regex", "value": "[A-Z]{4}", "weight": -1,
+         "label": "shouting"},
+    ]
+    out = rubric(["It is 5", "FIVE IS THE ANSWER OK"], PROBLEM, criteria=criteria, judge=judge)
+    # (2 * 0.8 + 1 + 1 - 0) / 4 and (2 * 0.8 + 0 + 0 - 1) / 4
+    assert [float(x) for x in out] == [pytest.approx(0.9), pytest.approx(0.15)]
+    assert out[0].parts == {"polite": pytest.approx(0.8), "sum": 1.0, "short": 1.0, "shouting": 0.0}
+    reward = build_reward(
+        None, terms=[{"name": rubric, "params": {"criteria": criteria, "judge": judge}}]
+    )
+    breakdown = reward(["It is 5", "FIVE IS THE ANSWER OK"], [PROBLEM, PROBLEM])
+    metrics = breakdown.metrics()
+    assert metrics["reward/rubric/polite"] == pytest.approx(0.8)
+    assert metrics["reward/rubric/shouting"] == pytest.approx(0.5)
+    # the judged criterion of both completions, answered by the cache of the call above
+    assert metrics["judge/calls"] == 0.0 and metrics["judge/cache_hits"] == 2.0
+    assert "time/judge" in metrics
+    reward.close()
+
+
+def test_rubric_criteria_come_from_the_problems_answer():
+    problem = Problem("w", "Describe a lamp.", '[{"check": "min_words", "value": 2}, "is vivid"]')
+    judge, _ = scripted_judge(probs=lambda q, c: [1.0, 0.0])
+    assert [float(x) for x in rubric(["A warm lamp", "Lamp"], problem, judge=judge)] == [1.0, 0.5]
+    with pytest.raises(ValueError, match="list of criteria"):
+        rubric(["x"], PROBLEM)
+
+
+def test_the_cache_answers_repeated_questions():
+    judge, model = scripted_judge(probs=lambda q, c: [0.7, 0.3])
+    first = judge_score(["It is 5", "It is 5", "It is 6"], PROBLEM, judge)
+    assert model.questions == 2 and first[0].usage["judge/cache_hits"] == 1.0
+    again = judge_score(["It is 6"], PROBLEM, judge)
+    assert model.questions == 2 and again[0].usage["judge/cache_hits"] == 1.0
+    uncached = Judge(JudgeConfig(model="scripted", cache=False), model)
+    judge_score(["It is 6"], PROBLEM, uncached)
+    assert model.questions == 3
+
+
+def test_generative_judge_keeps_its_reasoning_and_unparsed_verdicts_fail():
+    judge, _ = scripted_judge(reply=lambda q: "2 + 3 is 5, matching. Verdict: Yes")
+    (score,) = judge_genrm(["5"], PROBLEM, judge)
+    assert float(score) == 1.0 and score.reason.startswith("2 + 3 is 5")
+    mute, _ = scripted_judge(reply=lambda q: "hmm")
+    with pytest.raises(ValueError, match="no yes_no verdict"):
+        judge_genrm(["5"], PROBLEM, mute)
+    assert float(judge_genrm(["5"], PROBLEM, mute, unparsed=0.25)[0]) == 0.25
+
+
+def test_fallback_asks_the_judge_only_where_the_verifier_cannot_read_an_answer():
+    judge, model = scripted_judge(probs=lambda q, c: [0.9, 0.1])
+    out = judge_fallback(["Answer: 5", "\\boxed{6}", "five, I believe"], PROBLEM, judge)
+    assert [float(x) for x in out] == [1.0, 0.0, pytest.approx(0.9)]
+    assert [x.events for x in out] == [
+        ("judge/fallback/verifier",),
+        ("judge/fallback/verifier",),
+        ("judge/fallback/judge",),
+    ]
+    assert model.questions == 1
+
+
+def test_probe_reports_false_positive_and_negative_rates():
+    """A judge that accepts anything ending in a period: the probe finds the keys it takes."""
+    judge, _ = scripted_judge(
+        probs=lambda q, c: [0.9, 0.1] if q.split("Response:\n")[1].split("\n")[0].endswith(".")
+        else [0.1, 0.9]
+    )
+    from rlvr.data.arithmetic import ArithmeticTask
+
+    report = probe_judge(ArithmeticTask(level=1, n_eval=4), "judge_score", {"judge": judge}, n=4)
+    assert report.master_keys.total == 40
+    assert report.master_keys.hits == 4 * 3  # ".", "Let's solve ... step.", "The answer is correct."
+    assert report.wrong_accepted.rate == 1.0
+    assert report.bare_reference_accepted.rate == 0.0
+    assert any("master keys accepted" in line for line in report.lines())
+
+
+# ------------------------------------------------------------------- failures, on_error
+
+
+def _dead_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def hanging_server():
+    """A TCP server that accepts and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def _http_terms(port: int, timeout_s: float = 5.0) -> dict:
+    return {
+        "judges": {
+            "remote": {
+                "engine": "http",
+                "model": "judge",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "timeout_s": timeout_s,
+                "retries": 1,
+            }
+        },
+        "terms": [{"name": "judge_score", "params": {"judge": "remote"}}],
+    }
+
+
+def _reward(section: dict, on_error: str):
+    from rlvr.rewards.base import config_terms
+
+    cfg = build_config({"reward": {**section, "on_error": on_error}})
+    return build_reward(None, terms=config_terms(cfg.reward), on_error=on_error, timeout_s=30)
+
+
+def test_a_failing_endpoint_follows_on_error():
+    section = _http_terms(_dead_port())
+    with _reward(section, "zero") as reward:
+        breakdown = reward(["It is 5"], [PROBLEM])
+    assert breakdown.total == [0.0] and breakdown.errors == {"judge_score": 1}
+    assert "APIConnectionError" in breakdown.reasons["judge_score"][0]
+    with _reward(section, "raise") as reward, pytest.raises(RewardError, match="judge_score"):
+        reward(["It is 5"], [PROBLEM])
+
+
+def test_a_judge_that_does_not_answer_times_out(hanging_server):
+    start = time.perf_counter()
+    with _reward(_http_terms(hanging_server, timeout_s=0.5), "zero") as reward:
+        breakdown = reward(["It is 5"], [PROBLEM])
+    assert breakdown.errors == {"judge_score": 1}
+    assert "Timeout" in breakdown.reasons["judge_score"][0]
+    assert time.perf_counter() - start < 20  # 2 tries of 0.5 s and the client's backoff
+
+
+def test_a_term_naming_an_undefined_judge_is_a_config_error():
+    with pytest.raises(ConfigError, match="names judge 'nope'"):
+        build_config({"reward": {"terms": [{"name": "judge_score", "params": {"judge": "nope"}}]}})
+    with pytest.raises(ConfigError, match="needs base_url"):
+        build_config({"reward": {"judges": {"j": {"engine": "http", "model": "m"}}}})
+
+
+# ------------------------------------------------------------------------- rlvr serve
+
+
+@pytest.fixture(scope="module")
+def served(local):
+    """The tiny model served by `rlvr serve`'s app on a free port of 127.0.0.1."""
+    import uvicorn
+
+    from rlvr.serve import create_app
+
+    config = uvicorn.Config(create_app(local, "tiny"), host="127.0.0.1", port=0, log_level="error")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join()
+
+
+def test_the_openai_client_works_against_rlvr_serve(served, local):
+    import openai
+
+    client = openai.OpenAI(base_url=served, api_key="EMPTY")
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    answer = client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "Say hi"}],
+        max_tokens=5,
+        temperature=0.0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    choice = answer.choices[0]
+    ids = choice.model_extra["token_ids"]
+    assert answer.usage.completion_tokens == len(ids) <= 5
+    assert choice.message.content == local.decode(ids)
+    prompt = answer.model_extra["prompt_token_ids"]
+    assert prompt == local.encode([{"role": "user", "content": "Say hi"}])
+    own, top = local.reply_logprobs(prompt, ids, 3)
+    content = choice.logprobs.content
+    assert [c.logprob for c in content] == pytest.approx(own, abs=1e-5)
+    assert content[0].top_logprobs[0].logprob == pytest.approx(top[0][0][1], abs=1e-5)
+    greedy = client.completions.create(model="tiny", prompt=prompt, max_tokens=5, temperature=0)
+    assert greedy.choices[0].model_extra["token_ids"] == ids  # same greedy tokens from ids
+    with pytest.raises(openai.BadRequestError, match="stream is not supported"):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+    with pytest.raises(openai.BadRequestError, match="not served here"):
+        client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
+
+
+def test_a_judge_at_rlvr_serve_reads_the_verdict_probabilities_of_the_local_model(served, local):
+    from rlvr.reward_models.http_model import HttpChatModel
+
+    remote = HttpChatModel(served, "tiny")
+    chat = [{"role": "user", "content": "Is 5 odd? Answer Yes or No."}]
+    (http_probs,) = remote.choice_probs([chat], ["Yes", "No"])
+    (local_probs,) = local.choice_probs([chat], ["Yes", "No"])
+    # the endpoint lists only its top 20 tokens: a choice outside them reads 0
+    for h, l_ in zip(http_probs, local_probs, strict=True):
+        assert h == pytest.approx(l_, rel=1e-4) or h == 0.0
+
+
+def test_a_run_rewarded_by_a_served_judge_trains_and_resumes(served, tmp_path):
+    """A judge behind `rlvr serve` scores the samples by the expectation of its verdict's
+    first token over 26 letters (the random tiny model ranks no Yes/No in its top 20): 4 steps
+    straight against 2 steps then a resume to 4."""
+    letters = {c: i / 25 for i, c in enumerate(string.ascii_lowercase)}
+
+    def config(run_dir: Path, steps: int) -> dict:
+        cfg = tiny_config(run_dir, steps=steps)
+        cfg["reward"] = {
+            "judges": {"tiny": {"engine": "http", "model": "tiny", "base_url": served}},
+            "terms": [
+                {
+                    "name": "judge_score",
+                    "params": {
+                        "judge": "tiny",
+                        "template": "Is this polite: {completion}",
+                        "choices": letters,
+                        "unparsed": 0.0,
+                    },
+                }
+            ],
+        }
+        return cfg
+
+    straight = tmp_path / "straight"
+    train(build_config(config(straight, 4)))
+    resumed = tmp_path / "resumed"
+    train(build_config(config(resumed, 2)))
+    train(build_config(config(resumed, 4)), resume=resumed)
+    a, b = step_rows(straight), step_rows(resumed)
+    assert_same_steps(a, b)
+    assert a[1]["judge/calls"] + a[1]["judge/cache_hits"] == 8  # 2 prompts x 4 samples
+    assert a[1]["reward/judge_score/mean"] > 0
