@@ -4,6 +4,7 @@ run rewarded by a judge served on 127.0.0.1 (2 steps, then resumed)."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 import string
@@ -113,8 +114,10 @@ def test_p_yes_is_the_softmax_of_the_judges_logits_at_the_verdict_position(local
     with torch.no_grad():
         logits = local.model(input_ids=torch.tensor([ids])).logits[0, -1]
     expected = torch.softmax(logits.double(), -1)
-    yes, no = (local.tokenizer("Yes", add_special_tokens=False)["input_ids"][0],
-               local.tokenizer("No", add_special_tokens=False)["input_ids"][0])
+    yes, no = (
+        local.tokenizer("Yes", add_special_tokens=False)["input_ids"][0],
+        local.tokenizer("No", add_special_tokens=False)["input_ids"][0],
+    )
     other = [{"role": "user", "content": "A longer question, so that the batch is padded: ok?"}]
     (p_yes, p_no), _ = local.choice_probs([question, other], ["Yes", "No"])
     assert p_yes == pytest.approx(expected[yes].item(), rel=1e-5)
@@ -169,7 +172,10 @@ def test_pairwise_order_swapping_removes_a_planted_position_bias():
     # one order: the first-shown reply wins every pair, whatever its length
     assert one_order[1] > one_order[2]
     assert both[0] > both[2] > both[1]
-    q = lambda d: (1 / (1 + math.exp(-(2 + 0.5 * d))) + 1 - 1 / (1 + math.exp(-(2 - 0.5 * d)))) / 2
+
+    def q(d: float) -> float:  # the preference for a reply d characters longer, both orders
+        return (1 / (1 + math.exp(-(2 + 0.5 * d))) + 1 - 1 / (1 + math.exp(-(2 - 0.5 * d)))) / 2
+
     assert float(both[0]) == pytest.approx((q(2) + q(1)) / 2)
     assert float(both[1]) == pytest.approx((q(-2) + q(-1)) / 2)
     bt = judge_pairwise(group, PROBLEM, judge, scoring="bradley_terry")
@@ -187,8 +193,13 @@ def test_rubric_weights_and_per_criterion_scores_are_logged():
         {"criterion": "is polite", "weight": 2, "label": "polite"},
         {"criterion": "mentions the sum", "check": "contains", "value": "5", "label": "sum"},
         {"criterion": "short", "check": "max_words", "value": 3, "label": "short"},
-        {"criterion": "no shouting", "check": "regex", "value": "[A-Z]{4}", "weight": -1,
-         "label": "shouting"},
+        {
+            "criterion": "no shouting",
+            "check": "regex",
+            "value": "[A-Z]{4}",
+            "weight": -1,
+            "label": "shouting",
+        },
     ]
     out = rubric(["It is 5", "FIVE IS THE ANSWER OK"], PROBLEM, criteria=criteria, judge=judge)
     # (2 * 0.8 + 1 + 1 - 0) / 4 and (2 * 0.8 + 0 + 0 - 1) / 4
@@ -251,14 +262,17 @@ def test_fallback_asks_the_judge_only_where_the_verifier_cannot_read_an_answer()
 def test_probe_reports_false_positive_and_negative_rates():
     """A judge that accepts anything ending in a period: the probe finds the keys it takes."""
     judge, _ = scripted_judge(
-        probs=lambda q, c: [0.9, 0.1] if q.split("Response:\n")[1].split("\n")[0].endswith(".")
-        else [0.1, 0.9]
+        probs=lambda q, c: (
+            [0.9, 0.1] if q.split("Response:\n")[1].split("\n")[0].endswith(".") else [0.1, 0.9]
+        )
     )
     from rlvr.data.arithmetic import ArithmeticTask
 
     report = probe_judge(ArithmeticTask(level=1, n_eval=4), "judge_score", {"judge": judge}, n=4)
     assert report.master_keys.total == 40
-    assert report.master_keys.hits == 4 * 3  # ".", "Let's solve ... step.", "The answer is correct."
+    assert (
+        report.master_keys.hits == 4 * 3
+    )  # ".", "Let's solve ... step.", "The answer is correct."
     assert report.wrong_accepted.rate == 1.0
     assert report.bare_reference_accepted.rate == 0.0
     assert any("master keys accepted" in line for line in report.lines())
@@ -446,5 +460,39 @@ def test_a_run_rewarded_by_a_served_judge_trains_and_resumes(served, tmp_path):
     train(build_config(config(resumed, 4)), resume=resumed)
     a, b = step_rows(straight), step_rows(resumed)
     assert_same_steps(a, b)
+    probe = json.loads((straight / "judge_probe.json").read_text())[0]
+    assert probe["master_keys_accepted"]["total"] == 20  # 10 keys x 2 problems
     assert a[1]["judge/calls"] + a[1]["judge/cache_hits"] == 8  # 2 prompts x 4 samples
     assert a[1]["reward/judge_score/mean"] > 0
+
+
+def test_the_writing_config_trains_with_its_rubric_and_judge(tmp_path, monkeypatch):
+    """configs/judge_writing.yaml as shipped, on the tiny model (policy and judge), 2 steps:
+    every criterion of the rubric is logged, the judge's usage too, and the start-up probe."""
+    from rlvr.config import load_config
+    from rlvr.logging import read_metrics
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    overrides = [
+        "model.name=tiny-random-llama",
+        "reward.judges.smol.model=tiny-random-llama",
+        "train.steps=2",
+        "train.threads=1",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=2",
+        "rollout.max_new_tokens=8",
+        "eval.before=false",
+        "eval.after=false",
+        f"logging.run_dir={tmp_path / 'run'}",
+        "logging.progress=false",
+        "checkpoint.every=0",
+        "checkpoint.save_final=false",
+    ]
+    train(load_config(root / "configs" / "judge_writing.yaml", overrides))
+    rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for label in ("names_product", "mentions_feature", "word_limit", "persuasive", "fluent"):
+        assert 0.0 <= rows[0][f"reward/rubric/{label}"] <= 1.0, label
+    assert rows[0]["judge/calls"] + rows[0]["judge/cache_hits"] == 4 * 2  # 4 samples x 2 judged
+    assert (tmp_path / "run" / "judge_probe.json").is_file()

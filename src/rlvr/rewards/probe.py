@@ -6,8 +6,9 @@ off, about each of ``n`` held-out problems of a task:
 * the master keys of "One Token to Fool LLM-as-a-Judge" (Zhao et al. 2025) and the openers
   our probe adds (:data:`PROBE_KEYS`: ":", "Solution", "Let's solve this step by step.", an
   empty and a whitespace reply, ...): accepting one is a false positive;
-* a known-correct completion (the task's demonstration, else "The answer is X. Answer: X"):
-  rejecting it is a false negative;
+* where the task has reference answers (:func:`has_reference`): a known-correct completion
+  (the task's demonstration, else "The answer is X. Answer: X"): rejecting it is a false
+  negative;
 * a known-wrong completion (the same with a wrong answer: a number off by one, else another
   problem's answer): accepting it is a false positive;
 * the bare reference answer with no reasoning: reported on its own line (an answer-checking
@@ -70,6 +71,8 @@ class ProbeRate:
         return lo, hi
 
     def text(self) -> str:
+        if self.total == 0:
+            return "n/a (the task has no reference answers)"
         lo, hi = self.interval
         return f"{self.rate:.0%} ({self.hits}/{self.total}) [{lo:.0%}, {hi:.0%}]"
 
@@ -131,6 +134,13 @@ def wrong_answer(problem: Problem, others: Sequence[Problem]) -> str:
     return str(int(value) + 1) if value.is_integer() else str(value + 1)
 
 
+def has_reference(problem: Problem) -> bool:
+    """Whether the problem's answer is a reference answer (not empty, not structured data such
+    as a rubric or a test list)."""
+    answer = problem.answer.strip()
+    return bool(answer) and answer[0] not in "[{"
+
+
 def correct_completion(problem: Problem) -> str:
     """A known-correct completion: the problem's first demonstration, else a stated answer."""
     for demo in problem.demonstrations:
@@ -155,11 +165,12 @@ def probe_judge(
     rows: list[tuple[str, str, float]] = []
     for problem in problems:
         probes = [("master_key", k) for k in PROBE_KEYS]
-        probes += [
-            ("correct", correct_completion(problem)),
-            ("wrong", f"The answer is {wrong_answer(problem, problems)}."),
-            ("bare_reference", problem.answer),
-        ]
+        if has_reference(problem):
+            probes += [
+                ("correct", correct_completion(problem)),
+                ("wrong", f"The answer is {wrong_answer(problem, problems)}."),
+                ("bare_reference", problem.answer),
+            ]
         scores = fn([t for _, t in probes], problem, **{**params, "guard": False})
         rows += [(kind, text, float(s)) for (kind, text), s in zip(probes, scores, strict=True)]
 
@@ -181,12 +192,17 @@ def probe_judge(
 
 
 def probe_terms(reward: RewardConfig, task: Task, n: int, threshold: float) -> list[ProbeReport]:
-    """A probe of each judge term of a ``reward`` config section (``judge_score``,
-    ``judge_genrm``, ``judge_fallback``) with its own params, on ``n`` problems of ``task``."""
+    """A probe of each judge term of a ``reward`` config section on ``n`` problems of
+    ``task``: ``judge_score``, ``judge_genrm`` and ``judge_fallback`` terms as configured; any
+    other term with a judge (``rubric``, ``judge_pairwise``) through ``judge_score`` with its
+    judge and the default question."""
     from rlvr.rewards.base import config_terms
 
-    return [
-        probe_judge(task, str(spec.name), spec.params, n, threshold)
-        for spec in config_terms(reward)
-        if spec.name in PROBED_REWARDS
-    ]
+    reports = []
+    for spec in config_terms(reward):
+        if spec.name in PROBED_REWARDS:
+            reports.append(probe_judge(task, str(spec.name), spec.params, n, threshold))
+        elif spec.params.get("judge") is not None:
+            params = {"judge": spec.params["judge"]}
+            reports.append(probe_judge(task, "judge_score", params, n, threshold))
+    return reports

@@ -39,6 +39,26 @@ from rlvr.trainer.loop import Loop
 from rlvr.trainer.metrics import data_notes, held_out, note, warn
 
 
+def probe_judges(cfg: Config, task: Any, run_dir: Path) -> None:
+    """The judge probe (:mod:`rlvr.rewards.probe`) of each judge term on 2 held-out problems,
+    printed and kept as ``judge_probe.json`` (accepted: a score of at least 0.5), with a warning when the judge accepted a master
+    key its guard is off for (a few calls: each probe asks ~13 questions per problem)."""
+    from rlvr.rewards.probe import probe_terms
+
+    reports = probe_terms(cfg.reward, task, n=2, threshold=0.5)
+    if not reports:
+        return
+    for report in reports:
+        for line in report.lines():
+            note(line)
+    guarded = all(t.params.get("guard", True) for t in cfg.reward.terms)
+    if any(r.master_keys.hits for r in reports) and not guarded:
+        warn("the judge accepted content-free master keys and a judge term has guard: false")
+    (run_dir / "judge_probe.json").write_text(
+        json.dumps([r.as_dict() for r in reports], indent=2) + "\n"
+    )
+
+
 def train(
     cfg: Config,
     resume: str | Path | None = None,
@@ -189,6 +209,8 @@ def _run(
     if chosen is not None:
         note(chosen["summary"])
         (run_dir / "precision.json").write_text(json.dumps(chosen, indent=2) + "\n")
+    if not resuming:
+        probe_judges(cfg, parts.task, run_dir)
     # only now: every start-up check has passed
     save_config(cfg, run_dir / "config.yaml", [chosen["summary"]] if chosen else [])
     if resuming:
