@@ -228,3 +228,22 @@ def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_check
     finally:
         fresh.llm_engine.engine_core.shutdown()
     assert [list(o.outputs[0].token_ids) for o in outs] == after.completion_ids
+
+
+def test_a_judge_decoded_by_vllm_replies_as_the_torch_judge(smollm):
+    """reward.judges with engine: vllm: the same greedy replies, token for token, as the torch
+    judge; its verdict probabilities come from the same exact forward."""
+    from rlvr.reward_models.chat_model import LocalChatModel
+
+    chats = [[{"role": "user", "content": q}] for q in QUESTIONS[:3]]
+    on_vllm = LocalChatModel("tiny-random-llama-hd32", engine="vllm", kv_cache_gb=0.5)
+    try:
+        on_torch = LocalChatModel("tiny-random-llama-hd32")
+        replies = on_vllm.generate(chats, max_new_tokens=12)
+        expected = on_torch.generate(chats, max_new_tokens=12)
+        assert [r[0].ids for r in replies] == [r[0].ids for r in expected]
+        assert on_vllm.choice_probs(chats, ["Yes", "No"]) == on_torch.choice_probs(
+            chats, ["Yes", "No"]
+        )
+    finally:
+        on_vllm.engine.close()

@@ -987,6 +987,7 @@ def serve(
     dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16")] = "fp32",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
     max_batch: Annotated[int, typer.Option(min=1, help="most sequences decoded at once")] = 64,
+    engine: Annotated[str, typer.Option(help="torch or vllm (rlvr's engines)")] = "torch",
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions),
     e.g. a judge for several runs (reward.judges: {NAME: {engine: http, base_url: URL, model:
@@ -998,12 +999,14 @@ def serve(
 
     if dtype not in ("fp32", "bf16", "fp16"):
         _fail(f"--dtype {dtype!r}: fp32, bf16 or fp16")
+    if engine not in ("torch", "vllm"):
+        _fail(f"--engine {engine!r}: torch or vllm")
 
     def ready(url: str) -> None:
         console.print(f"serving {name or model} at [bold]{url}[/] (Ctrl-C stops)", highlight=False)
 
     try:
-        run_server(model, host, port, name, dtype, device, max_batch, on_ready=ready)
+        run_server(model, host, port, name, dtype, device, max_batch, ready, engine)
     except (ValueError, OSError) as err:  # ModelSpecError included; a port in use
         _fail(str(err))
 

@@ -459,10 +459,11 @@ class JudgeConfig(Section):
     vLLM's server, a hosted API). Judge rewards (judge_score, judge_pairwise, rubric, ...) name
     it with ``params: {judge: NAME}``."""
 
-    engine: Literal["torch", "http"] = Field(
+    engine: Literal["torch", "vllm", "http"] = Field(
         "torch",
-        description="torch: rlvr loads `model` and decodes it itself (batched, no_grad; on Ray, "
-        "on each rollout worker); http: an OpenAI-compatible endpoint at base_url",
+        description="torch: rlvr loads `model` and decodes it with its torch engine (batched, "
+        "no_grad; on Ray, on each rollout worker); vllm: the same with rlvr's vLLM engine "
+        "decoding replies; http: an OpenAI-compatible endpoint at base_url",
     )
     model: str | None = Field(
         None,
@@ -478,6 +479,9 @@ class JudgeConfig(Section):
     dtype: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="torch: compute dtype")
     device: str = Field("cpu", description="torch: where the judge runs")
     max_batch: int = Field(64, ge=1, description="torch: most sequences decoded at once")
+    kv_cache_gb: float | None = Field(
+        None, gt=0, description="vllm on the CPU: its KV cache (None: 1 GiB)"
+    )
     max_concurrency: int = Field(8, ge=1, description="http: most requests in flight")
     timeout_s: float = Field(60.0, gt=0, description="http: time limit of one request")
     retries: int = Field(2, ge=0, description="http: retries of a failed request (backoff)")
@@ -496,8 +500,10 @@ class JudgeConfig(Section):
             raise ValueError(f"a {self.engine} judge needs `model`")
         if self.engine == "http" and not self.base_url:
             raise ValueError("an http judge needs base_url (e.g. http://127.0.0.1:8000/v1)")
-        if self.engine == "torch" and self.base_url:
-            raise ValueError("base_url is for engine: http; a torch judge loads `model` itself")
+        if self.engine != "http" and self.base_url:
+            raise ValueError(
+                f"base_url is for engine: http; a {self.engine} judge loads `model` itself"
+            )
         return self
 
 

@@ -3,7 +3,7 @@
 :class:`ChatModel` is the protocol of the two kinds of judge model: :class:`LocalChatModel`,
 a model rlvr loads itself (any model spec, or a trained run's latest checkpoint) decoded by
 rlvr's torch engine (:class:`~rlvr.rollout.TorchEngine`: batched, no_grad, its own dtype and
-device), and :class:`~rlvr.reward_models.http_model.HttpChatModel`, an OpenAI-compatible
+device) or its vLLM engine (:class:`~rlvr.rollout.vllm_engine.VLLMEngine`), and :class:`~rlvr.reward_models.http_model.HttpChatModel`, an OpenAI-compatible
 endpoint (``rlvr serve``, vLLM's server, a hosted API).
 
 Two questions are asked of a judge:
@@ -143,6 +143,10 @@ class LocalChatModel:
         max_batch: most sequences decoded at once.
         system_prompt: prepended to chats that have no system message (None: the template's).
         seed: seed of the judge's own sampling streams (used when sampling, not when greedy).
+        engine: what decodes replies: ``torch`` (rlvr's torch engine) or ``vllm`` (rlvr's vLLM
+            engine over the same weights, in this process); verdict probabilities are read
+            from the torch model's forward either way (exact, one pass).
+        kv_cache_gb: vLLM's KV cache on the CPU (None: 1 GiB).
     """
 
     def __init__(
@@ -153,6 +157,8 @@ class LocalChatModel:
         max_batch: int = 64,
         system_prompt: str | None = None,
         seed: int = 0,
+        engine: str = "torch",
+        kv_cache_gb: float | None = None,
     ) -> None:
         from rlvr.models import load_model, load_tokenizer, quiet_transformers, stop_token_ids
         from rlvr.rollout import TorchEngine
@@ -166,13 +172,22 @@ class LocalChatModel:
         self.device = torch.device(device)
         self.system_prompt = system_prompt
         self.stops = stop_token_ids(self.tokenizer)
-        self.engine = TorchEngine(
-            self.model,
-            self.tokenizer.pad_token_id,
-            dtype=dtype,
-            max_batch=max_batch,
-            decode=self.decode,
-        )
+        if engine not in ("torch", "vllm"):
+            raise ValueError(f"judge engine {engine!r}: torch or vllm")
+        if engine == "vllm":
+            from rlvr.rollout.vllm_engine import VLLMEngine
+
+            self.engine: Any = VLLMEngine(
+                self.model, self.tokenizer, dtype, seed=seed, kv_cache_gb=kv_cache_gb
+            )
+        else:
+            self.engine = TorchEngine(
+                self.model,
+                self.tokenizer.pad_token_id,
+                dtype=dtype,
+                max_batch=max_batch,
+                decode=self.decode,
+            )
         self.max_batch = max_batch
         self._batcher = _Batcher()
         self._generator = torch.Generator().manual_seed(seed)

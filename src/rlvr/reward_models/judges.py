@@ -146,8 +146,8 @@ def get_judge(spec: JudgeConfig | Mapping[str, Any]) -> Judge:
 
 
 def build_chat_model(config: JudgeConfig) -> ChatModel:
-    """The model behind a judge: :class:`LocalChatModel` for ``torch``, :class:`HttpChatModel`
-    for ``http``."""
+    """The model behind a judge: :class:`LocalChatModel` for ``torch`` and ``vllm``,
+    :class:`HttpChatModel` for ``http``."""
     assert config.model is not None  # JudgeConfig checks it
     if config.engine == "http":
         assert config.base_url is not None
@@ -167,4 +167,6 @@ def build_chat_model(config: JudgeConfig) -> ChatModel:
         max_batch=config.max_batch,
         system_prompt=config.system_prompt,
         seed=config.seed,
+        engine=config.engine,
+        kv_cache_gb=config.kv_cache_gb,
     )

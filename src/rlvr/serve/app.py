@@ -267,14 +267,16 @@ def serve(
     device: str = "cpu",
     max_batch: int = 64,
     on_ready: Any = None,
+    engine: str = "torch",
 ) -> None:
     """Load ``spec`` (a model spec, checkpoint or run directory) and serve it until interrupted;
-    ``on_ready(url)`` is called once the server listens (the URL of its ``/v1`` API)."""
+    ``on_ready(url)`` is called once the server listens (the URL of its ``/v1`` API);
+    ``engine``: ``torch`` or ``vllm`` decodes the replies."""
     import torch
     import uvicorn
 
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    model = LocalChatModel(spec, dtypes[dtype], device, max_batch=max_batch)
+    model = LocalChatModel(spec, dtypes[dtype], device, max_batch=max_batch, engine=engine)
     app = create_app(model, name or spec)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
