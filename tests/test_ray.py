@@ -171,6 +171,34 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
 
 
+def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):
+    """A local judge (reward.judges, the tiny model) is built on each of two rollout workers
+    from the config its term carries: the rewards and the judge's usage (summed over the
+    workers' shards) are those of one process, up to the judge's batch arithmetic."""
+    letters = {c: i / 25 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}
+    reward = {
+        "function": None,
+        "judges": {"tiny": {"model": "tiny-random-llama"}},
+        "terms": [
+            {"name": "judge_score", "params": {"judge": "tiny", "choices": letters}},
+            {"name": "rewards_for_tests:letter_fraction"},
+        ],
+    }
+    local_cfg = local_config(Path("unused"), steps=2, reward=reward)
+    local_cfg["eval"] = {"before": False, "after": False}
+    local = run_once("judge-local", local_cfg, tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp("judge-ray") / "run"
+    cfg = ray_config(run_dir, 2, steps=2, reward=reward)
+    cfg["eval"] = {"before": False, "after": False}
+    train(build_config(cfg))
+    rows = comparable(step_rows(run_dir))
+    for step in (1, 2):
+        for key in ("reward/judge_score/mean", "reward/mean", "policy/loss"):
+            assert rows[step][key] == pytest.approx(local[step][key], rel=1e-4, abs=1e-6), key
+        assert rows[step]["judge/calls"] + rows[step]["judge/cache_hits"] == 8
+    assert 0 < local[1]["reward/judge_score/mean"] < 1
+
+
 def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_factory):
     """max_staleness 1 in one process: batches at most one version old, AReaL's behaviour
     weight at work (the Ray run of the next test must equal this one)."""
