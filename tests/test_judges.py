@@ -496,3 +496,13 @@ def test_the_writing_config_trains_with_its_rubric_and_judge(tmp_path, monkeypat
         assert 0.0 <= rows[0][f"reward/rubric/{label}"] <= 1.0, label
     assert rows[0]["judge/calls"] + rows[0]["judge/cache_hits"] == 4 * 2  # 4 samples x 2 judged
     assert (tmp_path / "run" / "judge_probe.json").is_file()
+
+
+def test_separation_is_the_share_of_correct_wrong_pairs_ranked_right():
+    from rlvr.rewards.probe import ProbeRate, ProbeReport
+
+    rows = [("correct", "", 0.8), ("correct", "", 0.4), ("wrong", "", 0.4), ("wrong", "", 0.2)]
+    rate = ProbeRate(0, 0)
+    report = ProbeReport("j", 0.5, rate, rate, rate, rate, rows)
+    assert report.separation == pytest.approx((1 + 1 + 0.5 + 1) / 4)
+    assert ProbeReport("j", 0.5, rate, rate, rate, rate, rows[:2]).separation is None

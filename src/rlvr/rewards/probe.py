@@ -89,6 +89,21 @@ class ProbeReport:
     bare_reference_accepted: ProbeRate
     rows: list[tuple[str, str, float]] = field(default_factory=list)
 
+    def scores(self, kind: str) -> list[float]:
+        """The scores of one kind of probe (``master_key``, ``correct``, ``wrong``,
+        ``bare_reference``)."""
+        return [s for k, _, s in self.rows if k == kind]
+
+    @property
+    def separation(self) -> float | None:
+        """P(a correct completion scores above a wrong one), ties counting half, over every
+        (correct, wrong) pair: the judge's threshold-free discrimination (0.5: chance)."""
+        right, wrong = self.scores("correct"), self.scores("wrong")
+        if not right or not wrong:
+            return None
+        wins = sum((a > b) + 0.5 * (a == b) for a in right for b in wrong)
+        return wins / (len(right) * len(wrong))
+
     def lines(self) -> list[str]:
         """The report as text lines."""
         keys: dict[str, list[float]] = {}
@@ -104,7 +119,20 @@ class ProbeReport:
             f"  bare reference answer accepted: {self.bare_reference_accepted.text()}",
             "  highest-scored master keys: "
             + ", ".join(f"{k!r} {sum(v) / len(v):.2f}" for k, v in worst),
-        ]
+            "  mean score: "
+            + ", ".join(
+                f"{kind} {sum(v) / len(v):.3f}"
+                for kind in ("master_key", "correct", "wrong", "bare_reference")
+                if (v := self.scores(kind))
+            ),
+        ] + (
+            []
+            if self.separation is None
+            else [
+                f"  P(correct scores above wrong): {self.separation:.2f} (0.5: chance, "
+                "threshold-free)"
+            ]
+        )
 
     def as_dict(self) -> dict[str, Any]:
         def rate(r: ProbeRate) -> dict[str, Any]:
@@ -117,6 +145,7 @@ class ProbeReport:
             "wrong_accepted": rate(self.wrong_accepted),
             "correct_rejected": rate(self.correct_rejected),
             "bare_reference_accepted": rate(self.bare_reference_accepted),
+            "separation": self.separation,
             "rows": [list(r) for r in self.rows],
         }
 
