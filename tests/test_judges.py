@@ -483,13 +483,18 @@ def test_the_writing_config_trains_with_its_rubric_and_judge(tmp_path, monkeypat
         "rollout.prompts_per_step=2",
         "rollout.max_new_tokens=8",
         "eval.before=false",
-        "eval.after=false",
+        "eval.n_prompts=2",
+        "eval.max_new_tokens=8",
         f"logging.run_dir={tmp_path / 'run'}",
         "logging.progress=false",
         "checkpoint.every=0",
         "checkpoint.save_final=false",
     ]
     train(load_config(root / "configs" / "judge_writing.yaml", overrides))
+    (final,) = [r for r in read_metrics(tmp_path / "run") if "eval/greedy_accuracy" in r]
+    # held-out rubric satisfaction, per criterion, judged as in training (eval.judge: reward)
+    assert 0.0 <= final["eval/greedy_reward/rubric/persuasive"] <= 1.0
+    assert final["eval/greedy_reward/rubric/word_limit"] in (0.0, 0.5, 1.0)
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for label in ("names_product", "mentions_feature", "word_limit", "persuasive", "fluent"):

@@ -309,7 +309,7 @@ def _judge_records(
     judge: Judge, task: Task, records: list[dict[str, Any]], problems: Sequence[Problem]
 ) -> None:
     """Set each record's ``score`` and ``correct`` (``problems[i]``: record i's problem)."""
-    scores, correct = judge_samples(
+    scores, correct, parts = judge_samples(
         judge,
         task,
         [r["completion"] for r in records],
@@ -317,8 +317,11 @@ def _judge_records(
         [r["num_tokens"] for r in records],
         [r["problem_index"] for r in records],
     )
-    for r, score, ok in zip(records, scores, correct, strict=True):
+    for i, (r, score, ok) in enumerate(zip(records, scores, correct, strict=True)):
         r["score"], r["correct"] = score, ok
+        given = {name: values[i] for name, values in parts.items() if values[i] is not None}
+        if given:  # a rubric's criteria, per sample
+            r["parts"] = given
 
 
 def problem_set(problems: Sequence[Problem], system_prompt: str | None) -> dict[str, Any]:

@@ -15,13 +15,15 @@ from rlvr.rollout.streams import group_keys, stream_key
 class AccuracyRecords:
     """Per problem: judged correct, the judge's score, completion length, finished; agent
     episodes add ``extras`` per problem: ``turns``, ``tool_calls``, ``tool_errors``,
-    ``invalid_actions``."""
+    ``invalid_actions``; the reward judge adds its ``parts`` per problem (a rubric's
+    criteria, None where a sample reported none)."""
 
     correct: list[bool]
     scores: list[float]
     lengths: list[int]
     finished: list[bool]
     extras: dict[str, list[float]] = field(default_factory=dict)
+    parts: dict[str, list[float | None]] = field(default_factory=dict)
 
     @staticmethod
     def concat(parts: list[AccuracyRecords]) -> AccuracyRecords:
@@ -32,6 +34,10 @@ class AccuracyRecords:
             [x for p in parts for x in p.lengths],
             [x for p in parts for x in p.finished],
             {k: [x for p in parts for x in p.extras[k]] for k in parts[0].extras},
+            {
+                k: [x for p in parts for x in p.parts.get(k, [None] * len(p.correct))]
+                for k in dict.fromkeys(k for p in parts for k in p.parts)
+            },
         )
 
 
@@ -52,7 +58,7 @@ def sample_and_judge(
     judge = judge or Judge()
     keys = group_keys(stream_key(seed), len(problems), 1, first_prompt=first)
     rollout = engine.generate([encode(p) for p in problems], 1, sampling, keys)
-    scores, correct = judge_samples(
+    scores, correct, parts = judge_samples(
         judge,
         task,
         [decode(ids) for ids in rollout.completion_ids],
@@ -61,7 +67,9 @@ def sample_and_judge(
         range(len(problems)),
     )
     lengths = [len(c) for c in rollout.completion_ids]
-    return AccuracyRecords(list(correct), list(scores), lengths, list(rollout.finished))
+    return AccuracyRecords(
+        list(correct), list(scores), lengths, list(rollout.finished), parts=dict(parts)
+    )
 
 
 def accuracy_metrics(
@@ -69,7 +77,8 @@ def accuracy_metrics(
 ) -> dict[str, float]:
     """``{"accuracy", "length_mean", "truncated_frac", "n"}`` (``n``: problems scored, for
     confidence intervals), ``"accuracy/<category>"`` for each category of the problems (a task
-    with ``task.levels``), and with the reward judge ``"reward_mean"``. For agent episodes
+    with ``task.levels``), and with the reward judge ``"reward_mean"`` and the mean of each
+    part of the reward (``"reward/rubric/LABEL"``: a rubric criterion's satisfaction). For agent episodes
     ``accuracy`` is the success rate, ``truncated_frac`` the episodes cut by a budget, and
     ``reward_mean``, ``turns_mean``, ``tool_calls_mean``, ``tool_errors_mean`` and
     ``tool_invalid_frac`` (invalid actions per action) are added."""
@@ -82,6 +91,10 @@ def accuracy_metrics(
     }
     if judge_name == "reward":
         out["reward_mean"] = sum(records.scores) / n
+        for name, values in records.parts.items():  # a rubric's criteria: reward/rubric/LABEL
+            given = [v for v in values if v is not None]
+            if given:
+                out[f"reward/{name}"] = sum(given) / len(given)
     if records.extras:  # agent episodes
         from rlvr.envs.agent import tool_means
 

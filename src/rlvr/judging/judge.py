@@ -81,8 +81,8 @@ def judge_samples(
     problems: Sequence[Problem],
     num_tokens: Sequence[int],
     group_ids: Sequence[int],
-) -> tuple[list[float], list[bool]]:
-    """Scores and correctness of N samples.
+) -> tuple[list[float], list[bool], dict[str, list[float | None]]]:
+    """Scores and correctness of N samples, and the reward's parts.
 
     Args:
         completions: N completion texts; sample i answers ``problems[i]``.
@@ -90,9 +90,11 @@ def judge_samples(
         group_ids: N ids, equal for the held-out samples of one problem (a group reward's
             group).
     Returns:
-        ``(scores [N], correct [N])``: ``task.score`` or the reward's total per sample, and
-        ``score >= judge.threshold``.
+        ``(scores [N], correct [N], parts)``: ``task.score`` or the reward's total per sample,
+        ``score >= judge.threshold``, and the reward's named sub-scores per sample (a rubric's
+        criteria, ``{"rubric/LABEL": [N]}``; empty for the task judge).
     """
+    parts: dict[str, list[float | None]] = {}
     if judge.reward is None:  # the task judge
         scores = [float(task.score(t, p)) for t, p in zip(completions, problems, strict=True)]
     else:
@@ -103,7 +105,8 @@ def judge_samples(
             num_tokens=[int(n) for n in num_tokens],
         )
         scores = [float(v) for v in breakdown.total]
-    return scores, [s >= judge.threshold for s in scores]
+        parts = breakdown.parts
+    return scores, [s >= judge.threshold for s in scores], parts
 
 
 def build_judge(cfg: Config, task: Task, reward: CombinedReward | None = None) -> Judge:

@@ -98,8 +98,9 @@ class RewardBreakdown:
     scores per reward label (0.0 where the reward failed under ``on_error="zero"``); ``errors``
     counts failures per label; ``reasons`` holds the :class:`Score` reason or error message per
     sample (None where the reward gave none); ``events`` counts the samples that reported each
-    :attr:`Score.events` name (any term); ``parts`` holds, per ``label/part``, the values of
-    :attr:`Score.parts` the samples reported (a rubric's criteria); ``usage`` sums
+    :attr:`Score.events` name (any term); ``parts`` holds, per ``label/part``, each sample's
+    value of that :attr:`Score.parts` entry (a rubric's criteria; None where the sample
+    reported none); ``usage`` sums
     :attr:`Score.usage` (a judge's calls, tokens and seconds).
     """
 
@@ -109,7 +110,7 @@ class RewardBreakdown:
     errors: dict[str, int]
     reasons: dict[str, list[str | None]]
     events: dict[str, int] = field(default_factory=dict)
-    parts: dict[str, list[float]] = field(default_factory=dict)
+    parts: dict[str, list[float | None]] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
@@ -119,14 +120,16 @@ class RewardBreakdown:
         first = parts[0]
         events: dict[str, int] = {}
         usage: dict[str, float] = {}
-        subscores: dict[str, list[float]] = {}
+        names = list(dict.fromkeys(name for p in parts for name in p.parts))
+        subscores = {
+            name: [x for p in parts for x in p.parts.get(name, [None] * len(p.total))]
+            for name in names
+        }
         for p in parts:
             for name, count in p.events.items():
                 events[name] = events.get(name, 0) + count
             for name, amount in p.usage.items():
                 usage[name] = usage.get(name, 0.0) + amount
-            for name, values in p.parts.items():
-                subscores.setdefault(name, []).extend(values)
         return RewardBreakdown(
             total=[x for p in parts for x in p.total],
             components={k: [x for p in parts for x in p.components[k]] for k in first.components},
@@ -155,7 +158,9 @@ class RewardBreakdown:
         out[f"{prefix}/errors"] = float(self.num_errors)
         out.update({name: float(count) for name, count in sorted(self.events.items())})
         for name, values in sorted(self.parts.items()):
-            out[f"{prefix}/{name}"] = sum(values) / len(values)
+            given = [v for v in values if v is not None]
+            if given:
+                out[f"{prefix}/{name}"] = sum(given) / len(given)
         out.update(sorted(self.usage.items()))
         return out
 
@@ -324,7 +329,7 @@ class CombinedReward:
         reasons: dict[str, list[str | None]] = {term.label: [None] * n for term in self.terms}
         errors = {term.label: 0 for term in self.terms}
         seen: dict[str, set[int]] = {}
-        parts: dict[str, list[float]] = {}
+        parts: dict[str, list[float | None]] = {}
         usage: dict[str, float] = {}
         for call, (status, value) in zip(calls, outcomes, strict=True):
             term = self.terms[call.term]
@@ -346,7 +351,7 @@ class CombinedReward:
                     for event in score.events:
                         seen.setdefault(event, set()).add(i)
                     for part, value in score.parts.items():
-                        parts.setdefault(f"{term.label}/{part}", []).append(float(value))
+                        parts.setdefault(f"{term.label}/{part}", [None] * n)[i] = float(value)
                     for name, amount in score.usage.items():
                         usage[name] = usage.get(name, 0.0) + float(amount)
         total = [
