@@ -511,3 +511,30 @@ def test_separation_is_the_share_of_correct_wrong_pairs_ranked_right():
     report = ProbeReport("j", 0.5, rate, rate, rate, rate, rows)
     assert report.separation == pytest.approx((1 + 1 + 0.5 + 1) / 4)
     assert ProbeReport("j", 0.5, rate, rate, rate, rate, rows[:2]).separation is None
+
+
+def test_rlvr_serve_from_the_command_line(tmp_path):
+    """`rlvr serve MODEL --port 0` prints its URL once it listens and answers there."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    rlvr = Path(sys.executable).parent / "rlvr"
+    with subprocess.Popen(
+        [str(rlvr), "serve", "tiny-random-llama", "--port", "0", "--name", "tiny"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as process:
+        try:
+            line = process.stdout.readline()
+            assert "serving tiny at" in line, line
+            url = line.split(" at ")[1].split()[0]
+            with urllib.request.urlopen(f"{url}/models", timeout=30) as answer:
+                assert json.loads(answer.read())["data"][0]["id"] == "tiny"
+        finally:
+            process.terminate()
+    bad = subprocess.run(
+        [str(rlvr), "serve", "tiny-random-llama", "--dtype", "int3"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "fp32, bf16 or fp16" in bad.stderr

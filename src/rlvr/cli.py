@@ -1003,7 +1003,11 @@ def serve(
         _fail(f"--engine {engine!r}: torch or vllm")
 
     def ready(url: str) -> None:
-        console.print(f"serving {name or model} at [bold]{url}[/] (Ctrl-C stops)", highlight=False)
+        console.print(
+            f"serving {name or model} at [bold]{url}[/] (Ctrl-C stops)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     try:
         run_server(model, host, port, name, dtype, device, max_batch, ready, engine)
