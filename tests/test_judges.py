@@ -460,6 +460,8 @@ def test_a_run_rewarded_by_a_served_judge_trains_and_resumes(served, tmp_path):
     train(build_config(config(resumed, 4)), resume=resumed)
     a, b = step_rows(straight), step_rows(resumed)
     assert_same_steps(a, b)
+    sample = json.loads((straight / "samples.jsonl").read_text().splitlines()[0])
+    assert sample["reasons"]["judge_score"].startswith("P(a)=")  # the verdict, kept
     probe = json.loads((straight / "judge_probe.json").read_text())[0]
     assert probe["master_keys_accepted"]["total"] == 20  # 10 keys x 2 problems
     assert a[1]["judge/calls"] + a[1]["judge/cache_hits"] == 8  # 2 prompts x 4 samples
