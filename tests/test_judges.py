@@ -341,6 +341,7 @@ def test_a_failing_endpoint_follows_on_error():
     with _reward(section, "zero") as reward:
         breakdown = reward(["It is 5"], [PROBLEM])
     assert breakdown.total == [0.0] and breakdown.errors == {"judge_score": 1}
+    assert breakdown.metrics()["judge/failures"] == 1.0
     assert "APIConnectionError" in breakdown.reasons["judge_score"][0]
     with _reward(section, "raise") as reward, pytest.raises(RewardError, match="judge_score"):
         reward(["It is 5"], [PROBLEM])

@@ -57,7 +57,12 @@ class HttpChatModel:
         retries: int = 2,
         system_prompt: str | None = None,
     ) -> None:
-        import openai
+        try:
+            import openai
+        except ImportError:
+            raise JudgeError(
+                "a judge at an HTTP endpoint needs the openai client: pip install 'rlvr[serve]'"
+            ) from None
 
         key = "EMPTY"
         if api_key_env is not None:

@@ -341,6 +341,8 @@ class CombinedReward:
                 if self.on_error == "raise":
                     raise
                 errors[term.label] += 1
+                if term.params.get("judge") is not None:  # a judge reward's failed call
+                    usage["judge/failures"] = usage.get("judge/failures", 0.0) + 1
                 for i in call.indices:
                     reasons[term.label][i] = str(err)
                 continue
