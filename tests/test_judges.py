@@ -235,6 +235,12 @@ def test_the_cache_answers_repeated_questions():
     uncached = Judge(JudgeConfig(model="scripted", cache=False), model)
     judge_score(["It is 6"], PROBLEM, uncached)
     assert model.questions == 3
+    small = Judge(JudgeConfig(model="scripted", cache_size=2), model)
+    judge_score(["a b", "c d", "e f"], PROBLEM, small)  # "a b" is dropped, the others kept
+    judge_score(["e f", "c d"], PROBLEM, small)
+    assert model.questions == 6
+    judge_score(["a b"], PROBLEM, small)
+    assert model.questions == 7
 
 
 def test_generative_judge_keeps_its_reasoning_and_unparsed_verdicts_fail():

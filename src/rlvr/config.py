@@ -492,6 +492,9 @@ class JudgeConfig(Section):
         True,
         description="remember answers by (judge, question): a repeated completion is judged once",
     )
+    cache_size: int = Field(
+        100_000, ge=1, description="answers remembered (the least recently used are dropped)"
+    )
     seed: int = Field(0, description="torch: seed of the judge's sampling (temperature > 0)")
 
     @model_validator(mode="after")

@@ -4,8 +4,8 @@
 process (a judge reward's params carry the config itself, so a reward worker process or a Ray
 rollout worker builds the same judge on first use). A :class:`Judge` asks its
 :class:`~rlvr.reward_models.chat_model.ChatModel` and remembers each answer under (kind,
-question, settings) when ``cache`` is on: a completion repeated within a group or across steps
-is judged once. Every call returns a :class:`Usage` (calls, cache hits, tokens, seconds) that the
+question, settings) when ``cache`` is on (the ``cache_size`` most recently used answers): a
+completion repeated within a group or across steps is judged once. Every call returns a :class:`Usage` (calls, cache hits, tokens, seconds) that the
 reward attaches to its scores, so the run's metrics show ``judge/*`` and ``time/judge`` wherever
 the reward ran.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,7 +67,7 @@ class Judge:
     def __init__(self, config: JudgeConfig, model: ChatModel) -> None:
         self.config = config
         self.model = model
-        self._cache: dict[str, Any] = {}
+        self._cache: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
 
     @property
@@ -79,6 +80,8 @@ class Judge:
         keys = [json.dumps([kind, chat, settings], sort_keys=True) for chat in chats]
         with self._lock:
             known = {k: self._cache[k] for k in keys if self.config.cache and k in self._cache}
+            for k in known:
+                self._cache.move_to_end(k)
         todo = list(dict.fromkeys(k for k in keys if k not in known))
         start = time.perf_counter()
         answers = ask([chats[keys.index(k)] for k in todo]) if todo else []
@@ -87,6 +90,8 @@ class Judge:
         if self.config.cache:
             with self._lock:
                 self._cache.update(fresh)
+                while len(self._cache) > self.config.cache_size:
+                    self._cache.popitem(last=False)
         tokens = [g for a in answers if isinstance(a, list) for g in a]
         usage = Usage(
             calls=len(todo),
