@@ -420,6 +420,8 @@ def test_the_openai_client_works_against_rlvr_serve(served, local):
         client.chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "x"}], stream=True
         )
+    with pytest.raises(openai.BadRequestError, match="needs a role"):
+        client.chat.completions.create(model="tiny", messages=[{"role": "robot", "content": "x"}])
     with pytest.raises(openai.BadRequestError, match="not served here"):
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
 

@@ -121,12 +121,20 @@ class Server:
         if not isinstance(messages, list) or not messages:
             raise RequestError("messages must be a non-empty list of {role, content}")
         for m in messages:
-            if not isinstance(m, dict) or not isinstance(m.get("content", ""), str):
-                raise RequestError("each message needs a role and a string content")
+            if not (
+                isinstance(m, dict)
+                and m.get("role") in ("system", "user", "assistant")
+                and isinstance(m.get("content", ""), str)
+            ):
+                raise RequestError(
+                    "each message needs a role (system, user or assistant) and a string content"
+                )
         settings = _sampling(body)
         want = bool(body.get("logprobs"))
         k = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
-        prompt = self.model.encode([{"role": m["role"], "content": m["content"]} for m in messages])
+        prompt = self.model.encode(
+            [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        )
         (replies,) = self.model.generate_ids([prompt], **settings)
         choices = []
         for i, g in enumerate(replies):
