@@ -16,13 +16,13 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
-
-import datasets
-from datasets.exceptions import DatasetsError
+from typing import TYPE_CHECKING, Any
 
 from rlvr.data.tables import Table
 from rlvr.errors import DataError
+
+if TYPE_CHECKING:  # imported where a dataset is read: `datasets` (and pandas) take seconds
+    import datasets
 
 _HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?")
 _SAVED_MARKERS = ("dataset_dict.json", "state.json")  # written by save_to_disk
@@ -43,6 +43,8 @@ def read_dataset_splits(
     split "train" only. Raises DataError naming the dataset for a name not found locally, an
     unknown subset or split, an unreadable directory, or a split without rows.
     """
+    import datasets
+
     loaded = _load(path, subset)
     tables = {}
     for split in splits:
@@ -72,6 +74,9 @@ def read_dataset_splits(
 def _load(path: str, subset: str | None) -> datasets.Dataset | datasets.DatasetDict:
     """The dataset at ``path``: ``load_from_disk`` for a save_to_disk directory, else
     ``load_dataset`` offline (a directory of data files, or a hub name in the local cache)."""
+    import datasets
+    from datasets.exceptions import DatasetsError
+
     saved = os.path.isdir(path) and any(
         os.path.isfile(os.path.join(path, marker)) for marker in _SAVED_MARKERS
     )
@@ -105,6 +110,8 @@ def _load(path: str, subset: str | None) -> datasets.Dataset | datasets.DatasetD
 
 def _not_found(path: str, subset: str | None) -> str:
     """The message for a dataset that is neither on disk nor in the local cache."""
+    import datasets
+
     args = repr(path) + (f", {subset!r}" if subset is not None else "")
     return (
         f"dataset {path!r} not found locally: no file or directory of that name, and not in the "
@@ -119,6 +126,7 @@ def _not_found(path: str, subset: str | None) -> str:
 def _hub_offline() -> Iterator[None]:
     """Hugging Face hub offline mode for the duration (read at call time by ``datasets`` and
     ``huggingface_hub``), so a dataset missing from the cache fails at once."""
+    import datasets
     import huggingface_hub.constants as hub_constants
 
     saved = datasets.config.HF_HUB_OFFLINE, hub_constants.HF_HUB_OFFLINE
