@@ -146,6 +146,9 @@ def test_relative_data_paths_are_read_from_the_config_directory(tmp_path, monkey
     (folder / "bad.yaml").write_text(yaml.safe_dump({"task": {"name": "file", "path": "no.jsonl"}}))
     with pytest.raises(ConfigError, match=f"next to the config \\({folder.resolve()}\\)"):
         load_config(folder / "bad.yaml")
+    # a path given on the command line replaces the file's, which is then never looked for
+    given = str(folder / "rows.jsonl")
+    assert load_config(folder / "bad.yaml", [f"task.path={given}"]).task.path == given
 
 
 def test_pass_rate_selector_keeps_groups_of_intermediate_difficulty():

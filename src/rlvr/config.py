@@ -1155,13 +1155,14 @@ def build_config(
     directory.
     """
     data = json.loads(json.dumps(data))  # deep copy
+    parsed = [parse_override(text) for text in overrides or []]
     if base_dir is not None:
         base_dir = base_dir.resolve()
-        _resolve_data_path(data, base_dir)
+        if not any(key in ("task", "task.path") for key, _ in parsed):  # else the override's
+            _resolve_data_path(data, base_dir)
         if str(base_dir) not in sys.path:
             sys.path.append(str(base_dir))
-    for text in overrides or []:
-        key, value = parse_override(text)
+    for key, value in parsed:
         _set_dotted(data, key, value)
     try:
         return Config.model_validate(data, context={"base_dir": base_dir})
