@@ -291,15 +291,19 @@ class LocalChatModel:
 
     @torch.no_grad()
     def _next_token_probs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        """``[V]`` softmax of the logits after each prompt (fp32), right-padded batches."""
+        """``[V]`` softmax of the logits after each prompt (fp32): left-padded batches with
+        the positions of the unpadded prompts, and only the last position through the output
+        layer (``logits_to_keep=1``: the ``[B, T, V]`` logits of a batch of judge questions
+        would take gigabytes)."""
         out: list[torch.Tensor] = []
         for lo in range(0, len(prompts), self.max_batch):
             chunk = prompts[lo : lo + self.max_batch]
-            ids, mask = _right_pad(chunk, self.tokenizer.pad_token_id, self.device)
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
-            last = torch.tensor([len(p) - 1 for p in chunk], device=self.device)
-            picked = logits[torch.arange(len(chunk), device=self.device), last].float()
-            out += list(torch.softmax(picked, dim=-1).cpu())
+            ids, mask = _left_pad(chunk, self.tokenizer.pad_token_id, self.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+            ).logits[:, -1]
+            out += list(torch.softmax(logits.float(), dim=-1).cpu())
         return out
 
     @torch.no_grad()
@@ -322,14 +326,14 @@ class LocalChatModel:
         return own, top
 
 
-def _right_pad(
+def _left_pad(
     rows: list[list[int]], pad: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[B, T]`` ids and attention mask of right-padded rows."""
+    """``[B, T]`` ids and attention mask of left-padded rows (each row ends at column T-1)."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
+        ids[i, width - len(r) :] = torch.tensor(r)
+        mask[i, width - len(r) :] = 1
     return ids.to(device), mask.to(device)
