@@ -506,6 +506,7 @@ def test_the_writing_config_trains_with_its_rubric_and_judge(tmp_path, monkeypat
     # held-out rubric satisfaction, per criterion, judged as in training (eval.judge: reward)
     assert 0.0 <= final["eval/greedy_reward/rubric/persuasive"] <= 1.0
     assert final["eval/greedy_reward/rubric/word_limit"] in (0.0, 0.5, 1.0)
+    assert 0.0 <= final["eval/sampled_reward/rubric/fluent"] <= 1.0
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for label in ("names_product", "mentions_feature", "word_limit", "persuasive", "fluent"):

@@ -199,6 +199,6 @@ class Collector:
                 min_p=self.sampling.min_p,
             )
             acc = self.rollouts.evaluate(problems, sampled, seed)
-            kept = ("accuracy", "reward_mean")
+            kept = ("accuracy", "reward_mean", "reward/")  # and a rubric's criteria
             out.update({f"eval/sampled_{k}": v for k, v in acc.items() if k.startswith(kept)})
         return out
