@@ -221,7 +221,10 @@ class TaskConfig(Section):
     def _check_task(self) -> TaskConfig:
         builtin = ("arithmetic", "file", "countdown", "guess_number")
         rg = self.name.startswith("reasoning_gym:")
-        ta = self.name.startswith("textarena:") and len(self.name) > len("textarena:")
+        ta = any(
+            self.name.startswith(prefix) and len(self.name) > len(prefix)
+            for prefix in ("textarena:", "gem:")
+        )
         if (
             self.name not in builtin
             and not (rg and len(self.name) > len("reasoning_gym:"))
@@ -229,7 +232,8 @@ class TaskConfig(Section):
         ):
             raise ValueError(
                 f"task.name must be one of {', '.join(builtin)}, reasoning_gym:NAME with NAME "
-                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), or textarena:ENV_ID; "
+                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), textarena:ENV_ID or "
+                f"gem:ENV_ID; "
                 f"got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
@@ -1007,6 +1011,11 @@ class Config(Section):
                 "reward.function / reward.terms: an agent run (env.name) is rewarded by its "
                 "environment's steps; put the reward in the environment's step() (or remove "
                 "env.name to train single completions on this reward)"
+            )
+        if self.task.name.startswith("gem:") and self.env.name != self.task.name:
+            raise ValueError(
+                f"task.name {self.task.name}: GEM problems are episodes of env.name: "
+                f"{self.task.name} (the same id)"
             )
         if self.task.name.startswith("textarena:") and self.env.name != "textarena":
             raise ValueError(

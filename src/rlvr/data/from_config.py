@@ -39,7 +39,7 @@ def _build(t: TaskConfig) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    if t.name == "guess_number" or t.name.startswith("textarena:"):
+    if t.name == "guess_number" or t.name.startswith(("textarena:", "gem:")):
         kwargs.pop("prompt_template", None)
         return make_task(t.name, **t.dataset_kwargs, **kwargs)
     source = {

@@ -30,7 +30,9 @@ TASKS: dict[str, str] = {
     "own verifier (ReasoningGymTask; needs `pip install reasoning-gym`)",
     "guess_number": "hidden numbers in 1..max_value for env guess_number (GuessNumberTask)",
     "textarena:<env_id>": "labelled games for env textarena (TextArenaTask)",
+    "gem:<env_id>": "labelled episodes for env gem:<env_id> (a GEM environment)",
 }
+GEM_PREFIX = "gem:"
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     "arithmetic": ArithmeticTask,
@@ -49,7 +51,7 @@ def is_task_name(name: str) -> bool:
     """True if ``name`` is a registered task or ``reasoning_gym:NAME`` with a non-empty NAME."""
     return name in _CONSTRUCTORS or any(
         name.startswith(prefix) and len(name) > len(prefix)
-        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX)
+        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX, GEM_PREFIX)
     )
 
 
@@ -74,11 +76,18 @@ def make_task(name: str, **kwargs: Any) -> Task:
     (options other than seed, n_eval, size and prompt_template go to the dataset's config).
     """
     if not is_task_name(name):
-        accepted = [*_CONSTRUCTORS, f"{REASONING_GYM_PREFIX}<name>", f"{TEXTARENA_PREFIX}<env_id>"]
+        accepted = [
+            *_CONSTRUCTORS,
+            f"{REASONING_GYM_PREFIX}<name>",
+            f"{TEXTARENA_PREFIX}<env_id>",
+            f"{GEM_PREFIX}<env_id>",
+        ]
         raise ValueError(f"unknown task {name!r}; accepted: {', '.join(accepted)}")
     _check_level(name, kwargs)
     if name.startswith(REASONING_GYM_PREFIX):
         return ReasoningGymTask(name, **kwargs)
     if name.startswith(TEXTARENA_PREFIX):
         return TextArenaTask(name[len(TEXTARENA_PREFIX) :], n_eval=kwargs.get("n_eval", 32))
+    if name.startswith(GEM_PREFIX):
+        return TextArenaTask(name[len(GEM_PREFIX) :], kwargs.get("n_eval", 32), ecosystem="gem")
     return _CONSTRUCTORS[name](**kwargs)

@@ -22,20 +22,23 @@ class TextArenaTask:
     Args:
         env_id: the textarena id the environment plays, e.g. "GuessTheNumber-v0-raw".
         n_eval: number of eval problems.
+        ecosystem: whose environments these are: ``textarena``, or ``gem`` (the same labels
+            for :class:`rlvr.envs.gem.GemEnv`, ``task.name: gem:<env_id>``).
     """
 
-    def __init__(self, env_id: str, n_eval: int = 32) -> None:
+    def __init__(self, env_id: str, n_eval: int = 32, ecosystem: str = "textarena") -> None:
         if n_eval < 0:
             raise ValueError(f"n_eval must be >= 0, got {n_eval}")
         self.env_id = env_id
-        self.name = f"textarena:{env_id}"
+        self.ecosystem = ecosystem
+        self.name = f"{ecosystem}:{env_id}"
         self.n_eval = n_eval
 
     def _problem(self, split: str, index: int) -> Problem:
         """The labelled problem ``index`` of ``split`` ("train" or "eval")."""
         return Problem(
-            f"textarena-{self.env_id}-{split}-{index}",
-            f"textarena game {self.env_id}, {split} game {index}",
+            f"{self.ecosystem}-{self.env_id}-{split}-{index}",
+            f"{self.ecosystem} game {self.env_id}, {split} game {index}",
             "",
         )
 

@@ -29,6 +29,10 @@ for _name, _entry in {
         "rlvr.envs.adapters:TextArenaEnv",
         "a TextArena single-player game, params.env_id (pip install 'rlvr[envs]')",
     ),
+    "gem:<env_id>": (
+        "rlvr.envs.gem:GemEnv",
+        "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (pip install 'rlvr[gem]')",
+    ),
 }.items():
     ENVS.add(_name, _entry)
 
@@ -44,8 +48,25 @@ def register_environment(name: str, description: str) -> Callable[[type], type]:
     return decorator
 
 
+#: Ecosystem prefixes: ``PREFIX<env_id>`` names that ecosystem's environment ``env_id``.
+ECOSYSTEMS = {"gem:": "gem:<env_id>"}
+
+
+def ecosystem_of(name: str) -> tuple[str, str] | None:
+    """``(registry key, env_id)`` of an ecosystem environment name (``gem:<env_id>``), else
+    None."""
+    for prefix, key in ECOSYSTEMS.items():
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return key, name[len(prefix) :]
+    return None
+
+
 def environment_class(name: str) -> type:
-    """The class of a built-in environment name or of ``module:Class``."""
+    """The class of a built-in environment name, an ecosystem's (``gem:<env_id>``) or of
+    ``module:Class``."""
+    found = ecosystem_of(name)
+    if found is not None:
+        name = found[0]
     if name in ENVS:
         entry = ENVS[name][0]
         if isinstance(entry, type):
@@ -66,6 +87,9 @@ def env_factory(
     cls = environment_class(name)
     accepted = inspect.signature(cls).parameters
     kwargs = {k: v for k, v in (("task", task), ("system_prompt", system_prompt)) if k in accepted}
+    found = ecosystem_of(name)
+    if found is not None:
+        kwargs["env_id"] = found[1]
     kwargs.update(params)
 
     def make() -> Environment:

@@ -1,0 +1,73 @@
+"""GEM environments (gem-llm) through rlvr's environment protocol: reset/step mapped (reward,
+terminated, truncated, the next-move suffix), unknown ids named with close matches, GEM's
+logging set-up undone, and a 2-step run with its evaluation on the tiny model."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+pytest.importorskip("gem", reason="gem-llm is not installed (make test installs it)")
+
+from test_trainer import tiny_config  # noqa: E402
+
+from rlvr.config import ConfigError, build_config  # noqa: E402
+from rlvr.data import Problem  # noqa: E402
+from rlvr.envs.base import EnvError  # noqa: E402
+from rlvr.envs.gem import GemEnv  # noqa: E402
+from rlvr.logging import read_metrics  # noqa: E402
+from rlvr.trainer import train  # noqa: E402
+
+GAME = "game:GuessTheNumber-v0-easy"
+PROBLEM = Problem("p", "label", "")
+
+
+def test_a_game_maps_observations_rewards_and_flags():
+    env = GemEnv(GAME)
+    first = env.reset(PROBLEM, seed=3)
+    assert first[0]["role"] == "user" and "Guess The Number" in first[0]["content"]
+    step = env.step("\\boxed{5}")
+    assert step.messages[0]["content"].endswith("Enter your next guess.")  # GEM's suffix
+    assert (step.reward, step.terminated, step.truncated) == (0.0, False, False)
+    replay = GemEnv(GAME)
+    replay.reset(PROBLEM, seed=3)
+    assert replay.step("\\boxed{5}").messages == step.messages  # the seed names the game
+    for guess in ("\\boxed{1}", "\\boxed{2}", "\\boxed{3}"):
+        step = env.step(guess)
+    assert step.terminated and not step.truncated and 0.0 <= step.reward <= 1.0
+    with pytest.raises(EnvError, match="no episode in progress"):
+        env.step("\\boxed{4}")
+
+
+def test_a_single_turn_task_terminates_without_truncation():
+    env = GemEnv("rg:basic_arithmetic")
+    (question,) = env.reset(PROBLEM, seed=0)
+    assert question["content"] == "Calculate ( -( -7 * -3 ) )."
+    step = env.step("\\boxed{-21}")
+    assert (step.messages, step.reward, step.terminated, step.truncated) == ([], 1.0, True, False)
+
+
+def test_unknown_ids_are_named_with_close_matches_and_logging_is_left_alone():
+    level, handlers = logging.getLogger().level, list(logging.getLogger().handlers)
+    with pytest.raises(EnvError, match="close matches: game:GuessTheNumber-v0"):
+        GemEnv("game:GuessTheNumber-v0")
+    assert logging.getLogger().level == level and logging.getLogger().handlers == handlers
+
+
+def test_a_gem_game_trains_two_steps_and_is_evaluated(tmp_path):
+    cfg = tiny_config(
+        tmp_path / "run",
+        steps=2,
+        task={"name": f"gem:{GAME}", "n_eval": 2},
+        env={"name": f"gem:{GAME}", "max_turns": 4, "max_episode_tokens": 96},
+        eval={"after": True, "n_prompts": 2},
+    )
+    cfg["reward"] = {}
+    train(build_config(cfg))
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
+    assert any("eval/greedy_accuracy" in r for r in rows)
+    bad = dict(cfg, env={"name": "gem:game:Mastermind-v0-easy"})
+    with pytest.raises(ConfigError, match="the same id"):
+        build_config(bad)
