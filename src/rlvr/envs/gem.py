@@ -1,6 +1,7 @@
-"""GEM environments (Liu et al. 2025, "GEM: A Gym for Agentic LLMs", ``pip install gem-llm``)
-run as rlvr environments.
+"""GEM environments (Liu et al. 2025, "GEM: A Gym for Agentic LLMs") run as rlvr environments:
+``env.name: gem:<env_id>`` with ``task.name: gem:<env_id>`` (its problems are episode labels).
 
+Install: ``pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'`` (:data:`INSTALL_HINT`).
 GEM's environments are Gymnasium-style text environments: ``gem.make(env_id, **kwargs)``,
 ``reset(seed) -> (observation, info)`` and ``step(action) -> (observation, reward, terminated,
 truncated, info)``, the action being the policy's text (games and reasoning tasks read the
@@ -32,7 +33,10 @@ from typing import Any
 from rlvr.data.base import Problem
 from rlvr.envs.base import EnvError, Message, StepResult
 
-INSTALL_HINT = "pip install 'rlvr[gem]'"
+INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
+"""gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins
+(reasoning-gym >= 0.1.25) and vLLM's exclude; it runs with the newer ones, so it is installed
+without its pins (the Makefile does so)."""
 TERMINAL = "<｜TERMINAL_STATE｜>"
 """The observation GEM returns when an episode has ended."""
 

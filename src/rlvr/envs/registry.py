@@ -31,7 +31,7 @@ for _name, _entry in {
     ),
     "gem:<env_id>": (
         "rlvr.envs.gem:GemEnv",
-        "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (pip install 'rlvr[gem]')",
+        "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (gem-llm, docs/agents.md)",
     ),
 }.items():
     ENVS.add(_name, _entry)
