@@ -218,14 +218,9 @@ OBJECTIVE_CONFIGS = (
 """The configs of docs/objectives.md, one per objective."""
 
 
-@pytest.mark.parametrize("name", OBJECTIVE_CONFIGS)
-def test_objective_configs_train_on_the_tiny_model(tmp_path, name):
-    """Each objective's shipped config trains as written, on the tiny model for two steps."""
-    from rlvr.config import load_config
-    from rlvr.logging import read_metrics
-    from rlvr.trainer import train
-
-    overrides = [
+def tiny_run(run_dir: Path) -> list[str]:
+    """Overrides that run a shipped config on the tiny model for two steps, no evaluation."""
+    return [
         "model.name=tiny-random-llama",
         "train.steps=2",
         "train.threads=1",
@@ -234,11 +229,21 @@ def test_objective_configs_train_on_the_tiny_model(tmp_path, name):
         "rollout.max_new_tokens=8",
         "eval.before=false",
         "eval.after=false",
-        f"logging.run_dir={tmp_path / 'run'}",
+        f"logging.run_dir={run_dir}",
         "logging.progress=false",
         "checkpoint.every=0",
         "checkpoint.save_final=false",
     ]
+
+
+@pytest.mark.parametrize("name", OBJECTIVE_CONFIGS)
+def test_objective_configs_train_on_the_tiny_model(tmp_path, name):
+    """Each objective's shipped config trains as written, on the tiny model for two steps."""
+    from rlvr.config import load_config
+    from rlvr.logging import read_metrics
+    from rlvr.trainer import train
+
+    overrides = tiny_run(tmp_path / "run")
     if name == "distill":
         overrides.append("model.teacher=tiny-random-llama")
     train(load_config(ROOT / "configs" / f"{name}.yaml", overrides))

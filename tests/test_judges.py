@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_docs import tiny_run
 from test_trainer import assert_same_steps, step_rows, tiny_config
 
 from rlvr.config import ConfigError, JudgeConfig, build_config
@@ -486,20 +487,11 @@ def test_the_writing_config_trains_with_its_rubric_and_judge(tmp_path, monkeypat
     root = Path(__file__).resolve().parent.parent
     monkeypatch.chdir(root)
     overrides = [
-        "model.name=tiny-random-llama",
+        *tiny_run(tmp_path / "run"),
         "reward.judges.smol.model=tiny-random-llama",
-        "train.steps=2",
-        "train.threads=1",
-        "rollout.group_size=2",
-        "rollout.prompts_per_step=2",
-        "rollout.max_new_tokens=8",
-        "eval.before=false",
+        "eval.after=true",
         "eval.n_prompts=2",
         "eval.max_new_tokens=8",
-        f"logging.run_dir={tmp_path / 'run'}",
-        "logging.progress=false",
-        "checkpoint.every=0",
-        "checkpoint.save_final=false",
     ]
     train(load_config(root / "configs" / "judge_writing.yaml", overrides))
     (final,) = [r for r in read_metrics(tmp_path / "run") if "eval/greedy_accuracy" in r]

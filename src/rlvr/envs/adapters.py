@@ -25,7 +25,6 @@ API key for their game master.
 
 from __future__ import annotations
 
-import difflib
 import random
 import threading
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult
+from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
 
 INSTALL_HINT = "pip install 'rlvr[envs]'"
 _PLAYER = 0  # the policy plays textarena's player 0 of a one-player game
@@ -92,9 +91,7 @@ class TextArenaEnv:
         self._ta = _import_textarena()
         registry = self._ta.envs.registration.ENV_REGISTRY
         if env_id not in registry:
-            close = difflib.get_close_matches(env_id, list(registry), n=5, cutoff=0.5)
-            hint = f"; close matches: {', '.join(close)}" if close else ""
-            raise EnvError(f"textarena has no environment {env_id!r}{hint}")
+            raise unknown_environment("textarena", env_id, registry)
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self._random_state = random.getstate()

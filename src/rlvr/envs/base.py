@@ -21,7 +21,8 @@ the answer and terminates (:class:`rlvr.envs.single_turn.SingleTurnEnv`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import difflib
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -75,6 +76,14 @@ class Environment(Protocol):
 
     def step(self, action_text: str) -> StepResult:
         """Take the policy's text of one turn; answer with a :class:`StepResult`."""
+
+
+def unknown_environment(ecosystem: str, env_id: str, known: Iterable[str]) -> EnvError:
+    """The error for an id an ecosystem (textarena, GEM) does not register, with close
+    matches."""
+    close = difflib.get_close_matches(env_id, list(known), n=5, cutoff=0.5)
+    hint = f"; close matches: {', '.join(close)}" if close else ""
+    return EnvError(f"{ecosystem} has no environment {env_id!r}{hint}")
 
 
 def load_environment_class(spec: str) -> type:

@@ -26,12 +26,11 @@ chat template renders each observation as a user message, as for every environme
 
 from __future__ import annotations
 
-import difflib
 import logging
 from typing import Any
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult
+from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
 
 INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
 """gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins
@@ -68,9 +67,7 @@ class GemEnv:
         self._gem = import_gem()
         registry = self._gem.envs.registration.ENV_REGISTRY
         if env_id not in registry:
-            close = difflib.get_close_matches(env_id, list(registry), n=5, cutoff=0.5)
-            hint = f"; close matches: {', '.join(close)}" if close else ""
-            raise EnvError(f"GEM has no environment {env_id!r}{hint}")
+            raise unknown_environment("GEM", env_id, registry)
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self._env: Any = None

@@ -69,12 +69,10 @@ class ChatModel(Protocol):
         stop: Sequence[str] = (),
     ) -> list[list[Generation]]:
         """``n`` replies to each chat (greedy when ``temperature`` is 0)."""
-        ...
 
     def choice_probs(self, chats: Sequence[Chat], choices: Sequence[str]) -> list[list[float]]:
         """For each chat, ``[len(choices)]`` probabilities of each choice as the reply's first
         token (not renormalised: they sum to at most 1)."""
-        ...
 
 
 def resolve_model_spec(spec: str) -> str:

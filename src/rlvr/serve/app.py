@@ -20,8 +20,8 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from rlvr.reward_models.chat_model import Generation, LocalChatModel
 
@@ -247,22 +247,20 @@ def create_app(model: LocalChatModel, name: str) -> Any:
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> JSONResponse:
-        try:
-            body = await body_of(request)
-        except RequestError as err:
-            return error(400, str(err), "invalid_request_error")
-        return await run_in_threadpool(answer, server.chat, body)
+    def endpoint(handler: Any) -> Any:
+        """A POST endpoint: the JSON body checked, ``handler`` run on a worker thread."""
 
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> JSONResponse:
-        try:
-            body = await body_of(request)
-        except RequestError as err:
-            return error(400, str(err), "invalid_request_error")
-        return await run_in_threadpool(answer, server.completions, body)
+        async def run(request: Request) -> JSONResponse:
+            try:
+                body = await body_of(request)
+            except RequestError as err:
+                return error(400, str(err), "invalid_request_error")
+            return await run_in_threadpool(answer, handler, body)
 
+        return run
+
+    app.post("/v1/chat/completions")(endpoint(server.chat))
+    app.post("/v1/completions")(endpoint(server.completions))
     return app
 
 
