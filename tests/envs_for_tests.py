@@ -35,3 +35,40 @@ class CountdownEnv:
         info = {"anchor": self.turn, "action_valid": bool(action_text)}
         text = f"{3 - self.turn} turns left."
         return StepResult([{"role": "user", "content": text}], reward, self.turn >= 3, info=info)
+
+
+class FaultyEnv(CountdownEnv):
+    """CountdownEnv whose ``fault`` happens at turn ``at`` (1-based) of the episodes of problems
+    whose id ends in one of ``problems`` (every problem when empty): "hang" sleeps ``hang_s``,
+    "raise" raises, "nan" gives a NaN reward, "reset" hangs the reset."""
+
+    def __init__(
+        self, fault: str = "hang", at: int = 2, problems: tuple = (), hang_s: float = 600.0
+    ) -> None:
+        self.fault, self.at, self.problems, self.hang_s = fault, at, tuple(problems), hang_s
+
+    def _hit(self) -> bool:
+        return not self.problems or self.problem.id.endswith(self.problems)
+
+    def reset(self, problem: Problem, seed: int) -> list[dict]:
+        messages = super().reset(problem, seed)
+        if self.fault == "reset" and self._hit():
+            import time
+
+            time.sleep(self.hang_s)
+        return messages
+
+    def step(self, action_text: str) -> StepResult:
+        if self.turn + 1 == self.at and self._hit():
+            if self.fault == "hang":
+                import time
+
+                try:
+                    time.sleep(self.hang_s)
+                except Exception:  # an environment that swallows everything still stops
+                    time.sleep(self.hang_s)
+            elif self.fault == "raise":
+                raise ConnectionResetError("the game server went away")
+            elif self.fault == "nan":
+                return StepResult([], float("nan"), True)
+        return super().step(action_text)

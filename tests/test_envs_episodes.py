@@ -15,7 +15,7 @@ from rlvr.data import Problem
 from rlvr.envs import EnvError, StepResult
 from rlvr.envs.agent import counts, episode_metrics
 from rlvr.envs.chat import ChatRenderer, TemplateError
-from rlvr.envs.episodes import Budget, run_episodes
+from rlvr.envs.episodes import Budget, Faults, run_episodes
 from rlvr.envs.tool_env import ToolEnv
 from rlvr.envs.tools import make_tool
 from rlvr.logging import read_metrics
@@ -89,7 +89,9 @@ class Uneven(Script):
         return result
 
 
-def _play(tok, actions, make_env, budget=DEFAULT_BUDGET, problems=PROBLEMS[:1], n=None):
+def _play(
+    tok, actions, make_env, budget=DEFAULT_BUDGET, problems=PROBLEMS[:1], n=None, faults=None
+):
     session = ScriptedSession(actions)
     renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
     renderer.check()
@@ -106,6 +108,7 @@ def _play(tok, actions, make_env, budget=DEFAULT_BUDGET, problems=PROBLEMS[:1], 
         torch.arange(len(actions)),
         [0] * len(problems),
         budget,
+        faults or Faults(),
     )
     return session, prompts, episodes
 

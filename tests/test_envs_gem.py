@@ -1,10 +1,13 @@
 """GEM environments (gem-llm) through rlvr's environment protocol: reset/step mapped (reward,
 terminated, truncated, the next-move suffix), unknown ids named with close matches, GEM's
-logging set-up undone, and a 2-step run with its evaluation on the tiny model."""
+logging set-up undone, and 2-step runs (a game, a reasoning-gym task) evaluated with rlvr eval on
+the tiny model."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,8 @@ from rlvr.config import ConfigError, build_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.gem import GemEnv  # noqa: E402
+from rlvr.evaluation import evaluate  # noqa: E402
+from rlvr.evaluation.harness import load_records  # noqa: E402
 from rlvr.logging import read_metrics  # noqa: E402
 from rlvr.trainer import train  # noqa: E402
 
@@ -55,19 +60,24 @@ def test_unknown_ids_are_named_with_close_matches_and_logging_is_left_alone():
     assert logging.getLogger().level == level and logging.getLogger().handlers == handlers
 
 
-def test_a_gem_game_trains_two_steps_and_is_evaluated(tmp_path):
+@pytest.mark.parametrize("env_id", [GAME, "rg:basic_arithmetic"])
+def test_a_gem_env_trains_two_steps_and_is_evaluated(tmp_path, env_id):
+    run = tmp_path / "run"
     cfg = tiny_config(
-        tmp_path / "run",
+        run,
         steps=2,
-        task={"name": f"gem:{GAME}", "n_eval": 2},
-        env={"name": f"gem:{GAME}", "max_turns": 4, "max_episode_tokens": 96},
-        eval={"after": True, "n_prompts": 2},
+        task={"name": f"gem:{env_id}", "n_eval": 2},
+        env={"name": f"gem:{env_id}", "max_turns": 4, "max_episode_tokens": 96},
     )
     cfg["reward"] = {}
     train(build_config(cfg))
-    rows = read_metrics(tmp_path / "run")
+    rows = read_metrics(run)
     assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
-    assert any("eval/greedy_accuracy" in r for r in rows)
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
     bad = dict(cfg, env={"name": "gem:game:Mastermind-v0-easy"})
     with pytest.raises(ConfigError, match="the same id"):
         build_config(bad)

@@ -290,3 +290,35 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
             rollouts.close()
     finally:
         learners.close()
+
+
+def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
+    cluster, tmp_path_factory, capfd
+):
+    """A hanging environment on a rollout worker (env.on_error: raise): the user gets the
+    one-line message one process gives (not Ray's remote traceback), and the worker is not taken
+    for dead and retried (under end_episode the worker runs the same episode loop as one
+    process: tests/test_envs_faults.py)."""
+    from rlvr.envs.episodes import EnvFault
+
+    env = {
+        "name": "envs_for_tests:FaultyEnv",
+        "params": {"fault": "hang", "at": 2, "problems": ["1", "3", "5", "7", "9"]},
+        "max_turns": 3,
+        "max_episode_tokens": 60,
+        "step_timeout_s": 0.5,
+    }
+    env["on_error"] = "raise"
+    messages = []
+    for cfg in (
+        local_config(Path("unused"), 1, env=env, reward={"function": None}),
+        ray_config(Path("unused"), 1, 1, env=env, reward={"function": None}),
+    ):
+        cfg["logging"]["run_dir"] = str(tmp_path_factory.mktemp("raise") / "run")
+        with pytest.raises(EnvFault) as caught:
+            train(build_config(cfg))
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert "turn 1: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
+    err = capfd.readouterr().err
+    assert "failed" not in err and "recreated" not in err and "Traceback" not in err, err

@@ -760,8 +760,9 @@ class EnvConfig(Section):
     name: str | None = Field(
         None,
         description="None: single completions (no environment); a built-in environment "
-        "(calculator, guess_number, single_turn, textarena) or 'module:Class' (a user "
-        "environment)",
+        "(calculator, guess_number, single_turn, textarena), an ecosystem's (gem:ID, "
+        "skyrl_gym:ID, openenv:URL|module:Class) or 'module:Class' (a user environment); "
+        "`rlvr envs` lists them",
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the environment"
@@ -775,6 +776,19 @@ class EnvConfig(Section):
     )
     max_observation_tokens: int = Field(
         256, ge=8, description="longer observations are cut (and counted)"
+    )
+    step_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="seconds a reset() or step() of the environment may take; a slower one is "
+        "an environment fault (see on_error)",
+    )
+    on_error: Literal["end_episode", "raise"] = Field(
+        "end_episode",
+        description="an environment fault (a reset/step that raises, hangs past step_timeout_s "
+        "or answers malformed data): end_episode ends that episode, counted in "
+        "episodes/env_faults with a one-line warning (a draw whose every episode faults stops "
+        "the run); raise stops the run with the one-line message",
     )
 
 

@@ -19,7 +19,7 @@ import torch
 from rlvr.data.base import Problem, Task
 from rlvr.envs.base import Environment
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, Episode, run_episodes
+from rlvr.envs.episodes import Budget, Episode, Faults, run_episodes
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.registry import env_factory
 from rlvr.models import stop_token_ids
@@ -35,6 +35,7 @@ COUNTS = (
     "tool_calls",
     "tool_errors",
     "observations_cut",
+    "env_faults",
 )
 """Per-draw episode counts (summed over shards and draws; the collector's metrics divide)."""
 
@@ -62,6 +63,7 @@ def counts(episodes: list[Episode]) -> dict[str, float]:
         "tool_calls": float(sum(e.tool_calls for e in episodes)),
         "tool_errors": float(sum(e.tool_errors for e in episodes)),
         "observations_cut": float(sum(e.observations_cut for e in episodes)),
+        "env_faults": float(sum(e.fault is not None for e in episodes)),
     }
 
 
@@ -91,6 +93,7 @@ def episode_metrics(total: dict[str, float]) -> dict[str, float]:
         "episodes/truncated_frac": total["truncated"] / n,
         "episodes/success_frac": total["successes"] / n,
         "episodes/observations_cut": total["observations_cut"],
+        "episodes/env_faults": total.get("env_faults", 0.0),
         "tools/calls": means["tool_calls_mean"],
         "tools/errors": means["tool_errors_mean"],
         "tools/invalid_frac": means["tool_invalid_frac"],
@@ -106,12 +109,14 @@ class Agent:
         renderer: the token-exact chat renderer (checked prefix-preserving at build).
         decode: sampled ids -> the action's text (special tokens skipped).
         budget: turn and token budgets.
+        faults: the time limit of a call into the environment, and what a fault does.
     """
 
     make_env: Callable[[], Environment]
     renderer: ChatRenderer
     decode: Callable[[list[int]], str]
     budget: Budget
+    faults: Faults = Faults()
 
     def play(
         self,
@@ -137,6 +142,7 @@ class Agent:
             keys,
             seeds,
             self.budget,
+            self.faults,
         )
 
 
@@ -158,4 +164,5 @@ def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
-    return Agent(make_env, renderer, decode, budget)
+    faults = Faults(cfg.env.step_timeout_s, cfg.env.on_error)
+    return Agent(make_env, renderer, decode, budget, faults)

@@ -33,6 +33,10 @@ for _name, _entry in {
         "rlvr.envs.gem:GemEnv",
         "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (gem-llm, docs/agents.md)",
     ),
+    "skyrl_gym:<env_id>": (
+        "rlvr.envs.skyrl:SkyRLGymEnv",
+        "a SkyRL-gym environment on the task's rows, e.g. skyrl_gym:gsm8k (rlvr[skyrl])",
+    ),
 }.items():
     ENVS.add(_name, _entry)
 
@@ -49,12 +53,12 @@ def register_environment(name: str, description: str) -> Callable[[type], type]:
 
 
 #: Ecosystem prefixes: ``PREFIX<env_id>`` names that ecosystem's environment ``env_id``.
-ECOSYSTEMS = {"gem:": "gem:<env_id>"}
+ECOSYSTEMS = {"gem:": "gem:<env_id>", "skyrl_gym:": "skyrl_gym:<env_id>"}
 
 
 def ecosystem_of(name: str) -> tuple[str, str] | None:
-    """``(registry key, env_id)`` of an ecosystem environment name (``gem:<env_id>``), else
-    None."""
+    """``(registry key, env_id)`` of an ecosystem environment name (``gem:<env_id>``,
+    ``skyrl_gym:<env_id>``), else None."""
     for prefix, key in ECOSYSTEMS.items():
         if name.startswith(prefix) and len(name) > len(prefix):
             return key, name[len(prefix) :]

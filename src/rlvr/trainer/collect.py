@@ -28,6 +28,7 @@ from rlvr.envs.agent import episode_metrics
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
 from rlvr.trainer.rollouts import Scored
 
@@ -51,6 +52,7 @@ class Collector:
         cfg: the run's config (``rollout`` section, ``train.seed``).
         sampling: sampling parameters; ``greedy``: the same at temperature 0 (ReMax, eval).
         phase: told "sampling" as the step moves (the progress display).
+        warn: shows a one-line warning (environment faults of a draw).
         version: the policy version the rollouts serve (see :meth:`publish`).
     """
 
@@ -61,6 +63,7 @@ class Collector:
     sampling: SamplingParams
     greedy: SamplingParams
     phase: Callable[[str], None] = lambda name: None
+    warn: Callable[[str], None] = warn
     version: int = 0
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
@@ -102,6 +105,13 @@ class Collector:
         if scored.episode_counts is not None:
             for key, value in scored.episode_counts.items():
                 self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
+        faults = [f for f in scored.faults or () if f is not None]
+        if faults:
+            self.warn(
+                f"step {step}: {len(faults)} of {len(scored.texts)} episodes ended in an "
+                f"environment fault (reward 0 for that turn, env.on_error: end_episode); the "
+                f"first: {faults[0]}"
+            )
         if scored.group_ids is not None:  # the data's completions: as many as each problem has
             ids = torch.tensor(scored.group_ids, dtype=torch.long)
         else:

@@ -66,6 +66,8 @@ class Scored:
         demonstration_ids, demonstration_mask: [P] each problem's demonstration (token ids
             after its prompt, and the loss mask on its assistant tokens), for an SFT term beside
             the RL loss (``sft_coef``), or None.
+        faults: [N] the environment fault that ended each episode (one line) or None; None
+            without an environment.
     """
 
     prompt_ids: list[list[int]]
@@ -86,6 +88,7 @@ class Scored:
     teacher_logprobs: list[list[float]] | None = None
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None
+    faults: list[str | None] | None = None
 
     @staticmethod
     def merge(parts: list[Scored]) -> Scored:
@@ -419,6 +422,7 @@ class MultiTurn:
             anchors=[e.anchors for e in episodes],
             transcripts=[e.messages for e in episodes],
             episode_counts=counts(episodes),
+            faults=[e.fault for e in episodes],
         )
 
     def records(

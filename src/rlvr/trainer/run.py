@@ -187,6 +187,7 @@ def _run(
             parts.collector.publish(parts.learners.weights(), version)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     parts.collector.phase = progress.phase
+    parts.collector.warn = progress.warn
     logger = _logger(cfg, run_dir, state.step if resuming else None)
     cleanup.callback(logger.close)
     if logger.repaired_lines:

@@ -14,7 +14,10 @@ Faults: every wait has a timeout (``distributed.timeout_s``). A rollout worker t
 stops answering (its process killed, its node gone) is replaced, given the weights it served
 (the policy version of the batch being sampled) and its shard is sent again: no group is lost
 or sampled twice, and the step's metrics equal an undisturbed run's. At most
-``distributed.max_restarts`` replacements per run. A learner failure ends the run (the trainer
+``distributed.max_restarts`` replacements per run. An error the worker's task raises (an
+environment fault under ``env.on_error: raise``, a reward failing) is not a worker fault: it is
+raised here as one process raises it, never retried (environment calls have their own time
+limit, ``env.step_timeout_s``, inside the worker). A learner failure ends the run (the trainer
 adds the ``--resume`` command); resources the cluster cannot have fail at start.
 """
 
@@ -310,6 +313,8 @@ class RayRollouts:
                 except _fault_types(self._ray) as err:
                     self._replace(i, err)
                     refs[i] = getattr(self.workers[i], method).remote(*args[i])
+                except self._ray.exceptions.RayTaskError as err:
+                    raise _user_error(err) from None
         return out
 
     def run(
@@ -397,6 +402,15 @@ class RayRollouts:
                 self._ray.get(worker.close.remote(), timeout=30)
             with contextlib.suppress(Exception):
                 self._ray.kill(worker)
+
+
+def _user_error(err: BaseException) -> BaseException:
+    """What a worker's task raised, as the user sees it in one process: rlvr's own error (an
+    environment fault, a reward failing) without Ray's remote traceback; anything else as
+    Ray gives it (a bug: the traceback is the point). Neither is a worker fault: the same
+    call would fail again on a fresh worker."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, RlvrError) else err
 
 
 def _brief(err: BaseException) -> str:

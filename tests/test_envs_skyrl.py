@@ -1,0 +1,117 @@
+"""SkyRL-gym environments (skyrl-gym) through rlvr's environment protocol: a row's extras from the
+problem (its answer as ground truth, or its JSON object), observations and rewards mapped,
+text2sql on a local sqlite database, unknown ids named, and 2-step runs evaluated with rlvr eval
+on the tiny model."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (make test installs it)")
+
+from test_trainer import tiny_config  # noqa: E402
+
+from rlvr.config import build_config  # noqa: E402
+from rlvr.data import Problem  # noqa: E402
+from rlvr.envs.base import EnvError  # noqa: E402
+from rlvr.envs.skyrl import SkyRLGymEnv, problem_extras  # noqa: E402
+from rlvr.evaluation import evaluate  # noqa: E402
+from rlvr.evaluation.harness import load_records  # noqa: E402
+from rlvr.logging import read_metrics  # noqa: E402
+from rlvr.trainer import train  # noqa: E402
+
+GSM8K_TEMPLATE = "{question}\nGive the final answer on the last line as '#### <number>'."
+
+
+def test_a_problem_answer_is_the_rows_ground_truth_or_its_json_extras():
+    extras = problem_extras(Problem("p", "q", "72"), {"max_turns": 3})
+    assert extras["reward_spec"] == {"ground_truth": "72"} and extras["max_turns"] == 3
+    assert extras["reward_model"] == {"ground_truth": "72"}  # AIME reads this one
+    row = {"db_id": "shop", "reward_spec": {"ground_truth": "SELECT 1"}}
+    assert problem_extras(Problem("p", "q", json.dumps(row)), {"data": "spider"}) == {
+        "data": "spider",
+        **row,
+    }
+
+
+def test_one_turn_and_multi_turn_envs_map_rewards_and_observations():
+    problem = Problem("p", "Natalia sold 48 clips, then half as many. How many?", "72")
+    env = SkyRLGymEnv("gsm8k", system_prompt="Be brief.")
+    first = env.reset(problem, seed=0)
+    assert [m["role"] for m in first] == ["system", "user"] and "Natalia" in first[1]["content"]
+    step = env.step("48 + 24 = 72\n#### 72")
+    assert (step.messages, step.reward, step.terminated, step.truncated) == ([], 1.0, True, False)
+    assert step.info["skyrl_metrics"] == {}
+    with pytest.raises(EnvError, match="call reset first"):
+        env.step("#### 72")
+    env = SkyRLGymEnv("gsm8k_multi_turn", extras={"max_turns": 3})
+    env.reset(problem, seed=0)
+    step = env.step("I think #### 70")
+    assert not step.terminated and step.reward == pytest.approx(0.2 / 3)  # format credit
+    assert step.messages[0]["role"] == "user" and "#### ANSWER" in step.messages[0]["content"]
+    step = env.step("#### 72")
+    assert step.terminated and step.reward == 1.0 and step.info["skyrl_metrics"] == {"steps": 2}
+
+
+def _spider(root: Path) -> Path:
+    """A one-table spider-layout database: ``root/spider/database/shop/shop.sqlite``."""
+    folder = root / "spider" / "database" / "shop"
+    folder.mkdir(parents=True)
+    db = sqlite3.connect(folder / "shop.sqlite")
+    db.execute("CREATE TABLE items (name TEXT, price REAL)")
+    db.executemany("INSERT INTO items VALUES (?, ?)", [("a", 1.0), ("b", 3.0), ("c", 5.0)])
+    db.commit()
+    db.close()
+    return root
+
+
+def test_text2sql_runs_queries_on_a_local_database(tmp_path):
+    row = {
+        "db_id": "shop",
+        "data": "spider",
+        "reward_spec": {"ground_truth": "SELECT name FROM items WHERE price >= 3"},
+        "max_turns": 3,
+    }
+    env = SkyRLGymEnv("text2sql", env_config={"db_path": str(_spider(tmp_path))})
+    env.reset(Problem("q1", "Names of items costing more than 2?", json.dumps(row)), seed=0)
+    step = env.step("<think>look</think><sql>SELECT name FROM items WHERE price > 2</sql>")
+    assert not step.terminated and "b" in step.messages[0]["content"]  # the query's result
+    step = env.step("<think>ok</think><solution>SELECT name FROM items WHERE price > 2</solution>")
+    assert step.terminated and step.reward == 1.0
+
+
+def test_unknown_ids_and_rows_it_cannot_use_are_named():
+    with pytest.raises(EnvError, match="SkyRL-gym has no environment 'gsm8k_multiturn'.*gsm8k"):
+        SkyRLGymEnv("gsm8k_multiturn")
+    env = SkyRLGymEnv("text2sql", env_config={"db_path": "/nonexistent"})
+    row = {"db_id": "x", "data": "spider", "reward_spec": {"ground_truth": "SELECT 1"}}
+    with pytest.raises(EnvError, match="problem 'q'.*FileNotFoundError: Database file not found"):
+        env.reset(Problem("q", "?", json.dumps(row)), seed=0)
+
+
+@pytest.mark.parametrize("env_id", ["gsm8k", "gsm8k_multi_turn"])
+def test_a_skyrl_env_trains_two_steps_and_is_evaluated(tmp_path, env_id):
+    run = tmp_path / "run"
+    cfg = tiny_config(
+        run,
+        steps=2,
+        task={"name": "arithmetic", "level": 1, "n_eval": 4, "prompt_template": GSM8K_TEMPLATE},
+        env={
+            "name": f"skyrl_gym:{env_id}",
+            "params": {"extras": {"max_turns": 2}},
+            "max_turns": 2,
+            "max_episode_tokens": 64,
+        },
+    )
+    cfg["reward"] = {}
+    train(build_config(cfg))
+    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    assert json.loads(records[0]["transcript"])[-1]["role"] in ("assistant", "user")
