@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml Makefile
 	# GEM environments (env.name: gem:<id>): gem-llm pins reasoning-gym 0.1.23 (rlvr needs
 	# >= 0.1.25) and older nltk/msgspec than vLLM's; it runs with the newer ones
 	$(UV) --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'
+	# OpenEnv environments (env.name: openenv:<URL>): openenv-core without gradio (82 MB, its web
+	# interface only, which pins an older pillow); fastmcp is what its MCP environments need
+	$(UV) --no-deps 'openenv-core==0.3.0'
+	$(UV) 'fastmcp>=4.2,<5'
 	touch $(STAMP)
 
 demo: $(STAMP)

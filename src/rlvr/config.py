@@ -32,6 +32,10 @@ from rlvr.errors import RlvrError
 from rlvr.plugins import load_entry_points, load_plugins
 from rlvr.templates import answer_regex, template_fields
 
+#: Task name prefixes whose problems are labelled episodes of the same-named environment
+#: (the game comes from the environment and the episode seed, not from the task).
+EPISODE_LABELS = ("textarena:", "gem:", "openenv:")
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -223,7 +227,7 @@ class TaskConfig(Section):
         rg = self.name.startswith("reasoning_gym:")
         ta = any(
             self.name.startswith(prefix) and len(self.name) > len(prefix)
-            for prefix in ("textarena:", "gem:")
+            for prefix in EPISODE_LABELS
         )
         if (
             self.name not in builtin
@@ -232,8 +236,8 @@ class TaskConfig(Section):
         ):
             raise ValueError(
                 f"task.name must be one of {', '.join(builtin)}, reasoning_gym:NAME with NAME "
-                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), textarena:ENV_ID or "
-                f"gem:ENV_ID; "
+                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), textarena:ENV_ID, "
+                f"gem:ENV_ID or openenv:URL; "
                 f"got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
@@ -1026,9 +1030,9 @@ class Config(Section):
                 "environment's steps; put the reward in the environment's step() (or remove "
                 "env.name to train single completions on this reward)"
             )
-        if self.task.name.startswith("gem:") and self.env.name != self.task.name:
+        if self.task.name.startswith(("gem:", "openenv:")) and self.env.name != self.task.name:
             raise ValueError(
-                f"task.name {self.task.name}: GEM problems are episodes of env.name: "
+                f"task.name {self.task.name}: its problems are episodes of env.name: "
                 f"{self.task.name} (the same id)"
             )
         if self.task.name.startswith("textarena:") and self.env.name != "textarena":

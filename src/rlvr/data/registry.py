@@ -31,8 +31,10 @@ TASKS: dict[str, str] = {
     "guess_number": "hidden numbers in 1..max_value for env guess_number (GuessNumberTask)",
     "textarena:<env_id>": "labelled games for env textarena (TextArenaTask)",
     "gem:<env_id>": "labelled episodes for env gem:<env_id> (a GEM environment)",
+    "openenv:<URL>": "labelled episodes for env openenv:<URL> (an OpenEnv server)",
 }
 GEM_PREFIX = "gem:"
+OPENENV_PREFIX = "openenv:"
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     "arithmetic": ArithmeticTask,
@@ -51,7 +53,7 @@ def is_task_name(name: str) -> bool:
     """True if ``name`` is a registered task or ``reasoning_gym:NAME`` with a non-empty NAME."""
     return name in _CONSTRUCTORS or any(
         name.startswith(prefix) and len(name) > len(prefix)
-        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX, GEM_PREFIX)
+        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX, GEM_PREFIX, OPENENV_PREFIX)
     )
 
 
@@ -81,6 +83,7 @@ def make_task(name: str, **kwargs: Any) -> Task:
             f"{REASONING_GYM_PREFIX}<name>",
             f"{TEXTARENA_PREFIX}<env_id>",
             f"{GEM_PREFIX}<env_id>",
+            f"{OPENENV_PREFIX}<URL>",
         ]
         raise ValueError(f"unknown task {name!r}; accepted: {', '.join(accepted)}")
     _check_level(name, kwargs)
@@ -88,6 +91,8 @@ def make_task(name: str, **kwargs: Any) -> Task:
         return ReasoningGymTask(name, **kwargs)
     if name.startswith(TEXTARENA_PREFIX):
         return TextArenaTask(name[len(TEXTARENA_PREFIX) :], n_eval=kwargs.get("n_eval", 32))
-    if name.startswith(GEM_PREFIX):
-        return TextArenaTask(name[len(GEM_PREFIX) :], kwargs.get("n_eval", 32), ecosystem="gem")
+    for prefix in (GEM_PREFIX, OPENENV_PREFIX):
+        if name.startswith(prefix):
+            env_id, ecosystem = name[len(prefix) :], prefix.rstrip(":")
+            return TextArenaTask(env_id, kwargs.get("n_eval", 32), ecosystem=ecosystem)
     return _CONSTRUCTORS[name](**kwargs)

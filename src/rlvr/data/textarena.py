@@ -22,8 +22,9 @@ class TextArenaTask:
     Args:
         env_id: the textarena id the environment plays, e.g. "GuessTheNumber-v0-raw".
         n_eval: number of eval problems.
-        ecosystem: whose environments these are: ``textarena``, or ``gem`` (the same labels
-            for :class:`rlvr.envs.gem.GemEnv`, ``task.name: gem:<env_id>``).
+        ecosystem: whose environments these are: ``textarena``, ``gem`` or ``openenv`` (the
+            same labels for :class:`rlvr.envs.gem.GemEnv`, ``task.name: gem:<env_id>``, and
+            :class:`rlvr.envs.openenv.OpenEnvEnv`, ``task.name: openenv:<URL>``).
     """
 
     def __init__(self, env_id: str, n_eval: int = 32, ecosystem: str = "textarena") -> None:

@@ -33,6 +33,10 @@ for _name, _entry in {
         "rlvr.envs.gem:GemEnv",
         "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (gem-llm, docs/agents.md)",
     ),
+    "openenv:<URL>": (
+        "rlvr.envs.openenv:OpenEnvEnv",
+        "an OpenEnv server's environment, e.g. openenv:http://127.0.0.1:8000 (rlvr[openenv])",
+    ),
     "skyrl_gym:<env_id>": (
         "rlvr.envs.skyrl:SkyRLGymEnv",
         "a SkyRL-gym environment on the task's rows, e.g. skyrl_gym:gsm8k (rlvr[skyrl])",
@@ -53,7 +57,11 @@ def register_environment(name: str, description: str) -> Callable[[type], type]:
 
 
 #: Ecosystem prefixes: ``PREFIX<env_id>`` names that ecosystem's environment ``env_id``.
-ECOSYSTEMS = {"gem:": "gem:<env_id>", "skyrl_gym:": "skyrl_gym:<env_id>"}
+ECOSYSTEMS = {
+    "gem:": "gem:<env_id>",
+    "skyrl_gym:": "skyrl_gym:<env_id>",
+    "openenv:": "openenv:<URL>",
+}
 
 
 def ecosystem_of(name: str) -> tuple[str, str] | None:

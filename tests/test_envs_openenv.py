@@ -1,0 +1,159 @@
+"""OpenEnv environments (openenv-core) through rlvr's environment protocol: two environments
+served on 127.0.0.1 by the tests (tests/openenv_for_tests.py), reset/step mapped over OpenEnv's
+WebSocket client, the action field read from the server's schema, 2-step runs evaluated with
+rlvr eval on the tiny model, and a server killed mid-episode (an environment fault)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openenv", reason="openenv-core is not installed (make test installs it)")
+
+import httpx  # noqa: E402
+from test_envs_episodes import SMOL, _play  # noqa: E402
+from test_trainer import tiny_config  # noqa: E402
+
+from rlvr.config import build_config  # noqa: E402
+from rlvr.data import Problem  # noqa: E402
+from rlvr.envs.base import EnvError  # noqa: E402
+from rlvr.envs.episodes import Budget, Faults  # noqa: E402
+from rlvr.envs.openenv import OpenEnvEnv  # noqa: E402
+from rlvr.evaluation import evaluate  # noqa: E402
+from rlvr.evaluation.harness import load_records  # noqa: E402
+from rlvr.logging import read_metrics  # noqa: E402
+from rlvr.models import load_tokenizer  # noqa: E402
+from rlvr.trainer import train  # noqa: E402
+
+TESTS = Path(__file__).parent
+PROBLEM = Problem("p", "label", "")
+
+
+def _serve(name: str) -> tuple[subprocess.Popen, str]:
+    """``tests/openenv_for_tests.py NAME`` on a free port; returns the process and its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, str(TESTS / "openenv_for_tests.py"), name, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the OpenEnv test server {name} did not start")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    procs = {name: _serve(name) for name in ("guess", "echo")}
+    yield {name: url for name, (_, url) in procs.items()}
+    for proc, _ in procs.values():
+        proc.kill()
+        proc.wait()
+
+
+def test_a_guessing_game_maps_over_the_websocket_session(servers):
+    env = OpenEnvEnv(servers["guess"], system_prompt="Be brief.")
+    assert env.action_field == "text" and env.observation_field == "prompt"  # from /schema
+    first = env.reset(PROBLEM, seed=3)
+    assert [m["role"] for m in first] == ["system", "user"]
+    assert "number from 1 to 8" in first[1]["content"]
+    rewards = []
+    for guess in range(1, 9):  # the target is found by the fourth guess or the game ends
+        step = env.step(f"\\boxed{{{guess}}}")
+        rewards.append(step.reward)
+        if step.terminated:
+            break
+    assert step.terminated and (rewards[-1] == 1.0 or len(rewards) == 4)
+    assert step.messages == [] and env._client is None  # the session is closed at the end
+    replay = OpenEnvEnv(servers["guess"])
+    replay.reset(PROBLEM, seed=3)
+    assert [replay.step(f"\\boxed{{{g}}}").reward for g in range(1, len(rewards) + 1)] == rewards
+
+
+def test_the_echo_environment_and_what_cannot_be_mapped(servers):
+    env = OpenEnvEnv(servers["echo"])
+    assert env.action_field == "message" and env.observation_field == "echoed_message"
+    env.reset(PROBLEM, seed=0)
+    step = env.step("hello there")
+    assert step.messages == [{"role": "user", "content": "hello there"}]
+    assert step.reward == pytest.approx(11 / 20) and step.info["openenv"]["message_length"] == 11
+    with pytest.raises(EnvError, match="has no field 'text'"):
+        OpenEnvEnv(servers["echo"], action_field="text")
+    with pytest.raises(EnvError, match="expected the URL of a running OpenEnv server"):
+        OpenEnvEnv("localhost:8000")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(EnvError, match="is an OpenEnv server running there"):
+        OpenEnvEnv(dead)
+
+
+@pytest.mark.parametrize("name", ["guess", "echo"])
+def test_an_openenv_env_trains_two_steps_and_is_evaluated(servers, tmp_path, name):
+    run = tmp_path / "run"
+    env_name = f"openenv:{servers[name]}"
+    cfg = tiny_config(
+        run,
+        steps=2,
+        task={"name": env_name, "n_eval": 2},
+        env={"name": env_name, "max_turns": 3, "max_episode_tokens": 64},
+    )
+    cfg["reward"] = {}
+    train(build_config(cfg))
+    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
+
+
+def test_a_server_killed_mid_episode_is_an_environment_fault(servers):
+    """Two episodes of a group, the first on a server killed before its second step, the other
+    on a live one: the first ends with the fault (one line naming the environment, problem and
+    turn), the other plays on."""
+    proc, url = _serve("echo")
+    tok = load_tokenizer(SMOL)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    class KilledBeforeItsSecondStep(OpenEnvEnv):
+        def step(self, action_text):
+            if self.url == url and getattr(self, "stepped", False):
+                proc.kill()
+                proc.wait()
+            self.stepped = True
+            return super().step(action_text)
+
+    urls = iter([url, servers["echo"]])
+    try:
+        _, _, episodes = _play(
+            tok,
+            [[[end]] * 3, [[end]] * 3],
+            lambda: KilledBeforeItsSecondStep(next(urls)),
+            Budget(3, 512, 256),
+            n=2,
+            faults=Faults(timeout_s=20),
+        )
+    finally:
+        proc.kill()
+    killed, alive = episodes
+    assert killed.num_turns == 2 and killed.truncated and killed.turn_rewards[-1] == 0.0
+    assert killed.fault.startswith(
+        "env KilledBeforeItsSecondStep, problem 'p0', turn 1: step() raised Connection"
+    )
+    assert "\n" not in killed.fault
+    assert alive.fault is None and alive.num_turns == 2 and alive.terminated
