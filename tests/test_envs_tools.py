@@ -537,3 +537,86 @@ def test_tools_prompt() -> None:
     assert "Answer:" not in action
     with pytest.raises(ToolError, match="unknown tool-call format"):
         tools_prompt(tools, "json")
+
+
+# ---------------------------------------------------------------- tool environments
+
+
+def add(a: int, b: int) -> str:
+    """Add two integers.
+
+    Args:
+        a: the first.
+        b: the second.
+    """
+    return str(a + b)
+
+
+def test_an_action_environment_refuses_tools_of_several_parameters_when_built() -> None:
+    from rlvr.envs.base import EnvError
+    from rlvr.envs.tool_env import ToolEnv
+
+    tool = make_tool(add)
+    with pytest.raises(EnvError, match=r"tool 'add' takes 2 parameters \(a, b\), but tool_format"):
+        ToolEnv([tool], "action")
+    assert ToolEnv([tool], "hermes").tools == [tool]  # JSON arguments carry both
+
+
+@pytest.mark.parametrize(
+    ("fmt", "call"),
+    [
+        ("action", "Action: calc[6 * 7]"),
+        (
+            "hermes",
+            '<tool_call>\n{"name": "calc", "arguments": {"expression": "6 * 7"}}\n</tool_call>',
+        ),
+    ],
+)
+def test_worked_examples_go_before_the_problem_with_real_tool_results(fmt: str, call: str) -> None:
+    from rlvr.data import Problem
+    from rlvr.envs.calculator import CalculatorEnv
+
+    example = [
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "tool_call": {"name": "calc", "arguments": {"expression": "6 * 7"}}},
+        {"role": "tool"},
+        {"role": "assistant", "content": "Answer: 42"},
+    ]
+    env = CalculatorEnv(fmt, system_prompt="Use the tool.", examples=[example])
+    chat = env.reset(Problem("p", "What is 3 * 5?", "15"), seed=0)
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert chat[2]["content"] == call and chat[3]["content"] == "42"  # the tool really ran
+    assert chat[-1]["content"] == "What is 3 * 5?"
+    both = CalculatorEnv(fmt, demonstration=True, examples=[example])
+    assert len(both.reset(Problem("p", "Hi", "1"), seed=0)) == 9  # the built-in one, then ours
+
+
+@pytest.mark.parametrize(
+    ("example", "error"),
+    [
+        ([{"role": "assistant", "content": "Answer: 1"}], "starts with a user"),
+        ([{"role": "user", "content": "?"}, {"role": "tool"}], "follows no call"),
+        (
+            [{"role": "user", "content": "?"}, {"role": "assistant", "tool_call": {"name": "add"}}],
+            "no tool 'add'",
+        ),
+        (
+            [
+                {"role": "user", "content": "?"},
+                {
+                    "role": "assistant",
+                    "tool_call": {"name": "calc", "arguments": {"expression": "1/0"}},
+                },
+                {"role": "tool"},
+            ],
+            "the example's call failed",
+        ),
+        ("What is 1 + 1?", "expected a non-empty list of messages"),
+    ],
+)
+def test_worked_examples_that_cannot_be_shown_are_refused_when_built(example, error) -> None:
+    from rlvr.envs.base import EnvError
+    from rlvr.envs.calculator import CalculatorEnv
+
+    with pytest.raises(EnvError, match=error):
+        CalculatorEnv("action", examples=[example])

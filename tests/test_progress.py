@@ -13,6 +13,7 @@ from rlvr.progress import (
     ProgressDisplay,
     StallDetector,
     clock_text,
+    first_action,
     mean_step_seconds,
     stall_message,
 )
@@ -158,6 +159,39 @@ def test_stall_message_shows_the_sample_and_its_reward_terms() -> None:
     assert "  prompt: p\n    q" in long  # continuation lines indented
     assert "x" * 600 + "... (400 more chars)" in long
     assert long.endswith("  reward: 1.000")  # no terms logged: no breakdown
+
+
+EPISODE = [  # a worked example in the prompt, then two actions of the policy
+    {"role": "system", "content": "Use calc."},
+    {"role": "user", "content": "What is 1 + 1?"},
+    {"role": "assistant", "content": "Action: calc[1 + 1]"},
+    {"role": "tool", "content": "2"},
+    {"role": "assistant", "content": "Answer: 2"},
+    {"role": "user", "content": "What is 3 * 5?"},
+    {"role": "assistant", "content": "Action: calc[3 * 5]"},
+    {"role": "tool", "content": "15"},
+    {"role": "assistant", "content": "Answer: 16"},
+    {"role": "user", "content": "Wrong."},
+]
+
+
+def test_an_agent_episode_is_told_apart_from_its_prompt_and_shown_whole() -> None:
+    assert first_action(EPISODE, [0.0, 0.0]) == 6
+    assert first_action(EPISODE, None) == 2 and first_action(EPISODE[:2], [0.0]) == 2
+    text = stall_message(
+        3,
+        0.0,
+        {
+            "prompt": "What is 3 * 5?",
+            "transcript": EPISODE,
+            "turn_rewards": [0.0, 0.0],
+            "completion": "Answer: 16",
+            "reward": 0.0,
+        },
+    )
+    assert "  episode: [turn 1, reward 0.000] Action: calc[3 * 5]\n    [tool] 15\n" in text
+    assert "[turn 2, reward 0.000] Answer: 16\n    [user] Wrong." in text
+    assert "calc[1 + 1]" not in text  # the worked example is the prompt's
 
 
 def test_stall_check_warns_in_plain_output() -> None:

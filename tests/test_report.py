@@ -326,3 +326,26 @@ def test_mismatch_section_shows_first_last_and_max(tmp_path) -> None:
     assert "ratio_out_of_band_frac" not in section and "rollout/is_weight_mean" not in section
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward/mean": 0.5}) + "\n")
     assert '<section id="mismatch">' not in build_report(tmp_path)
+
+
+def test_a_worked_example_in_the_prompt_is_not_labelled_as_the_policys_turns():
+    """The calculator's demonstration (any tool environment's examples) is part of the prompt:
+    the report labels it so, and the policy's actions are turns 1.. with their rewards."""
+    from test_progress import EPISODE
+
+    from rlvr.evaluation.report import _transcript_text
+
+    text = _transcript_text(EPISODE, [0.0, 0.5])
+    labels = re.findall(r"^\[(.*)\]$", text, flags=re.M)
+    assert labels == [
+        "system",
+        "user",
+        "assistant, in the prompt (a worked example, not the policy's)",
+        "tool",
+        "assistant, in the prompt (a worked example, not the policy's)",
+        "user",
+        "assistant, turn 1, reward 0.000",
+        "tool",
+        "assistant, turn 2, reward 0.500",
+        "user",
+    ]

@@ -131,6 +131,35 @@ def _indented(label: str, text: str) -> str:
     return f"  {label}: " + text.replace("\n", "\n    ")
 
 
+def first_action(transcript: list[Any], turn_rewards: list[Any] | None) -> int:
+    """The index in an agent episode's ``transcript`` of the policy's first action: each action
+    has a turn reward, so the actions are the last ``len(turn_rewards)`` assistant messages;
+    assistant messages before them are the prompt's (a worked example the environment put in
+    the chat). Without turn rewards: the first assistant message."""
+    actions = [
+        i for i, m in enumerate(transcript) if isinstance(m, dict) and m.get("role") == "assistant"
+    ]
+    if not actions:
+        return len(transcript)
+    n = len(turn_rewards) if isinstance(turn_rewards, list) else len(actions)
+    return actions[max(0, len(actions) - n)] if n else len(transcript)
+
+
+def episode_text(transcript: list[Any], turn_rewards: list[Any] | None) -> str:
+    """The policy's part of an agent episode as plain text: every message from its first action
+    on, one ``[role] content`` block each (actions labelled with their turn and reward)."""
+    rewards = turn_rewards if isinstance(turn_rewards, list) else []
+    blocks, turn = [], 0
+    for message in transcript[first_action(transcript, turn_rewards) :]:
+        role = message.get("role", "?") if isinstance(message, dict) else "?"
+        content = message.get("content", "") if isinstance(message, dict) else str(message)
+        if role == "assistant":
+            reward = f"{float(rewards[turn]):.3f}" if turn < len(rewards) else "-"
+            role, turn = f"turn {turn + 1}, reward {reward}", turn + 1
+        blocks.append(f"[{role}] {content}")
+    return "\n".join(blocks)
+
+
 def stall_message(k: int, reward: float, sample: Mapping[str, Any]) -> str:
     """The "nothing is learning" warning (plain text) with one sample of the step.
 
@@ -138,7 +167,9 @@ def stall_message(k: int, reward: float, sample: Mapping[str, Any]) -> str:
         k: stalled steps in a row.
         reward: the last step's mean reward (``reward/mean``).
         sample: a ``samples.jsonl`` row: ``prompt``, ``completion``, ``reward`` and optionally
-            ``answer`` and ``terms`` (``{reward term: unweighted value}``, may be empty).
+            ``answer`` and ``terms`` (``{reward term: unweighted value}``, may be empty); an
+            agent episode's row also has ``transcript`` and ``turn_rewards``, and the whole
+            episode is shown (every action and observation), not only its last action.
     """
     terms = sample.get("terms") or {}
     breakdown = ", ".join(f"{name} {float(value):.3f}" for name, value in terms.items())
@@ -149,7 +180,11 @@ def stall_message(k: int, reward: float, sample: Mapping[str, Any]) -> str:
     ]
     if sample.get("answer") is not None:
         lines.append(_indented("answer", _clip(sample["answer"], PROMPT_CHARS)))
-    lines.append(_indented("completion", _clip(sample.get("completion"), COMPLETION_CHARS)))
+    if isinstance(sample.get("transcript"), list):
+        text = episode_text(sample["transcript"], sample.get("turn_rewards"))
+        lines.append(_indented("episode", _clip(text, 4 * COMPLETION_CHARS)))
+    else:
+        lines.append(_indented("completion", _clip(sample.get("completion"), COMPLETION_CHARS)))
     reward_text = f"{float(sample['reward']):.3f}" if "reward" in sample else "-"
     lines.append(_indented("reward", reward_text + (f" ({breakdown})" if breakdown else "")))
     return "\n".join(lines)

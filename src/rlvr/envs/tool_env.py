@@ -10,6 +10,18 @@ last number).
 
 The anchor state of a turn (GiGPO) is the list of tool results (and errors) so far: episodes
 whose calls returned the same results stand in the same state.
+
+Call formats: ``hermes`` passes JSON arguments; ``action`` (``Action: name[text]``) passes one
+text argument, so every tool of an ``action`` environment must take at most one parameter
+(checked when the environment is built).
+
+Worked examples (``examples``): exchanges put in every episode's chat before the problem, the
+in-context demonstrations of ReAct-style prompting (Yao et al. 2023), which a small model
+follows far more readily than a description of the call format. Each is a list of messages:
+``{"role": "user" | "assistant" | "tool", "content": ...}``, where an assistant message may give
+``"tool_call": {"name", "arguments"}`` instead of a content (written in the environment's call
+format) and a tool message without a content gets the tool's real result for the call before
+it. They are part of the prompt: the policy's actions and the logs' turns start after them.
 """
 
 from __future__ import annotations
@@ -18,9 +30,9 @@ from typing import Any
 
 from rlvr.answers import numeric_reward
 from rlvr.data.base import Problem, Task
-from rlvr.envs.base import Message, StepResult
-from rlvr.envs.parsers import PARSERS
-from rlvr.envs.tools import Tool, call_tool
+from rlvr.envs.base import EnvError, Message, StepResult
+from rlvr.envs.parsers import PARSERS, format_call
+from rlvr.envs.tools import Tool, ToolCall, action_parameters, call_tool
 
 
 class ToolEnv:
@@ -33,6 +45,7 @@ class ToolEnv:
             problem's answer).
         system_prompt: the system message of every episode (None: the template's default).
         tool_reward: reward of a turn whose calls all succeed (0: the outcome alone).
+        examples: worked examples put before the problem (see the module docstring).
     """
 
     def __init__(
@@ -42,9 +55,18 @@ class ToolEnv:
         task: Task | None = None,
         system_prompt: str | None = None,
         tool_reward: float = 0.0,
+        examples: list[list[dict[str, Any]]] | None = None,
     ) -> None:
         if tool_format not in PARSERS:
             raise ValueError(f"tool_format {tool_format!r}: expected one of {sorted(PARSERS)}")
+        for tool in tools if tool_format == "action" else ():
+            names = action_parameters(tool)
+            if len(names) > 1:
+                raise EnvError(
+                    f"tool {tool.name!r} takes {len(names)} parameters ({', '.join(names)}), but "
+                    "tool_format action passes one text argument (Action: name[text]); use "
+                    "tool_format: hermes (JSON arguments) or give the tool one parameter"
+                )
         self.tools = tools
         self.by_name = {t.name: t for t in tools}
         self.tool_format = tool_format
@@ -52,11 +74,48 @@ class ToolEnv:
         self.system_prompt = system_prompt
         self.tool_reward = tool_reward
         self.calls: list[str] = []
+        self.examples = [m for i, e in enumerate(examples or []) for m in self._worked(e, i)]
+
+    def _worked(self, example: Any, index: int) -> list[Message]:
+        """One worked example's messages: calls written in the call format, missing tool
+        results filled in by running the tool (see the module docstring)."""
+        where = f"examples[{index}]"
+        if not isinstance(example, list) or not example:
+            raise EnvError(f"{where}: expected a non-empty list of messages, got {example!r:.100}")
+        out: list[Message] = []
+        call: ToolCall | None = None
+        for j, message in enumerate(example):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role not in ("user", "assistant", "tool"):
+                raise EnvError(f"{where}[{j}]: expected a user, assistant or tool message")
+            if role == "assistant" and "tool_call" in message:
+                spec = message["tool_call"]
+                call = ToolCall(spec.get("name", ""), dict(spec.get("arguments", {})))
+                if call.name not in self.by_name:
+                    raise EnvError(
+                        f"{where}[{j}]: no tool {call.name!r} ({', '.join(self.by_name)})"
+                    )
+                out.append({"role": role, "content": format_call(call, self.tool_format)})
+                continue
+            if role == "tool" and "content" not in message:
+                if call is None:
+                    raise EnvError(f"{where}[{j}]: a tool message without content follows no call")
+                outcome = call_tool(self.by_name, call)
+                if not outcome.ok:
+                    raise EnvError(f"{where}[{j}]: the example's call failed: {outcome.text}")
+                out.append({"role": role, "content": outcome.text})
+                continue
+            out.append({"role": role, "content": str(message.get("content", ""))})
+        if out[0]["role"] != "user" or out[-1]["role"] != "assistant":
+            raise EnvError(f"{where}: an example starts with a user and ends with an assistant")
+        return out
 
     def reset(self, problem: Problem, seed: int) -> list[Message]:
         self.problem = problem
         self.calls = []
-        return problem.messages(self.system_prompt)
+        messages = problem.messages(self.system_prompt)
+        at = 1 if messages and messages[0]["role"] == "system" else 0
+        return [*messages[:at], *self.examples, *messages[at:]]
 
     def score(self, text: str) -> float:
         if self.task is not None:

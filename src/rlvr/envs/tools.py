@@ -263,12 +263,18 @@ def _fail(message: str) -> ToolOutcome:
     return ToolOutcome(f"Error: {message}", ok=False, error=message)
 
 
+def action_parameters(tool: Tool) -> list[str]:
+    """The parameters an ``Action: name[text]`` call fills: the tool's required ones, or all
+    of them when none is required (the call works with at most one)."""
+    return list(tool.parameters.get("required", [])) or list(tool.parameters.get("properties", {}))
+
+
 def _bind_raw(tool: Tool, raw: str) -> dict[str, Any] | str:
     """The arguments of an ``Action: name[raw]`` call: ``raw`` as the tool's one required
     parameter (or its only one): as is for a string, else decoded as JSON (``lookup[42]``).
     Returns an error message instead when that does not work."""
     properties = tool.parameters.get("properties", {})
-    names = list(tool.parameters.get("required", [])) or list(properties)
+    names = action_parameters(tool)
     if not names:
         return {} if not raw.strip() else f"tool {tool.name!r} takes no arguments; use []"
     if len(names) > 1:

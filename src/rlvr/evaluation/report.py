@@ -31,6 +31,7 @@ from rlvr.evaluation.plots import (
     reward_terms_figure,
     training_figure,
 )
+from rlvr.progress import first_action
 
 MAX_TEXT = 2000  # characters of a prompt/completion shown in the samples table
 Z95 = 1.959963984540054  # standard normal quantile of 0.975: 95% two-sided intervals
@@ -510,16 +511,21 @@ def _completion_text(row: dict[str, Any]) -> str:
 
 def _transcript_text(transcript: Any, turn_rewards: Any) -> str:
     """An agent episode's chat, one block per message; each action (assistant message) is
-    labelled with its turn and the environment's reward for it; clipped to 4 x MAX_TEXT."""
+    labelled with its turn and the environment's reward for it, and assistant messages of the
+    prompt (a worked example the environment put in the chat) as such; clipped to 4 x
+    MAX_TEXT."""
     if not isinstance(transcript, list):
         return "-"
     rewards = turn_rewards if isinstance(turn_rewards, list) else []
+    start = first_action(transcript, turn_rewards if isinstance(turn_rewards, list) else None)
     blocks, turn = [], 0
-    for message in transcript:
+    for i, message in enumerate(transcript):
         role = message.get("role", "?") if isinstance(message, dict) else "?"
         content = message.get("content", "") if isinstance(message, dict) else str(message)
         label = role
-        if role == "assistant":
+        if role == "assistant" and i < start:
+            label = "assistant, in the prompt (a worked example, not the policy's)"
+        elif role == "assistant":
             reward = _value_text(rewards[turn]) if turn < len(rewards) else "-"
             label, turn = f"assistant, turn {turn + 1}, reward {reward}", turn + 1
         blocks.append(f"[{label}]\n{content}")
