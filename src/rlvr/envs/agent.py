@@ -20,6 +20,7 @@ from rlvr.data.base import Problem, Task
 from rlvr.envs.base import Environment
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, Episode, Faults, run_episodes
+from rlvr.envs.harness import play_recorded
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.registry import env_factory
 from rlvr.models import stop_token_ids
@@ -110,6 +111,8 @@ class Agent:
         decode: sampled ids -> the action's text (special tokens skipped).
         budget: turn and token budgets.
         faults: the time limit of a call into the environment, and what a fault does.
+        recorded: the environment is an agent program that calls the model itself
+            (:mod:`rlvr.envs.harness`): its episodes are recorded at an endpoint.
     """
 
     make_env: Callable[[], Environment]
@@ -117,6 +120,7 @@ class Agent:
     decode: Callable[[list[int]], str]
     budget: Budget
     faults: Faults = Faults()
+    recorded: bool = False
 
     def play(
         self,
@@ -131,6 +135,11 @@ class Agent:
         and the episodes."""
         keys = checked_keys(keys, len(problems) * n, sampling)
         seeds = [episode_seed(p) for p in problems]
+        if self.recorded:
+            return play_recorded(
+                engine, self.make_env, self.renderer, self.decode, problems, n, sampling, keys,
+                seeds, self.budget, self.faults,
+            )  # fmt: skip
         return run_episodes(
             lambda prompts, k: open_session(engine, prompts, k),
             self.make_env,
@@ -165,4 +174,5 @@ def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:
         return tokenizer.decode(ids, skip_special_tokens=True)
 
     faults = Faults(cfg.env.step_timeout_s, cfg.env.on_error)
-    return Agent(make_env, renderer, decode, budget, faults)
+    recorded = callable(getattr(probe, "play", None)) and not callable(getattr(probe, "step", None))
+    return Agent(make_env, renderer, decode, budget, faults, recorded)

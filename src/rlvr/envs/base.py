@@ -96,10 +96,13 @@ def load_environment_class(spec: str) -> type:
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise EnvError(f"env {spec!r}: module {module_name!r} has no class {attr!r}")
+    if callable(getattr(cls, "play", None)):  # an agent program (rlvr.envs.harness)
+        return cls
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if missing:
         raise EnvError(
             f"env {spec!r}: {attr} has no {' or '.join(missing)} method; an environment needs "
-            "reset(problem, seed) -> messages and step(action_text) -> StepResult"
+            "reset(problem, seed) -> messages and step(action_text) -> StepResult (or, for a "
+            "program that calls the model itself, play(problem, seed, endpoint) -> AgentOutcome)"
         )
     return cls

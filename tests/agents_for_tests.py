@@ -1,0 +1,53 @@
+"""Agent programs for the tests: they call the model themselves through an OpenAI client at the
+endpoint rlvr gives them (loaded as ``agents_for_tests:Class``, like a user's)."""
+
+from __future__ import annotations
+
+from envs_for_tests import CountdownEnv
+from openai import OpenAI
+
+from rlvr.data import Problem
+from rlvr.envs.harness import AgentOutcome, Endpoint
+
+
+class EnvAgent:
+    """Plays ``env`` (an rlvr environment) by calling the model at the endpoint: the chat grows
+    by the reply and the environment's messages each turn, as any agent loop does."""
+
+    def __init__(self, env=None, max_turns: int = 3, stream: bool = False) -> None:
+        self.env = env if env is not None else CountdownEnv()
+        self.max_turns, self.stream = max_turns, stream
+
+    def play(self, problem: Problem, seed: int, endpoint: Endpoint) -> AgentOutcome:
+        client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+        messages = self.env.reset(problem, seed)
+        total = 0.0
+        for _ in range(self.max_turns):
+            if self.stream:
+                chunks = client.chat.completions.create(
+                    model=endpoint.model, messages=messages, stream=True
+                )
+                text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            else:
+                reply = client.chat.completions.create(model=endpoint.model, messages=messages)
+                text = reply.choices[0].message.content
+            messages = [*messages, {"role": "assistant", "content": text}]
+            result = self.env.step(text)
+            total += result.reward
+            if result.done:
+                break
+            messages += result.messages
+        return AgentOutcome(total, {"turns": len(messages)})
+
+
+class RewritingAgent(EnvAgent):
+    """Drops the first reply from the history of its second call: not one token sequence."""
+
+    def play(self, problem: Problem, seed: int, endpoint: Endpoint) -> AgentOutcome:
+        client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+        messages = self.env.reset(problem, seed)
+        client.chat.completions.create(model=endpoint.model, messages=messages)
+        client.chat.completions.create(
+            model=endpoint.model, messages=[*messages, {"role": "user", "content": "Again."}]
+        )
+        return AgentOutcome(1.0)

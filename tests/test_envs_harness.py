@@ -1,0 +1,133 @@
+"""Agent programs that call the model themselves through an OpenAI client: rlvr serves the policy
+at a recording endpoint and builds each episode from the recorded token ids; a program playing an
+environment this way gives the episodes rlvr's own loop gives (token for token), history rewrites
+are faults, and a program trains and is evaluated from a config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from agents_for_tests import EnvAgent
+from envs_for_tests import CountdownEnv
+from test_envs_episodes import PROBLEMS
+from test_trainer import tiny_config
+
+from rlvr.config import build_config
+from rlvr.envs.chat import ChatRenderer
+from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
+from rlvr.envs.harness import play_recorded
+from rlvr.envs.recorded import Call, Session
+from rlvr.evaluation import evaluate
+from rlvr.evaluation.harness import load_records
+from rlvr.logging import read_metrics
+from rlvr.models import stop_token_ids
+from rlvr.rollout import SamplingParams, TorchEngine
+from rlvr.rollout.torch_engine import open_session
+from rlvr.trainer import train
+
+BUDGET = Budget(3, 120, 64)
+
+
+def _parts(tiny):
+    model, tok = tiny
+    engine = TorchEngine(model, tok.pad_token_id, torch.float32)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=10, stop_token_ids=stop_token_ids(tok))
+
+    def decode(ids):
+        return tok.decode(ids, skip_special_tokens=True)
+
+    return engine, renderer, sampling, decode
+
+
+def test_a_later_call_is_stitched_onto_the_sampled_ids(tiny):
+    _, tok = tiny
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    first = [{"role": "user", "content": "What is 2 + 3?"}]
+    session = Session("s")
+    prompt = session.prompt_for(first, renderer)
+    assert prompt == renderer.prompt_ids(first)
+    sampled = tok("odd tokens", add_special_tokens=False)["input_ids"]  # as the policy sampled
+    session.record(Call(first, prompt, sampled, [-1.0] * len(sampled), False, "odd tokens"))
+    history = [*first, {"role": "assistant", "content": "odd tokens"}]
+    new = [{"role": "user", "content": "Go on."}]
+    stitched = session.prompt_for([*history, *new], renderer)
+    assert stitched == [*prompt, *sampled, *renderer.observation_ids(history, sampled, new)]
+    with pytest.raises(EnvFault, match="do not continue the episode at message 1"):
+        session.prompt_for([*first, {"role": "assistant", "content": "other"}, *new], renderer)
+    with pytest.raises(EnvFault, match="no new message"):
+        session.prompt_for(history, renderer)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_program_calling_the_endpoint_plays_the_episodes_rlvrs_loop_plays(tiny, stream):
+    """CountdownEnv played by rlvr's episode loop, and by a program that calls the recording
+    endpoint through the openai client (streamed or not): the same tokens, the same log-probs
+    (1e-5), the same returns; the program's calls reuse the sampled ids."""
+    engine, renderer, sampling, decode = _parts(tiny)
+    keys = torch.arange(6) * 7919
+    prompts, direct = run_episodes(
+        lambda p, n: open_session(engine, p, n),
+        CountdownEnv, renderer, decode, PROBLEMS, 3, sampling, keys, [0, 0], BUDGET,
+    )  # fmt: skip
+    recorded_prompts, recorded = play_recorded(
+        engine, lambda: EnvAgent(stream=stream), renderer, decode, PROBLEMS, 3, sampling, keys,
+        [0, 0], BUDGET, Faults(timeout_s=30),
+    )  # fmt: skip
+    assert recorded_prompts == prompts
+    for a, b in zip(direct, recorded, strict=True):
+        assert b.fault is None
+        assert a.completion_ids == b.completion_ids and a.action_mask == b.action_mask
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+        assert a.reward == pytest.approx(b.reward) and a.num_turns == b.num_turns
+
+
+def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
+    from agents_for_tests import RewritingAgent
+
+    engine, renderer, sampling, decode = _parts(tiny)
+    keys = torch.arange(2)
+
+    class Failing(EnvAgent):
+        def play(self, problem, seed, endpoint):
+            raise RuntimeError("the harness crashed")
+
+    made = iter([RewritingAgent(), EnvAgent()])
+    _, episodes = play_recorded(
+        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0],
+        BUDGET, Faults(timeout_s=30),
+    )  # fmt: skip
+    rewriting, fine = episodes
+    assert "play() raised" in rewriting.fault and "do not continue the episode" in rewriting.fault
+    assert rewriting.num_turns == 1 and rewriting.reward == 0.0 and rewriting.truncated
+    assert fine.fault is None
+    made = iter([Failing(), EnvAgent()])
+    _, episodes = play_recorded(
+        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0],
+        BUDGET, Faults(timeout_s=30),
+    )  # fmt: skip
+    assert episodes[0].fault.endswith("play() raised RuntimeError: the harness crashed")
+    assert (
+        episodes[0].num_turns == 1 and episodes[0].action_mask[0] == 1
+    )  # one action, group prompt
+    with pytest.raises(EnvFault, match="the harness crashed"):
+        play_recorded(
+            engine, Failing, renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0], BUDGET,
+            Faults(timeout_s=30),
+        )  # fmt: skip
+
+
+def test_a_program_trains_from_a_config_and_is_evaluated(tmp_path):
+    run = tmp_path / "run"
+    env = {"name": "agents_for_tests:EnvAgent", "max_turns": 3, "max_episode_tokens": 60}
+    train(build_config(tiny_config(run, steps=2, env=env, reward={"function": None})))
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
+    assert any(r.get("episodes/turns_mean", 0) > 1 for r in rows)
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
