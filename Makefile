@@ -28,6 +28,14 @@ $(STAMP): pyproject.toml Makefile
 	# interface only, which pins an older pillow); fastmcp is what its MCP environments need
 	$(UV) --no-deps 'openenv-core==0.3.0'
 	$(UV) 'fastmcp>=4.2,<5'
+	# verifiers tasksets (task.name / env.name: verifiers:<id>): verifiers 0.4.0 pins openai < 3 and
+	# mcp == 2.0.0 (rlvr has openai 3, vLLM mcp 2.3) and it runs with them; renderers without
+	# openai-harmony, whose module would replace the one vLLM's oss-harmony provides
+	$(UV) --no-deps 'verifiers==0.4.0' 'renderers==0.1.12' 'gepa==0.1.4' \
+		'prime-pydantic-config==0.4.3' 'prime-sandboxes==0.5.1' 'prime-tunnel==0.1.15' \
+		'prime-runs==0.1.4' 'prime-traces==0.0.10' 'connectrpc==0.11.1' 'pyqwest==0.12.0' \
+		'protobuf-py==0.1.1' 'protobuf-py-ext==0.1.1' 'tenacity>=9,<10' 'aiofiles>=24' \
+		'tomli>=2' 'tomli-w>=1'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -35,6 +35,8 @@ from rlvr.templates import answer_regex, template_fields
 #: Task name prefixes whose problems are labelled episodes of the same-named environment
 #: (the game comes from the environment and the episode seed, not from the task).
 EPISODE_LABELS = ("textarena:", "gem:", "openenv:")
+#: Other ecosystems' task names (``PREFIX<id>``): their problems and scores are the ecosystem's.
+ECOSYSTEM_TASKS = (*EPISODE_LABELS, "verifiers:")
 
 
 class Section(BaseModel):
@@ -227,7 +229,7 @@ class TaskConfig(Section):
         rg = self.name.startswith("reasoning_gym:")
         ta = any(
             self.name.startswith(prefix) and len(self.name) > len(prefix)
-            for prefix in EPISODE_LABELS
+            for prefix in ECOSYSTEM_TASKS
         )
         if (
             self.name not in builtin
@@ -237,7 +239,7 @@ class TaskConfig(Section):
             raise ValueError(
                 f"task.name must be one of {', '.join(builtin)}, reasoning_gym:NAME with NAME "
                 f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), textarena:ENV_ID, "
-                f"gem:ENV_ID or openenv:URL; "
+                f"gem:ENV_ID, openenv:URL or verifiers:TASKSET; "
                 f"got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
@@ -1030,7 +1032,8 @@ class Config(Section):
                 "environment's steps; put the reward in the environment's step() (or remove "
                 "env.name to train single completions on this reward)"
             )
-        if self.task.name.startswith(("gem:", "openenv:")) and self.env.name != self.task.name:
+        env_of_task = ("gem:", "openenv:")
+        if self.task.name.startswith(env_of_task) and self.env.name != self.task.name:
             raise ValueError(
                 f"task.name {self.task.name}: its problems are episodes of env.name: "
                 f"{self.task.name} (the same id)"

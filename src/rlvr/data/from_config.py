@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.config import EPISODE_LABELS, ConfigError, TaskConfig
+from rlvr.config import ECOSYSTEM_TASKS, ConfigError, TaskConfig
 from rlvr.data.base import Task
 from rlvr.data.files import file_mixture
 from rlvr.data.mixture import MixtureTask
@@ -39,7 +39,7 @@ def _build(t: TaskConfig) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    if t.name == "guess_number" or t.name.startswith(EPISODE_LABELS):
+    if t.name == "guess_number" or t.name.startswith(ECOSYSTEM_TASKS):
         kwargs.pop("prompt_template", None)
         return make_task(t.name, **t.dataset_kwargs, **kwargs)
     source = {

@@ -32,9 +32,11 @@ TASKS: dict[str, str] = {
     "textarena:<env_id>": "labelled games for env textarena (TextArenaTask)",
     "gem:<env_id>": "labelled episodes for env gem:<env_id> (a GEM environment)",
     "openenv:<URL>": "labelled episodes for env openenv:<URL> (an OpenEnv server)",
+    "verifiers:<taskset>": "a verifiers taskset's tasks, scored by its own rewards (VerifiersTask)",
 }
 GEM_PREFIX = "gem:"
 OPENENV_PREFIX = "openenv:"
+VERIFIERS_PREFIX = "verifiers:"
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     "arithmetic": ArithmeticTask,
@@ -53,7 +55,13 @@ def is_task_name(name: str) -> bool:
     """True if ``name`` is a registered task or ``reasoning_gym:NAME`` with a non-empty NAME."""
     return name in _CONSTRUCTORS or any(
         name.startswith(prefix) and len(name) > len(prefix)
-        for prefix in (REASONING_GYM_PREFIX, TEXTARENA_PREFIX, GEM_PREFIX, OPENENV_PREFIX)
+        for prefix in (
+            REASONING_GYM_PREFIX,
+            TEXTARENA_PREFIX,
+            GEM_PREFIX,
+            OPENENV_PREFIX,
+            VERIFIERS_PREFIX,
+        )
     )
 
 
@@ -84,6 +92,7 @@ def make_task(name: str, **kwargs: Any) -> Task:
             f"{TEXTARENA_PREFIX}<env_id>",
             f"{GEM_PREFIX}<env_id>",
             f"{OPENENV_PREFIX}<URL>",
+            f"{VERIFIERS_PREFIX}<taskset>",
         ]
         raise ValueError(f"unknown task {name!r}; accepted: {', '.join(accepted)}")
     _check_level(name, kwargs)
@@ -91,6 +100,11 @@ def make_task(name: str, **kwargs: Any) -> Task:
         return ReasoningGymTask(name, **kwargs)
     if name.startswith(TEXTARENA_PREFIX):
         return TextArenaTask(name[len(TEXTARENA_PREFIX) :], n_eval=kwargs.get("n_eval", 32))
+    if name.startswith(VERIFIERS_PREFIX):
+        from rlvr.data.verifiers_tasks import VerifiersTask
+
+        options = {k: v for k, v in kwargs.items() if k not in ("seed", "n_eval")}
+        return VerifiersTask(name[len(VERIFIERS_PREFIX) :], kwargs.get("n_eval", 32), **options)
     for prefix in (GEM_PREFIX, OPENENV_PREFIX):
         if name.startswith(prefix):
             env_id, ecosystem = name[len(prefix) :], prefix.rstrip(":")

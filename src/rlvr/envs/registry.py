@@ -37,6 +37,11 @@ for _name, _entry in {
         "rlvr.envs.openenv:OpenEnvEnv",
         "an OpenEnv server's environment, e.g. openenv:http://127.0.0.1:8000 (rlvr[openenv])",
     ),
+    "verifiers:<taskset>": (
+        "rlvr.envs.verifiers_env:VerifiersEnv",
+        "a verifiers taskset's task, scored by its rewards, e.g. verifiers:my_taskset "
+        "(with task.name: verifiers:my_taskset)",
+    ),
     "skyrl_gym:<env_id>": (
         "rlvr.envs.skyrl:SkyRLGymEnv",
         "a SkyRL-gym environment on the task's rows, e.g. skyrl_gym:gsm8k (rlvr[skyrl])",
@@ -61,6 +66,7 @@ ECOSYSTEMS = {
     "gem:": "gem:<env_id>",
     "skyrl_gym:": "skyrl_gym:<env_id>",
     "openenv:": "openenv:<URL>",
+    "verifiers:": "verifiers:<taskset>",
 }
 
 

@@ -1,0 +1,74 @@
+"""verifiers tasksets (verifiers 0.4, v1) as rlvr tasks and environments: problems from the
+taskset's tasks, rewards from its own reward functions on the trace its rollout would build,
+two tasksets trained 2 steps (as a task, and as an environment) and evaluated with rlvr eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verifiers.v1", reason="verifiers is not installed (make test installs it)")
+
+from test_trainer import tiny_config  # noqa: E402
+
+from rlvr.config import build_config  # noqa: E402
+from rlvr.data import make_task  # noqa: E402
+from rlvr.envs.base import EnvError  # noqa: E402
+from rlvr.envs.verifiers_env import VerifiersEnv  # noqa: E402
+from rlvr.errors import DataError  # noqa: E402
+from rlvr.evaluation import evaluate  # noqa: E402
+from rlvr.evaluation.harness import load_records  # noqa: E402
+from rlvr.logging import read_metrics  # noqa: E402
+from rlvr.trainer import train  # noqa: E402
+
+SUMS, RUBRIC = "verifiers:vf_tasksets_for_tests", "verifiers:vf_rubric_for_tests"
+
+
+def test_a_taskset_gives_problems_and_scores_with_its_own_rewards():
+    task = make_task(SUMS, n_eval=4)
+    held_out = task.eval_problems()
+    assert [p.prompt.split(" Put")[0] for p in held_out[:2]] == ["What is 1 + 1?", "What is 1 + 2?"]
+    assert task.train_problem(0).id == "verifiers-vf_tasksets_for_tests-4"
+    assert task.train_problem(8) == task.train_problem(0)  # 12 tasks, 4 held out: cycled
+    assert task.score("so \\boxed{2}", held_out[0]) == 1.0
+    assert task.score("\\boxed{3}", held_out[0]) == 0.0
+    rubric = make_task(RUBRIC, n_eval=4)
+    long = "The sum is two, so my final answer is \\boxed{2}."
+    assert rubric.rewards(long, rubric.eval_problems()[0]) == (1.0, {"correct": 1.0, "short": 0.0})
+    assert rubric.rewards("\\boxed{2}", rubric.eval_problems()[0])[0] == 1.25  # weights 1, 0.25
+    with pytest.raises(DataError, match="n_eval \\(12\\) must leave some to train on"):
+        make_task(SUMS, n_eval=12)
+    with pytest.raises(DataError, match="could not be loaded: ModuleNotFoundError"):
+        make_task("verifiers:no_such_taskset", n_eval=1)
+
+
+def test_the_environment_logs_each_reward_and_needs_its_taskset():
+    task = make_task(RUBRIC, n_eval=4)
+    env = VerifiersEnv("vf_rubric_for_tests", task, system_prompt="Be brief.")
+    first = env.reset(task.eval_problems()[1], seed=0)
+    assert [m["role"] for m in first] == ["system", "user"]
+    step = env.step("\\boxed{3}")
+    assert (step.reward, step.terminated, step.messages) == (1.25, True, [])
+    assert step.info == {"verifiers_rewards": {"correct": 1.0, "short": 1.0}, "success": True}
+    with pytest.raises(EnvError, match="call reset first"):
+        env.step("\\boxed{3}")
+    with pytest.raises(EnvError, match="set task.name: verifiers:vf_rubric_for_tests"):
+        VerifiersEnv("vf_rubric_for_tests", make_task(SUMS, n_eval=4))
+
+
+@pytest.mark.parametrize(("name", "as_env"), [(SUMS, False), (RUBRIC, True)])
+def test_a_taskset_trains_two_steps_and_is_evaluated(tmp_path, name, as_env):
+    run = tmp_path / "run"
+    sections = {"task": {"name": name, "n_eval": 4}, "reward": {"function": None}}
+    if as_env:
+        sections["env"] = {"name": name, "max_turns": 1, "max_episode_tokens": 16}
+    train(build_config(tiny_config(run, steps=2, **sections)))
+    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    if as_env:
+        assert json.loads(records[0]["transcript"])[-1]["role"] == "assistant"
