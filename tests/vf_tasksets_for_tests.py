@@ -21,7 +21,9 @@ class SumTask(vf.Task[SumData]):
 class SumTaskset(vf.Taskset[SumTask, vf.TasksetConfig]):
     def load(self):
         prompt = "{} Put the final answer in \\boxed{{}}."
-        return [SumTask(SumData(prompt=prompt.format(q), answer=a), self.config.task) for q, a in ROWS]
+        return [
+            SumTask(SumData(prompt=prompt.format(q), answer=a), self.config.task) for q, a in ROWS
+        ]
 
 
 class RubricTask(SumTask):
