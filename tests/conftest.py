@@ -54,3 +54,11 @@ def tiny():
     from rlvr.models import load_model, load_tokenizer
 
     return load_model("tiny-random-llama"), load_tokenizer("tiny-random-llama")
+
+
+@pytest.fixture(scope="session")
+def smol_tok():
+    """SmolLM2-135M-Instruct's tokenizer (its chat template: the episodes' token tests)."""
+    from rlvr.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct")

@@ -15,11 +15,11 @@ from rlvr.data import Problem
 from rlvr.envs import EnvError, StepResult
 from rlvr.envs.agent import counts, episode_metrics
 from rlvr.envs.chat import ChatRenderer, TemplateError
-from rlvr.envs.episodes import Budget, Faults, run_episodes
+from rlvr.envs.episodes import Budget, Episode, Faults, run_episodes
 from rlvr.envs.tool_env import ToolEnv
 from rlvr.envs.tools import make_tool
 from rlvr.logging import read_metrics
-from rlvr.models import load_tokenizer, stop_token_ids
+from rlvr.models import stop_token_ids
 from rlvr.policy import completion_logprobs, make_batch
 from rlvr.rollout import SamplingParams, TorchEngine
 from rlvr.rollout.torch_engine import KVSession
@@ -28,11 +28,6 @@ from rlvr.trainer import train
 
 SMOL = "smollm2-135m-instruct"
 PROBLEMS = [Problem("p0", "What is 6 * 7?", "42"), Problem("p1", "What is 2 + 3?", "5")]
-
-
-@pytest.fixture(scope="module")
-def smol_tok():
-    return load_tokenizer(SMOL)
 
 
 class ScriptedSession:
@@ -140,6 +135,22 @@ def test_episode_tokens_are_the_chat_template_of_the_whole_conversation(smol_tok
     start = len(plain[0]) + ep_odd.action_mask[len(plain[0]) :].index(1)
     assert ep_odd.completion_ids[start : start + len(unstable) + 1] == unstable + [end]
     assert ep.turn_rewards == [1.0, 2.0, 3.0] and ep.terminated and not ep.truncated
+
+
+def assert_tokens_are_the_template(tok, make_env, texts, problem=PROBLEMS[0]) -> Episode:
+    """Play ``make_env``'s environment with the scripted actions ``texts`` (each ended with
+    ``<|im_end|>``) and check the episode token for token: prompt + episode tokens are the chat
+    template of the whole conversation up to the last action, and the loss mask covers exactly
+    the sampled ids. Returns the episode (for the ecosystems' tests)."""
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    actions = [_ids(tok, t) + [end] for t in texts]
+    _, prompts, (ep,) = _play(tok, [actions], make_env, Budget(len(texts), 1024, 512), [problem])
+    last = max(i for i, m in enumerate(ep.messages) if m["role"] == "assistant")
+    whole = tok.apply_chat_template(ep.messages[: last + 1], tokenize=False)
+    assert prompts[0] + ep.completion_ids + _ids(tok, "\n") == _ids(tok, whole)
+    sampled = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if m]
+    assert sampled == [i for a in actions[: ep.num_turns] for i in a]
+    return ep
 
 
 def test_actions_without_their_stop_token_get_the_turn_closed_as_observation(smol_tok):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from envs_for_tests import FaultyEnv
-from test_envs_episodes import PROBLEMS, SMOL, _play
+from test_envs_episodes import PROBLEMS, _play
 from test_trainer import step_rows, tiny_config
 
 from rlvr.config import build_config
@@ -19,13 +19,7 @@ from rlvr.data import Problem
 from rlvr.envs.agent import counts, episode_metrics
 from rlvr.envs.deadline import Deadline, call_with_deadline
 from rlvr.envs.episodes import Budget, EnvFault, Faults
-from rlvr.models import load_tokenizer
 from rlvr.trainer import train
-
-
-@pytest.fixture(scope="module")
-def smol_tok():
-    return load_tokenizer(SMOL)
 
 
 def test_a_hung_call_is_cut_short_on_the_main_thread_and_on_others():

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("gem", reason="gem-llm is not installed (make test installs it)")
 
+from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
 from rlvr.config import ConfigError, build_config  # noqa: E402
@@ -43,6 +44,12 @@ def test_a_game_maps_observations_rewards_and_flags():
     assert step.terminated and not step.truncated and 0.0 <= step.reward <= 1.0
     with pytest.raises(EnvError, match="no episode in progress"):
         env.step("\\boxed{4}")
+
+
+def test_a_gem_episode_is_the_chat_template_of_its_conversation(smol_tok):
+    texts = ["\\boxed{5}", "\\boxed{3}", "\\boxed{7}"]
+    ep = assert_tokens_are_the_template(smol_tok, lambda: GemEnv(GAME), texts, PROBLEM)
+    assert ep.num_turns >= 1 and "Enter your next guess." in ep.messages[2]["content"]
 
 
 def test_a_single_turn_task_terminates_without_truncation():

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("openenv", reason="openenv-core is not installed (make test installs it)")
 
 import httpx  # noqa: E402
-from test_envs_episodes import SMOL, _play  # noqa: E402
+from test_envs_episodes import SMOL, _play, assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
 from rlvr.config import build_config  # noqa: E402
@@ -100,6 +100,13 @@ def test_the_echo_environment_and_what_cannot_be_mapped(servers):
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(EnvError, match="is an OpenEnv server running there"):
         OpenEnvEnv(dead)
+
+
+def test_an_openenv_episode_is_the_chat_template_of_its_conversation(servers):
+    tok = load_tokenizer(SMOL)
+    texts = ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}", "\\boxed{4}"]
+    ep = assert_tokens_are_the_template(tok, lambda: OpenEnvEnv(servers["guess"]), texts)
+    assert ep.terminated and ep.messages[2]["content"] in ("Higher.", "Correct!")
 
 
 @pytest.mark.parametrize("name", ["guess", "echo"])

@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (make test installs it)")
 
+from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
 from rlvr.config import build_config  # noqa: E402
@@ -55,6 +56,13 @@ def test_one_turn_and_multi_turn_envs_map_rewards_and_observations():
     assert step.messages[0]["role"] == "user" and "#### ANSWER" in step.messages[0]["content"]
     step = env.step("#### 72")
     assert step.terminated and step.reward == 1.0 and step.info["skyrl_metrics"] == {"steps": 2}
+
+
+def test_a_skyrl_episode_is_the_chat_template_of_its_conversation(smol_tok):
+    problem = Problem("p", "What is 70 + 2?", "72")
+    make = lambda: SkyRLGymEnv("gsm8k_multi_turn", extras={"max_turns": 3})  # noqa: E731
+    ep = assert_tokens_are_the_template(smol_tok, make, ["#### 70", "#### 72"], problem)
+    assert ep.turn_rewards == [pytest.approx(0.2 / 3), 1.0] and ep.terminated
 
 
 def _spider(root: Path) -> Path:

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="verifiers is not installed (make test installs it)")
 
+from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
 from rlvr.config import build_config  # noqa: E402
@@ -56,6 +57,13 @@ def test_the_environment_logs_each_reward_and_needs_its_taskset():
         env.step("\\boxed{3}")
     with pytest.raises(EnvError, match="set task.name: verifiers:vf_rubric_for_tests"):
         VerifiersEnv("vf_rubric_for_tests", make_task(SUMS, n_eval=4))
+
+
+def test_a_verifiers_episode_is_the_chat_template_of_its_conversation(smol_tok):
+    task = make_task(SUMS, n_eval=4)
+    make = lambda: VerifiersEnv("vf_tasksets_for_tests", task)  # noqa: E731
+    ep = assert_tokens_are_the_template(smol_tok, make, ["\\boxed{2}"], task.eval_problems()[0])
+    assert ep.turn_rewards == [1.0] and ep.terminated
 
 
 @pytest.mark.parametrize(("name", "as_env"), [(SUMS, False), (RUBRIC, True)])
