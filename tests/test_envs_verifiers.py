@@ -80,3 +80,51 @@ def test_a_taskset_trains_two_steps_and_is_evaluated(tmp_path, name, as_env):
     assert len(records) == 2 * summary["n_prompts"]
     if as_env:
         assert json.loads(records[0]["transcript"])[-1]["role"] == "assistant"
+
+
+GUESS = "verifiers:vf_guess_for_tests"
+
+
+def test_a_taskset_that_plays_the_user_runs_its_own_episodes_at_the_endpoint(tiny):
+    """harness: rlvr: the taskset's own environment answers each reply (three guesses: nothing
+    the tiny model says is right), every call recorded at rlvr's endpoint and stitched: the
+    episode holds three sampled replies and the environment's feedback between them."""
+    import torch
+
+    from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.episodes import Budget, Faults
+    from rlvr.envs.harness import play_recorded
+    from rlvr.envs.verifiers_env import verifiers_environment
+    from rlvr.models import stop_token_ids
+    from rlvr.rollout import SamplingParams, TorchEngine
+
+    model, tok = tiny
+    task = make_task(GUESS, n_eval=2)
+    engine = TorchEngine(model, tok.pad_token_id, torch.float32)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=6, stop_token_ids=stop_token_ids(tok))
+    _, episodes = play_recorded(
+        engine, lambda: verifiers_environment("vf_guess_for_tests", task, harness="rlvr"),
+        renderer, lambda ids: tok.decode(ids, skip_special_tokens=True), [task.train_problem(0)],
+        2, sampling, torch.arange(2), [0], Budget(3, 2048, 1024), Faults(timeout_s=60),
+    )  # fmt: skip
+    for ep in episodes:
+        assert ep.fault is None and ep.num_turns == 3 and ep.reward == 0.0
+        assert ep.infos[-1]["verifiers_rewards"] == {"solved": 0.0}
+        actions = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if m]
+        assert len(actions) == sum(ep.action_mask) and 3 <= len(actions) <= 18
+        between = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if not m]
+        assert tok.decode(between).count("Wrong, guess again.") == 2
+    with pytest.raises(EnvError, match="harness 'null'"):
+        verifiers_environment("vf_guess_for_tests", task, harness="null")
+
+
+def test_a_taskset_played_by_its_own_environment_trains_from_a_config(tmp_path):
+    run = tmp_path / "run"
+    env = {"name": GUESS, "params": {"harness": "rlvr"}, "max_turns": 3, "max_episode_tokens": 512}
+    cfg = tiny_config(run, steps=2, task={"name": GUESS, "n_eval": 2}, env=env)
+    cfg["reward"] = {"function": None}
+    train(build_config(cfg))
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
+    assert rows[0]["episodes/turns_mean"] == 3.0

@@ -38,7 +38,7 @@ for _name, _entry in {
         "an OpenEnv server's environment, e.g. openenv:http://127.0.0.1:8000 (rlvr[openenv])",
     ),
     "verifiers:<taskset>": (
-        "rlvr.envs.verifiers_env:VerifiersEnv",
+        "rlvr.envs.verifiers_env:verifiers_environment",
         "a verifiers taskset's task, scored by its rewards, e.g. verifiers:my_taskset "
         "(with task.name: verifiers:my_taskset)",
     ),
@@ -79,9 +79,9 @@ def ecosystem_of(name: str) -> tuple[str, str] | None:
     return None
 
 
-def environment_class(name: str) -> type:
-    """The class of a built-in environment name, an ecosystem's (``gem:<env_id>``) or of
-    ``module:Class``."""
+def environment_class(name: str) -> Callable[..., Any]:
+    """The class (or factory function) of a built-in environment name, an ecosystem's
+    (``gem:<env_id>``) or of ``module:Class``."""
     found = ecosystem_of(name)
     if found is not None:
         name = found[0]

@@ -6,12 +6,36 @@ One step: ``reset`` prompts with the task's prompt (after the run's system promp
 policy's reply is scored by the task's own rewards on the trace verifiers' rollout would build;
 the reward is their weighted sum, each one logged in the step's info (``verifiers_rewards``),
 ``success`` when the sum reaches 1. The same taskset without ``env`` trains as a plain task.
+
+``env.params.harness: rlvr`` plays the taskset's episodes as verifiers does instead: its own
+environment (its ``vf.Env``, which may play user turns) runs each episode with rlvr's in-process
+harness against the recording endpoint (:mod:`rlvr.envs.verifiers_harness`).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlvr.data.base import Problem, Task
 from rlvr.envs.base import EnvError, Message, StepResult
+
+HARNESSES = ("rlvr",)
+
+
+def verifiers_environment(
+    env_id: str, task: Task, system_prompt: str | None = None, harness: str | None = None
+) -> Any:
+    """The environment of ``env.name: verifiers:<env_id>``: a one-step :class:`VerifiersEnv`,
+    or with ``harness: rlvr`` a :class:`~rlvr.envs.verifiers_harness.VerifiersProgram` (the
+    taskset's own episodes; ``system_prompt`` is then the taskset's)."""
+    env = VerifiersEnv(env_id, task, system_prompt)  # checks the task
+    if harness is None:
+        return env
+    if harness not in HARNESSES:
+        raise EnvError(f"verifiers:{env_id}: harness {harness!r}; expected one of {HARNESSES}")
+    from rlvr.envs.verifiers_harness import VerifiersProgram
+
+    return VerifiersProgram(env_id, task)
 
 
 class VerifiersEnv:
