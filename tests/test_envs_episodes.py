@@ -153,6 +153,24 @@ def assert_tokens_are_the_template(tok, make_env, texts, problem=PROBLEMS[0]) ->
     return ep
 
 
+def assert_trains_and_evaluates(cfg: dict) -> list[dict]:
+    """Train ``cfg`` (an agent run of 2 steps on the tiny model), then ``rlvr eval`` its latest
+    checkpoint with 2 episodes per held-out problem: success, pass@k over episodes and turns are
+    reported, and every episode's transcript is kept. Returns the eval's records."""
+    from rlvr.evaluation import evaluate
+    from rlvr.evaluation.harness import load_records
+
+    run = Path(cfg["logging"]["run_dir"])
+    train(build_config(cfg))
+    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)
+    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"]
+    assert all(json.loads(r["transcript"]) for r in records)
+    return records
+
+
 def test_actions_without_their_stop_token_get_the_turn_closed_as_observation(smol_tok):
     tok = smol_tok
     actions = [[_ids(tok, "No stop token here"), _ids(tok, "Answer: 42")]]

@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("gem", reason="gem-llm is not installed (make test installs it)")
 
-from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
+from test_envs_episodes import (  # noqa: E402
+    assert_tokens_are_the_template,
+    assert_trains_and_evaluates,
+)
 from test_trainer import tiny_config  # noqa: E402
 
 from rlvr.config import ConfigError, build_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.gem import GemEnv  # noqa: E402
-from rlvr.evaluation import evaluate  # noqa: E402
-from rlvr.evaluation.harness import load_records  # noqa: E402
-from rlvr.logging import read_metrics  # noqa: E402
-from rlvr.trainer import train  # noqa: E402
 
 GAME = "game:GuessTheNumber-v0-easy"
 PROBLEM = Problem("p", "label", "")
@@ -77,13 +75,7 @@ def test_a_gem_env_trains_two_steps_and_is_evaluated(tmp_path, env_id):
         env={"name": f"gem:{env_id}", "max_turns": 4, "max_episode_tokens": 96},
     )
     cfg["reward"] = {}
-    train(build_config(cfg))
-    rows = read_metrics(run)
-    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
-    summary = evaluate(run, n=2, k=[1, 2], progress=False)
-    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
-    records = load_records(Path(summary["out_dir"]))
-    assert len(records) == 2 * summary["n_prompts"]
+    records = assert_trains_and_evaluates(cfg)
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
     bad = dict(cfg, env={"name": "gem:game:Mastermind-v0-easy"})
     with pytest.raises(ConfigError, match="the same id"):

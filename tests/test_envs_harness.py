@@ -6,27 +6,22 @@ are faults, and a program trains and is evaluated from a config."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from agents_for_tests import EnvAgent
 from envs_for_tests import CountdownEnv
-from test_envs_episodes import PROBLEMS
+from test_envs_episodes import PROBLEMS, assert_trains_and_evaluates
 from test_trainer import tiny_config
 
-from rlvr.config import build_config
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
 from rlvr.envs.harness import play_recorded
 from rlvr.envs.recorded import Call, Session
-from rlvr.evaluation import evaluate
-from rlvr.evaluation.harness import load_records
 from rlvr.logging import read_metrics
 from rlvr.models import stop_token_ids
 from rlvr.rollout import SamplingParams, TorchEngine
 from rlvr.rollout.torch_engine import open_session
-from rlvr.trainer import train
 
 BUDGET = Budget(3, 120, 64)
 
@@ -121,13 +116,8 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
 
 
 def test_a_program_trains_from_a_config_and_is_evaluated(tmp_path):
-    run = tmp_path / "run"
     env = {"name": "agents_for_tests:EnvAgent", "max_turns": 3, "max_episode_tokens": 60}
-    train(build_config(tiny_config(run, steps=2, env=env, reward={"function": None})))
-    rows = read_metrics(run)
-    assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
-    assert any(r.get("episodes/turns_mean", 0) > 1 for r in rows)
-    summary = evaluate(run, n=2, k=[1, 2], progress=False)
-    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
-    records = load_records(Path(summary["out_dir"]))
+    cfg = tiny_config(tmp_path / "run", steps=2, env=env, reward={"function": None})
+    records = assert_trains_and_evaluates(cfg)
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
+    assert any(r.get("episodes/turns_mean", 0) > 1 for r in read_metrics(tmp_path / "run"))

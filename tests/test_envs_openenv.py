@@ -17,19 +17,19 @@ import pytest
 pytest.importorskip("openenv", reason="openenv-core is not installed (make test installs it)")
 
 import httpx  # noqa: E402
-from test_envs_episodes import SMOL, _play, assert_tokens_are_the_template  # noqa: E402
+from test_envs_episodes import (  # noqa: E402
+    SMOL,
+    _play,
+    assert_tokens_are_the_template,
+    assert_trains_and_evaluates,
+)
 from test_trainer import tiny_config  # noqa: E402
 
-from rlvr.config import build_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.episodes import Budget, Faults  # noqa: E402
 from rlvr.envs.openenv import OpenEnvEnv  # noqa: E402
-from rlvr.evaluation import evaluate  # noqa: E402
-from rlvr.evaluation.harness import load_records  # noqa: E402
-from rlvr.logging import read_metrics  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
-from rlvr.trainer import train  # noqa: E402
 
 TESTS = Path(__file__).parent
 PROBLEM = Problem("p", "label", "")
@@ -120,12 +120,7 @@ def test_an_openenv_env_trains_two_steps_and_is_evaluated(servers, tmp_path, nam
         env={"name": env_name, "max_turns": 3, "max_episode_tokens": 64},
     )
     cfg["reward"] = {}
-    train(build_config(cfg))
-    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
-    summary = evaluate(run, n=2, k=[1, 2], progress=False)
-    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
-    records = load_records(Path(summary["out_dir"]))
-    assert len(records) == 2 * summary["n_prompts"]
+    records = assert_trains_and_evaluates(cfg)
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
 
 

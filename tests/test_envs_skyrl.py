@@ -13,17 +13,15 @@ import pytest
 
 pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (make test installs it)")
 
-from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
+from test_envs_episodes import (  # noqa: E402
+    assert_tokens_are_the_template,
+    assert_trains_and_evaluates,
+)
 from test_trainer import tiny_config  # noqa: E402
 
-from rlvr.config import build_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.skyrl import SkyRLGymEnv, problem_extras  # noqa: E402
-from rlvr.evaluation import evaluate  # noqa: E402
-from rlvr.evaluation.harness import load_records  # noqa: E402
-from rlvr.logging import read_metrics  # noqa: E402
-from rlvr.trainer import train  # noqa: E402
 
 GSM8K_TEMPLATE = "{question}\nGive the final answer on the last line as '#### <number>'."
 
@@ -116,10 +114,4 @@ def test_a_skyrl_env_trains_two_steps_and_is_evaluated(tmp_path, env_id):
         },
     )
     cfg["reward"] = {}
-    train(build_config(cfg))
-    assert [r["step"] for r in read_metrics(run) if "policy/loss" in r] == [1, 2]
-    summary = evaluate(run, n=2, k=[1, 2], progress=False)
-    assert {"pass@1", "pass@2", "turns_mean"} <= set(summary["metrics"])
-    records = load_records(Path(summary["out_dir"]))
-    assert len(records) == 2 * summary["n_prompts"]
-    assert json.loads(records[0]["transcript"])[-1]["role"] in ("assistant", "user")
+    assert_trains_and_evaluates(cfg)
