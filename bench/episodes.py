@@ -7,7 +7,10 @@ streams:
 - ``kv``: the torch engine's ``KVSession``, where a turn runs only its new tokens;
 - ``reprefill``: ``ReprefillSession`` over the same engine's ``generate``, where every turn
   prefills prompt + all earlier turns. This is what an engine without a kept cache does, and
-  what rlvr did for a multi-turn chat before.
+  what rlvr did for a multi-turn chat before;
+- ``endpoint``: a program plays the same environment by calling the policy through the openai
+  client at rlvr's recording endpoint (:mod:`rlvr.envs.harness`, what an outside agent harness
+  gets): HTTP, JSON and the stitching of every call, each call prefilled whole.
 
 Both sessions draw every episode from the same streams, in fp32. Their logits agree up to
 rounding (the tests check 1e-5 on a tiny model), so almost every episode is the same token for
@@ -34,7 +37,8 @@ import yaml
 from rlvr.config import build_config
 from rlvr.data import build_task
 from rlvr.envs.agent import build_agent, episode_seed
-from rlvr.envs.episodes import run_episodes
+from rlvr.envs.episodes import Faults, run_episodes
+from rlvr.envs.harness import AgentOutcome, play_recorded
 from rlvr.models import load_model, load_tokenizer, stop_token_ids
 from rlvr.rollout import SamplingParams, TorchEngine, describe_device
 from rlvr.rollout.streams import group_keys, stream_key
@@ -42,7 +46,34 @@ from rlvr.rollout.torch_engine import KVSession
 from rlvr.rollout.turns import ReprefillSession
 
 BENCH = Path(__file__).parent
-SESSIONS = {"kv": KVSession, "reprefill": ReprefillSession}
+SESSIONS = {"kv": KVSession, "reprefill": ReprefillSession, "endpoint": None}
+
+
+class EnvProgram:
+    """Plays an rlvr environment by calling the model at the endpoint (any agent loop does)."""
+
+    def __init__(self, make_env, max_turns: int) -> None:
+        self.make_env, self.max_turns = make_env, max_turns
+
+    def play(self, problem, seed, endpoint):
+        from openai import OpenAI
+
+        client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+        env = self.make_env()
+        messages = env.reset(problem, seed)
+        total = 0.0
+        for _ in range(self.max_turns):
+            reply = client.chat.completions.create(model=endpoint.model, messages=messages)
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply.choices[0].message.content},
+            ]
+            result = env.step(messages[-1]["content"])
+            total += result.reward
+            if result.done:
+                break
+            messages += result.messages
+        return AgentOutcome(total)
 
 
 def play(agent, engine, session, problems, n, sampling):
@@ -50,6 +81,12 @@ def play(agent, engine, session, problems, n, sampling):
     keys = group_keys(stream_key(7), len(problems), n)
     seeds = [episode_seed(p) for p in problems]
     start = time.perf_counter()
+    if session is None:
+        _, episodes = play_recorded(
+            engine, lambda: EnvProgram(agent.make_env, agent.budget.max_turns), agent.renderer,
+            agent.decode, problems, n, sampling, keys, seeds, agent.budget, Faults(),
+        )  # fmt: skip
+        return time.perf_counter() - start, episodes
     _, episodes = run_episodes(
         lambda prompts, k: session(engine, prompts, k),
         agent.make_env,
@@ -104,6 +141,9 @@ def main() -> None:
     same = sum(a == b for a, b in pairs) / len(pairs)
     speedup = results["reprefill"]["seconds_median"] / results["kv"]["seconds_median"]
     rate = results["kv"]["sampled_tokens_per_s"] / results["reprefill"]["sampled_tokens_per_s"]
+    served = list(zip(tokens["reprefill"], tokens["endpoint"], strict=True))
+    same_served = sum(a == b for a, b in served) / len(served)
+    endpoint_cost = results["endpoint"]["seconds_median"] / results["reprefill"]["seconds_median"]
     out = {
         "device": describe_device("cpu"),
         "config": args.config,
@@ -112,11 +152,17 @@ def main() -> None:
         "identical_episodes_frac": same,
         "kv_speedup_over_reprefill": speedup,
         "kv_tokens_per_s_over_reprefill": rate,
+        "endpoint_identical_to_reprefill_frac": same_served,
+        "endpoint_seconds_over_reprefill": endpoint_cost,
         "runs": results,
     }
     print(
         f"kv cache kept across turns: {speedup:.2f}x the re-prefill's speed ({rate:.2f}x in "
         f"sampled tokens/s); identical episodes: {same:.0%}"
+    )
+    print(
+        f"a program at the recording endpoint: {endpoint_cost:.2f}x the re-prefill's time; "
+        f"episodes identical to it: {same_served:.0%}"
     )
     path = BENCH / "results" / "episodes-cpu.json"
     path.write_text(json.dumps(out, indent=2) + "\n")

@@ -2,7 +2,8 @@
 
 Convention for runnable examples: a line ``<!-- runnable -->`` (an HTML comment, invisible on
 GitHub) directly before a fenced code block whose language is ``bash`` or ``python`` marks the
-block as runnable. Every marked block of README.md and docs/*.md runs on its own, in a fresh
+block as runnable (``<!-- runnable: slow -->``: a long one whose content other tests cover, run
+by ``make test-all`` only). Every marked block of README.md and docs/*.md runs on its own, in a fresh
 temporary directory, exactly as a reader would paste it:
 
 * python blocks with this virtual environment's interpreter;
@@ -30,6 +31,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
+SLOW_MARKER = "<!-- runnable: slow -->"
+"""A runnable block whose run is long and whose content other tests cover: run by ``make
+test-all`` only (the ``slow`` mark)."""
 LANGUAGES = ("bash", "python")
 BLOCK_TIMEOUT_S = 300
 
@@ -43,6 +47,7 @@ class Block:
     line: int
     language: str
     code: str
+    slow: bool = False
 
     @property
     def where(self) -> str:
@@ -60,7 +65,7 @@ def runnable_blocks(path: Path, text: str | None = None) -> list[Block]:
     lines = (path.read_text(encoding="utf-8") if text is None else text).splitlines()
     blocks = []
     for i, line in enumerate(lines):
-        if line.strip() != MARKER:
+        if line.strip() not in (MARKER, SLOW_MARKER):
             continue
         fence = lines[i + 1].strip() if i + 1 < len(lines) else ""
         language = fence[3:].strip()
@@ -72,7 +77,8 @@ def runnable_blocks(path: Path, text: str | None = None) -> list[Block]:
         end = next((j for j in range(i + 2, len(lines)) if lines[j].strip() == "```"), None)
         if end is None:
             raise ValueError(f"{path}:{i + 2}: the runnable block is never closed")
-        blocks.append(Block(path, i + 2, language, "\n".join(lines[i + 2 : end]) + "\n"))
+        code = "\n".join(lines[i + 2 : end]) + "\n"
+        blocks.append(Block(path, i + 2, language, code, line.strip() == SLOW_MARKER))
     return blocks
 
 
@@ -194,7 +200,11 @@ def test_docs_cite_the_design_document_that_exists():
         assert "DESIGN.md" not in path.read_text(encoding="utf-8"), path.name
 
 
-@pytest.mark.parametrize("block", all_blocks(), ids=lambda b: b.where)
+@pytest.mark.parametrize(
+    "block",
+    [pytest.param(b, marks=pytest.mark.slow) if b.slow else b for b in all_blocks()],
+    ids=lambda b: b.where,
+)
 def test_runnable_block_succeeds(block, tmp_path):
     status, output = run_block(block, tmp_path)
     outcome = f"ran over {BLOCK_TIMEOUT_S} s" if status is None else f"exited {status}"

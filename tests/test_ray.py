@@ -145,7 +145,7 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
     "algorithm",
     [
         {"preset": "semi_online_dpo", "sync_every": 2},
-        {"preset": "on_policy_distillation"},
+        pytest.param({"preset": "on_policy_distillation"}, marks=pytest.mark.slow),
     ],
     ids=["semi_online_dpo", "distillation"],
 )
@@ -210,6 +210,7 @@ def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_fac
     assert "rollout/is_weight_mean" in local[2]  # the behaviour weight, truncated at 2
 
 
+@pytest.mark.slow
 def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_process(
     cluster, tmp_path_factory, monkeypatch
 ):
