@@ -51,3 +51,45 @@ class RewritingAgent(EnvAgent):
             model=endpoint.model, messages=[*messages, {"role": "user", "content": "Again."}]
         )
         return AgentOutcome(1.0)
+
+
+CALC = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+class ToolCallingAgent:
+    """Native OpenAI tool calling: gives ``tools``, runs each returned call itself and sends the
+    result back as a ``tool`` message, until a reply without calls (scored 1 if it says 42)."""
+
+    def __init__(self, stream: bool = False) -> None:
+        self.stream = stream
+
+    def play(self, problem: Problem, seed: int, endpoint: Endpoint) -> AgentOutcome:
+        from rlvr.envs.calc import calc
+
+        client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+        messages = [{"role": "user", "content": problem.prompt}]
+        for _ in range(3):
+            reply = client.chat.completions.create(
+                model=endpoint.model, messages=messages, tools=[CALC]
+            )
+            message = reply.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                return AgentOutcome(float("42" in (message.content or "")))
+            for call in message.tool_calls:
+                import json
+
+                result = calc(**json.loads(call.function.arguments))
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return AgentOutcome(0.0)

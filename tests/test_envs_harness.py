@@ -14,9 +14,11 @@ from envs_for_tests import CountdownEnv
 from test_envs_episodes import PROBLEMS, assert_trains_and_evaluates
 from test_trainer import tiny_config
 
+from rlvr.data import Problem
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
 from rlvr.envs.harness import play_recorded
+from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.recorded import Call, Session
 from rlvr.logging import read_metrics
 from rlvr.models import stop_token_ids
@@ -121,3 +123,60 @@ def test_a_program_trains_from_a_config_and_is_evaluated(tmp_path):
     records = assert_trains_and_evaluates(cfg)
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
     assert any(r.get("episodes/turns_mean", 0) > 1 for r in read_metrics(tmp_path / "run"))
+
+
+class ScriptedEngine:
+    """Replies with a calc tool call until the prompt holds the tool's result, then answers."""
+
+    def __init__(self, tok) -> None:
+        self.tok = tok
+        end = tok.convert_tokens_to_ids("<|im_end|>")
+        call = '<tool_call>\n{"name": "calc", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
+        self.call = tok(call, add_special_tokens=False)["input_ids"] + [end]
+        self.answer = tok("Answer: 42", add_special_tokens=False)["input_ids"] + [end]
+
+    def generate(self, prompts, n, sampling, keys):
+        from rlvr.rollout.base import Rollout
+
+        ids = [self.answer if "42" in self.tok.decode(p[-12:]) else self.call for p in prompts]
+        return Rollout(prompts, ids, [[-0.5] * len(x) for x in ids], [True] * len(ids), 1)
+
+
+def test_native_tool_calls_go_out_as_tool_calls_and_come_back_token_exact(smol_tok):
+    """A program calling with OpenAI ``tools``: the tools are described in the system prompt
+    (SmolLM2's template ignores ``tools``), the reply's <tool_call> block goes out as
+    ``tool_calls``, the program's ``tool`` message comes back as observation tokens, and the
+    episode is the chat template of the whole conversation with the sampled calls."""
+    from agents_for_tests import CALC, ToolCallingAgent
+
+    tok = smol_tok
+    engine = ScriptedEngine(tok)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
+    problem = Problem("p", "What is 6 * 7?", "42")
+    prompts, (ep,) = play_recorded(
+        engine, ToolCallingAgent, renderer, lambda ids: tok.decode(ids, skip_special_tokens=True),
+        [problem], 1, sampling, torch.zeros(1, dtype=torch.long), [0], BUDGET, Faults(timeout_s=30),
+    )  # fmt: skip
+    assert ep.fault is None and ep.num_turns == 2 and ep.reward == 1.0
+    described = tools_prompt([make_tool_from(CALC)], "hermes")
+    chat = [
+        {"role": "system", "content": described},
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "content": tok.decode(engine.call[:-1])},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "Answer: 42"},
+    ]
+    whole = tok.apply_chat_template(chat, tokenize=False)
+    assert (
+        prompts[0] + ep.completion_ids + tok("\n", add_special_tokens=False)["input_ids"]
+        == (tok(whole, add_special_tokens=False)["input_ids"])
+    )
+    assert sum(ep.action_mask) == len(engine.call) + len(engine.answer)
+
+
+def make_tool_from(schema):
+    from rlvr.envs.tools import Tool
+
+    f = schema["function"]
+    return Tool(f["name"], f["description"], f["parameters"], fn=lambda **kw: None)

@@ -1,6 +1,6 @@
 """The recording endpoint's web app (:class:`rlvr.envs.harness.RecordingEndpoint`): OpenAI's
 ``/v1/chat/completions`` and ``/v1/models`` under ``/s/<session>``, answered whole or as
-server-sent chunks (``stream: true``); an :class:`~rlvr.envs.episodes.EnvFault` is a 400 with
+server-sent chunks (``stream: true``; tool calls in the first chunk); an :class:`~rlvr.envs.episodes.EnvFault` is a 400 with
 OpenAI's error body."""
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
@@ -51,8 +51,12 @@ def _chunks(answer: dict[str, Any]) -> Iterator[str]:
     """A whole answer as OpenAI's server-sent chat chunks: the content, the finish, the usage."""
     choice = answer["choices"][0]
     head = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    delta: dict[str, Any] = {"role": "assistant", "content": choice["message"]["content"]}
+    if choice["message"].get("tool_calls"):
+        calls = choice["message"]["tool_calls"]
+        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(calls)]
     deltas = [
-        {"index": 0, "delta": {"role": "assistant", "content": choice["message"]["content"]}},
+        {"index": 0, "delta": delta},
         {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]},
     ]
     for delta in deltas:

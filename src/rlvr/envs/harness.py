@@ -17,11 +17,19 @@ episode i samples from the stream ``keys[i]`` for k = 0 (as a single completion 
 every further call gets an empty reply (``finish_reason: "length"``, not recorded) and the
 episode is truncated. The episode ends when the program returns, or faults (its exception, a
 call that does not continue the episode, no call and no return within ``timeout_s``).
+
+Tool calls: a first call that gives OpenAI ``tools`` fixes the episode's tools; they are shown by
+the chat template, or described in the system prompt with the Hermes syntax
+(:func:`~rlvr.envs.parsers.tools_prompt`), and a reply's ``<tool_call>`` blocks are returned as
+``tool_calls``. The program's echo of that reply is matched by its calls, its ``tool`` messages
+are observation tokens.
 """
 
 from __future__ import annotations
 
+import json
 import queue
+import re
 import threading
 import time
 import uuid
@@ -32,9 +40,12 @@ from typing import Any, Protocol
 import torch
 
 from rlvr.data.base import Problem
+from rlvr.envs.base import Message
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Episode, Faults
+from rlvr.envs.parsers import parse_hermes, tools_prompt
 from rlvr.envs.recorded import Call, Session, episode_from_calls
+from rlvr.envs.tools import Tool
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.streams import derive
 
@@ -83,6 +94,7 @@ class _Episode:
     truncated: bool = False
     outcome: AgentOutcome | None = None
     fault: str | None = None
+    renderer: ChatRenderer | None = None  # with the tools the first call gave
 
 
 class RecordingEndpoint:
@@ -129,12 +141,15 @@ class RecordingEndpoint:
             isinstance(m, dict) and isinstance(m.get("content") or "", str) for m in messages
         ):
             raise EnvFault(f"session {name!r}: messages must be a list of {{role, content}}")
-        messages = [{"role": m.get("role"), "content": m.get("content") or ""} for m in messages]
+        messages = [_message(m) for m in messages]
         session, budget = episode.session, episode.budget
+        if not session.calls and body.get("tools"):
+            episode.renderer = _tools_renderer(self.renderer, body["tools"], name)
         if episode.truncated or len(session.calls) >= budget.max_turns:
             episode.truncated = True
             return _answer("", [], [], False)  # the budget is spent: an empty reply, "length"
-        prompt = session.prompt_for(messages, self.renderer)
+        renderer = episode.renderer or self.renderer
+        prompt = session.prompt_for(messages, renderer)
         first = session.calls[0].prompt_ids if session.calls else prompt
         left = budget.max_episode_tokens - (len(prompt) - len(first))
         if left < 1:
@@ -151,8 +166,64 @@ class RecordingEndpoint:
             raise EnvFault(f"session {name!r}: the policy could not sample")
         ids, logprobs, finished = request.result
         text = self.decode(ids)
-        session.record(Call(messages, prompt, ids, logprobs, finished, text))
-        return _answer(text, prompt, ids, finished)
+        calls = []
+        if episode.renderer is not None:  # the request gave tools: read the calls out
+            calls = [(c.name, c.arguments) for c in parse_hermes(text).calls]
+        session.record(Call(messages, prompt, ids, logprobs, finished, text, calls))
+        answer = _answer(text, prompt, ids, finished)
+        if calls:
+            message = answer["choices"][0]["message"]
+            message["content"] = _outside_calls(text) or None
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{name}_{turn}_{k}",
+                    "type": "function",
+                    "function": {"name": n, "arguments": json.dumps(a, ensure_ascii=False)},
+                }
+                for k, (n, a) in enumerate(calls)
+            ]
+            answer["choices"][0]["finish_reason"] = "tool_calls"
+        return answer
+
+
+def _message(m: dict[str, Any]) -> Message:
+    """A request message as the session reads it: role, content (None: ""), its tool calls."""
+    out: Message = {"role": m.get("role"), "content": m.get("content") or ""}
+    if m.get("tool_calls"):
+        out["tool_calls"] = m["tool_calls"]
+    return out
+
+
+def _tools_renderer(renderer: ChatRenderer, tools: Any, session: str) -> ChatRenderer:
+    """The session's renderer for a request's OpenAI ``tools``: shown by the chat template
+    when it renders them, else described in the system prompt with the Hermes call syntax, which
+    the replies are then read in."""
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) for t in tools
+    ):
+        raise EnvFault(f"session {session!r}: tools must be a list of {{type, function}}")
+    described = [
+        Tool(
+            str(t["function"].get("name")),
+            str(t["function"].get("description") or ""),
+            t["function"].get("parameters") or {"type": "object", "properties": {}},
+            fn=_unused,
+        )
+        for t in tools
+    ]
+    schemas = [t.schema() for t in described]
+    return ChatRenderer(
+        renderer.tokenizer, schemas, tools_prompt(described, "hermes"), renderer.stop_token_ids
+    )
+
+
+def _unused(**arguments: Any) -> None:
+    """The function of a tool described to the policy but run by the program, not here."""
+
+
+def _outside_calls(text: str) -> str:
+    """``text`` without its ``<tool_call>`` blocks."""
+    return re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip()
 
 
 def _answer(text: str, prompt: list[int], ids: list[int], finished: bool) -> dict[str, Any]:

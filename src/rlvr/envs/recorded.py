@@ -20,6 +20,7 @@ between it and the next call's reply (mask 0).
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,35 @@ class Call:
     logprobs: list[float]
     finished: bool
     text: str
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+def _calls_of(message: Message) -> list[tuple[str, dict[str, Any]]] | None:
+    """The (name, arguments) of an OpenAI message's ``tool_calls``, or None without any."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments") or "{}"
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            return [("", {})]
+        out.append((str(function.get("name")), arguments))
+    return out
+
+
+def _same_reply(message: Message, call: Call) -> bool:
+    """Whether ``message`` repeats the reply ``call`` got: its text, or the tool calls the
+    endpoint read out of it."""
+    if message.get("role") != "assistant":
+        return False
+    echoed = _calls_of(message)
+    if echoed is not None:
+        return echoed == call.tool_calls
+    return _same(message, {"role": "assistant", "content": call.text})
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -71,14 +101,21 @@ class Session:
             history = [*last.messages, {"role": "assistant", "content": last.text}]
             where = f"session {self.name!r}, call {len(self.calls) + 1}"
             for i, expected in enumerate(history):
-                if i >= len(messages) or not _same(messages[i], expected):
+                reply = i == len(history) - 1
+                same = i < len(messages) and (
+                    _same_reply(messages[i], last) if reply else _same(messages[i], expected)
+                )
+                if not same:
                     got = messages[i] if i < len(messages) else "nothing"
                     raise EnvFault(
                         f"{where}: its messages do not continue the episode at message {i} "
                         f"(expected {expected!r:.120}, got {got!r:.120}); an episode is trained "
                         "as one token sequence, so each call must repeat the history it was given"
                     )
-            new = messages[len(history) :]
+            new = [
+                {"role": m.get("role"), "content": str(m.get("content") or "")}
+                for m in messages[len(history) :]
+            ]
             if not new:
                 raise EnvFault(f"{where}: no new message after the previous reply")
             observation = renderer.observation_ids(history, last.completion_ids, new)

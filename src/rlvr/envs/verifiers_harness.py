@@ -10,8 +10,8 @@ is given): one chat call per launch, on the messages verifiers resolves (its pro
 whole conversation when the environment resumes the agent with a user turn). The interception
 server relays each call to rlvr's recording endpoint (:mod:`rlvr.envs.harness`), so the episode
 is built from the ids the policy sampled; the reward is the trace's (the task's rewards).
-Tool calls in OpenAI's format are not supported by the endpoint yet: tasksets whose tasks give
-MCP tools do not run this way.
+The harness does not connect MCP tool servers yet: tasksets whose tasks give MCP tools do not
+run this way (the endpoint itself takes OpenAI tool calls).
 """
 
 from __future__ import annotations
