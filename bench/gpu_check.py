@@ -7,8 +7,13 @@ the device named.
 
 Without a CUDA device it says so, runs nothing and exits with status 2.
 
+The tests step collects only the test files that carry the ``cuda`` marker, so a GPU machine
+needs rlvr's core dependencies and pytest, not every optional one the CPU suite imports. The
+report is rewritten after each step: a check cut short still leaves the figures of the steps
+that finished.
+
 Usage: python bench/gpu_check.py [--only tests,demo,demo-vllm,grpo-step,memory]
-    [--demo-steps 10] [--timeout 900]
+    [--demo-steps 10] [--timeout 900] [--trl-python PYTHON]
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ def cuda_device() -> str | None:
 def slug(name: str) -> str:
     """A file-name form of a device name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def cuda_test_files(tests: Path) -> list[str]:
+    """The test files under ``tests`` that mark tests (or the whole module) ``cuda``."""
+    return sorted(str(p) for p in tests.glob("test_*.py") if "pytest.mark.cuda" in p.read_text())
 
 
 def run_step(name: str, argv: list[str], timeout: float, log_dir: Path) -> dict:
@@ -104,6 +114,9 @@ def main() -> int:
     parser.add_argument("--demo-steps", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per step")
     parser.add_argument("--results", default=str(BENCH / "results"))
+    parser.add_argument(
+        "--trl-python", default=None, help="the Python with TRL (default: grpo_step.py's own)"
+    )
     args = parser.parse_args()
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(wanted) - set(STEPS))
@@ -121,11 +134,19 @@ def main() -> int:
     demo += ["--set", f"train.steps={args.demo_steps}", "--set", "logging.progress=false"]
     demo += ["--set", "checkpoint.every=0", "--set", "checkpoint.save_final=false"]
     runs = Path(tempfile.mkdtemp(prefix="rlvr-gpu-check-"))  # run directories: not figures
-    report: dict = {"device": f"cuda ({device})", "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     steps: dict = {}
+    report = {"device": f"cuda ({device})", "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report["steps"] = steps
+    path = out / f"gpu-check-{slug(device)}.json"
+
+    def save() -> None:
+        path.write_text(json.dumps(report, indent=2) + "\n")
+
     if "tests" in wanted:
-        argv = [python, "-m", "pytest", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider", "tests"]
+        argv = [python, "-m", "pytest", "-m", "cuda", "-n", "0", "-p", "no:cacheprovider"]
+        argv += cuda_test_files(ROOT / "tests")
         steps["tests"] = run_step("tests", argv, args.timeout, log_dir)
+        save()
     engines = {"demo": "torch", "demo-vllm": "vllm"}
     for name, engine in engines.items():
         if name not in wanted:
@@ -139,19 +160,21 @@ def main() -> int:
         steps[name] = run_step(name, argv, args.timeout, log_dir)
         steps[name]["figures"] = demo_figures(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
+        save()
     benches = {"grpo-step": ("grpo_step.py", "grpo-step-cuda.json")}
     benches["memory"] = ("memory.py", "memory-cuda.json")
     for name, (script, figures) in benches.items():
         if name not in wanted:
             continue
         argv = [python, f"bench/{script}", "--device", "cuda"]
+        if name == "grpo-step" and args.trl_python:
+            argv += ["--trl-python", args.trl_python]
         steps[name] = run_step(name, argv, args.timeout, log_dir)
         result = BENCH / "results" / figures
         if result.is_file():
             steps[name]["figures"] = json.loads(result.read_text())
-    report["steps"] = steps
-    path = out / f"gpu-check-{slug(device)}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
+        save()
+    save()
     failed = [n for n, s in steps.items() if s["status"] != 0 and "skipped" not in str(s["status"])]
     print(f"gpu-check: figures in {path}; failed: {', '.join(failed) or 'none'}", file=sys.stderr)
     return 1 if failed else 0

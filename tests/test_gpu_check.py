@@ -64,3 +64,9 @@ def test_device_names_become_file_names_and_demo_figures_are_read(tmp_path):
         "seconds_per_step_mean": 3.0,
     }
     assert gpu_check.demo_figures(tmp_path / "missing") == {}
+
+
+def test_the_tests_step_collects_only_the_files_marked_cuda():
+    files = [Path(f).name for f in load_script().cuda_test_files(ROOT / "tests")]
+    assert "test_cuda.py" in files and "test_credit.py" in files
+    assert "test_trainer.py" not in files and "test_gpu_check.py" not in files

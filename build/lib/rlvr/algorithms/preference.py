@@ -1,0 +1,147 @@
+"""Preference objectives on pairs of completions of one prompt: DPO, IPO, REBEL, and the pairs
+a group of samples gives (:func:`preference_pairs`).
+
+Notation: prompt x, chosen completion y_c, rejected y_r, sequence log-probs
+``log pi(y | x) = sum_t log pi(y_t | x, y_<t)`` of the policy pi_theta, the reference pi_ref and
+the policy that sampled the pair pi_old (:class:`~rlvr.algorithms.objectives.PairLogps`).
+
+Where the pairs come from is the preset's choice, not the loss's: a preference file (offline
+DPO / IPO: each row a group of two, chosen reward 1, rejected 0), the best and the worst sample
+of each group of G (online DPO, Guo et al. 2024), or the same from a sampler whose weights are
+refreshed every s steps (semi-online DPO, Lanchantin et al. 2025: ``sync_every``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr.algorithms.objectives import PairLogps, register_objective
+
+PAIRINGS = ("best_worst", "adjacent")
+
+
+def preference_pairs(
+    rewards: torch.Tensor, group_ids: torch.Tensor, pairing: str = "best_worst"
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Pairs (chosen, rejected) of samples of the same group.
+
+    ``best_worst``: per group, chosen = the first sample with the highest reward, rejected = the
+    first with the lowest (online DPO, Guo et al. 2024); a group whose rewards are all equal
+    gives no pair and is counted as skipped. ``adjacent``: samples 0-1, 2-3, ... of each group
+    in batch order (an odd last one left out), the better one as chosen; every pair is kept,
+    ties included (REBEL regresses their reward difference, 0). Groups appear in order of
+    their first sample.
+
+    Args:
+        rewards: [N] rewards.
+        group_ids: [N] group of every sample.
+        pairing: ``best_worst`` or ``adjacent``.
+    Returns:
+        chosen [P] and rejected [P] long row indices, and the number of groups skipped.
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(
+            f"rewards and group_ids must be [N], got {tuple(rewards.shape)}, "
+            f"{tuple(group_ids.shape)}"
+        )
+    members: dict[int, list[int]] = {}
+    for row, group in enumerate(group_ids.tolist()):
+        members.setdefault(group, []).append(row)
+    r = rewards.tolist()
+    chosen, rejected, skipped = [], [], 0
+    for rows in members.values():
+        if pairing == "best_worst":
+            best = max(rows, key=lambda i: (r[i], -i))  # the first of the highest
+            worst = min(rows, key=lambda i: (r[i], i))  # the first of the lowest
+            if r[best] == r[worst]:
+                skipped += 1
+                continue
+            chosen.append(best)
+            rejected.append(worst)
+            continue
+        for a, b in zip(rows[0::2], rows[1::2], strict=False):  # adjacent (an odd last one out)
+            first, second = (a, b) if r[a] >= r[b] else (b, a)
+            chosen.append(first)
+            rejected.append(second)
+    as_long = torch.tensor(chosen, dtype=torch.long), torch.tensor(rejected, dtype=torch.long)
+    return as_long[0], as_long[1], skipped
+
+
+@register_objective(
+    "dpo",
+    needs_reference=True,
+    pairing="best_worst",
+    citation=(
+        "Rafailov et al. 2023, Direct Preference Optimization: Your Language Model is Secretly "
+        "a Reward Model, arXiv:2305.18290 (eq. 7); label smoothing: Mitchell 2023, cDPO"
+    ),
+    summary="-log sigmoid(beta * h), h = the policy's log-ratio to the reference, chosen minus "
+    "rejected",
+)
+def dpo_loss(
+    pairs: PairLogps, beta: float = 0.1, label_smoothing: float = 0.0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DPO: ``l = -(1 - e) log sigmoid(beta h) - e log sigmoid(-beta h)`` [P], with
+    ``h = [log pi(y_c) - log pi_ref(y_c)] - [log pi(y_r) - log pi_ref(y_r)]`` (Rafailov et al.
+    2023, eq. 7; e = ``label_smoothing``, the conservative cDPO, 0 in the paper).
+
+    Returns the loss [P] and ``reward_margin`` (beta h, the implicit reward's margin),
+    ``accuracy`` (h > 0) per pair."""
+    if beta <= 0:
+        raise ValueError(f"dpo: beta must be > 0, got {beta}")
+    if not 0 <= label_smoothing < 0.5:
+        raise ValueError(f"dpo: label_smoothing must be in [0, 0.5), got {label_smoothing}")
+    h = pairs.reference_margin("dpo")
+    logits = beta * h
+    loss = -(1 - label_smoothing) * torch.nn.functional.logsigmoid(logits)
+    if label_smoothing:
+        loss = loss - label_smoothing * torch.nn.functional.logsigmoid(-logits)
+    return loss, {"reward_margin": logits.detach(), "accuracy": (h.detach() > 0).float()}
+
+
+@register_objective(
+    "ipo",
+    needs_reference=True,
+    pairing="best_worst",
+    citation=(
+        "Azar et al. 2023, A General Theoretical Paradigm to Understand Learning from Human "
+        "Preferences, arXiv:2310.12036 (eq. 17)"
+    ),
+    summary="(h - 1 / (2 tau))^2: regress the log-ratio margin on a fixed target, no sigmoid",
+)
+def ipo_loss(pairs: PairLogps, tau: float = 0.1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """IPO: ``l = (h - 1 / (2 tau))^2`` [P] with DPO's log-ratio margin h (Azar et al. 2023,
+    eq. 17, sequence log-probs as in the paper); tau is the regularisation (DPO's beta).
+
+    Returns the loss [P] and ``reward_margin`` (tau h), ``accuracy`` (h > 0) per pair."""
+    if tau <= 0:
+        raise ValueError(f"ipo: tau must be > 0, got {tau}")
+    h = pairs.reference_margin("ipo")
+    loss = (h - 1 / (2 * tau)) ** 2
+    return loss, {"reward_margin": tau * h.detach(), "accuracy": (h.detach() > 0).float()}
+
+
+@register_objective(
+    "rebel",
+    needs_reference=False,
+    pairing="adjacent",
+    citation=(
+        "Gao et al. 2024, REBEL: Reinforcement Learning via Regressing Relative Rewards, "
+        "arXiv:2404.16767 (eq. 1)"
+    ),
+    summary="regress (1/eta) x the difference of log-ratios to the sampler on the reward "
+    "difference",
+)
+def rebel_loss(pairs: PairLogps, eta: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """REBEL: ``l = ((1/eta) ([log pi(y_c) - log pi_old(y_c)] - [log pi(y_r) - log pi_old(y_r)])
+    - (r(y_c) - r(y_r)))^2`` [P] (Gao et al. 2024, eq. 1: a least-squares regression of relative
+    rewards on differences of log-ratios to the policy pi_old that sampled them).
+
+    Returns the loss [P] and ``log_ratio_margin`` (the difference of log-ratios) per pair."""
+    if eta <= 0:
+        raise ValueError(f"rebel: eta must be > 0, got {eta}")
+    delta = (pairs.chosen - pairs.old_chosen) - (pairs.rejected - pairs.old_rejected)
+    loss = (delta / eta - pairs.reward_margin) ** 2
+    return loss, {"log_ratio_margin": delta.detach()}

@@ -1,0 +1,414 @@
+"""The episode loop: environments and a rollout engine's :class:`TurnSession`, turn by turn.
+
+``n`` episodes per problem (a group) start from the environment's first messages, rendered once
+per problem; every turn each live episode samples one action (its ids kept exactly as sampled),
+the environment answers, and the answer is appended as observation tokens
+(:class:`~rlvr.envs.chat.ChatRenderer`) for the next turn. An :class:`Episode` is plain data: the
+tokens after the prompt with the mask of the sampled ones, the sampler's log-probs, the reward
+and anchor of every turn, and the transcript.
+
+Budgets (:class:`Budget`): at most ``max_turns`` actions; at most ``max_episode_tokens`` tokens
+after the prompt (actions and observations: each action may use what is left, up to the
+sampling's ``max_new_tokens``); observations cut
+to ``max_observation_tokens``. An episode that runs out of turns or tokens before its
+environment ends it is *truncated* (as is one whose observation cannot be cut to fit: the
+template's own tokens alone over the limit). The observation after the last action is kept in the
+transcript only (no action follows it, so it is not trained on).
+
+Faults (:class:`Faults`): every ``reset``/``step`` call runs under a time limit
+(:func:`rlvr.envs.deadline.call_with_deadline`); a call that raises, overruns it or answers
+malformed data is an environment fault, an :class:`EnvFault` whose one-line message names the
+environment, the problem and the turn. ``on_error="raise"`` stops there; ``"end_episode"`` ends
+that episode: a faulted step's turn gets reward 0 and the episode is truncated, a faulted reset
+plays the group's prompt (another episode's reset) for one action, rewarded 0; the message is
+kept on the episode (``Episode.fault``). A group none of whose environments can reset, a batch
+whose every episode faulted (nothing could be learnt from it), or calls of
+:data:`HUNG_IN_A_ROW` problems in a row out of time (the environment is down; each call would
+cost the time limit again) stop the run either way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlvr.data.base import Problem
+from rlvr.envs.base import EnvError, Environment, Message, StepResult
+from rlvr.envs.chat import ChatRenderer
+from rlvr.envs.deadline import Deadline, call_with_deadline
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.streams import derive
+from rlvr.rollout.turns import TurnSession
+
+TRUNCATION_MARK = " ...[truncated]"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Token and turn budgets of an episode (see the module docstring)."""
+
+    max_turns: int = 4
+    max_episode_tokens: int = 512
+    max_observation_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What a fault of an environment does (see the module docstring).
+
+    Attributes:
+        timeout_s: seconds a ``reset``/``step`` call may take (``env.step_timeout_s``).
+        on_error: "end_episode" or "raise" (``env.on_error``).
+    """
+
+    timeout_s: float = 60.0
+    on_error: str = "end_episode"
+
+
+class EnvFault(EnvError):
+    """An environment's ``reset``/``step`` raised, overran its time limit or answered malformed
+    data (the message is one line: environment, problem, turn, what happened)."""
+
+
+class EnvTimeout(EnvFault):
+    """An environment's call overran ``env.step_timeout_s``."""
+
+
+HUNG_IN_A_ROW = 3
+"""Problems in a row whose calls overran their time limit, after which the environment is taken
+to be down and the run stops whatever ``on_error`` says (each call would cost ``timeout_s``
+again; one problem that always hangs does not count as many)."""
+
+
+@dataclass
+class _FaultLog:
+    """The problems whose calls timed out in a row, across the episodes of a batch."""
+
+    timeouts: set[str] = field(default_factory=set)
+
+    def ok(self) -> None:
+        self.timeouts.clear()
+
+    def fault(self, fault: EnvFault, faults: Faults, problem: Problem) -> str:
+        """The fault's message, when the episode may end with it; raises it (or that the
+        environment looks down) otherwise."""
+        if isinstance(fault, EnvTimeout):
+            self.timeouts.add(problem.id)
+        else:
+            self.timeouts.clear()
+        if faults.on_error == "raise":
+            raise fault
+        if len(self.timeouts) >= HUNG_IN_A_ROW:
+            raise EnvFault(
+                f"{fault}; the calls of {len(self.timeouts)} problems in a row ran out of time: "
+                "the environment looks down, the run stops"
+            ) from fault
+        return str(fault)
+
+
+@dataclass
+class Episode:
+    """One episode as the learner and the logs see it.
+
+    Attributes:
+        completion_ids: the tokens after the prompt: action, observation, action, ...
+        action_mask: 1 on the sampled ids (the loss sees them), 0 on observation tokens.
+        logprobs: the sampler's log-prob of each token (0.0 on observation tokens).
+        turn_rewards: the environment's reward for each action.
+        anchors: each action's anchor state (``info["anchor"]``; None when not given).
+        terminated / truncated: how it ended (by the environment; by a budget or the
+            environment's own limit).
+        finished: its last action ended with a stop token or string.
+        messages: the whole transcript (first messages, actions, every observation).
+        tool_calls, tool_errors, invalid_actions, observations_cut: counts over its turns.
+        infos: each step's ``info``.
+        fault: the environment fault that ended it (one line), or None.
+    """
+
+    completion_ids: list[int] = field(default_factory=list)
+    action_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    anchors: list[Hashable | None] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    finished: bool = False
+    messages: list[Message] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    invalid_actions: int = 0
+    observations_cut: int = 0
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    fault: str | None = None
+
+    @property
+    def reward(self) -> float:
+        """The episode's return: the sum of its turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def last_action(self) -> str:
+        """The text of the episode's last action (what single-answer metrics read)."""
+        return next(m["content"] for m in reversed(self.messages) if m["role"] == "assistant")
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_rewards)
+
+    def add(self, ids: list[int], logprobs: list[float] | None) -> None:
+        """Append sampled ids (with their log-probs) or observation tokens (None)."""
+        self.completion_ids += ids
+        self.action_mask += [1 if logprobs is not None else 0] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
+
+
+def _check_messages(messages: Any, where: str, what: str) -> list[Message]:
+    if not isinstance(messages, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise EnvFault(
+            f"{where}: {what} gave messages {messages!r:.200}; expected a list of "
+            '{"role": str, "content": str} dicts'
+        )
+    return messages
+
+
+def _guarded(call: Callable[[], Any], where: str, what: str, faults: Faults) -> Any:
+    """``call()`` under the time limit; its failure an :class:`EnvFault` (one line)."""
+    try:
+        return call_with_deadline(call, faults.timeout_s)
+    except Deadline:
+        raise EnvTimeout(
+            f"{where}: {what} did not answer within {faults.timeout_s:g} s (env.step_timeout_s)"
+        ) from None
+    except Exception as err:  # noqa: BLE001 - the environment's own failure, reported
+        raise EnvFault(f"{where}: {what} raised {_one_line(err)}") from err
+
+
+def _checked_reset(env: Environment, problem: Problem, seed: int, faults: Faults) -> list[Message]:
+    """``env.reset(problem, seed)``, its messages checked (at least one)."""
+    where = f"env {type(env).__name__}, problem {problem.id!r}"
+    messages = _guarded(lambda: env.reset(problem, seed), where, "reset()", faults)
+    if not _check_messages(messages, where, "reset()"):
+        raise EnvFault(f"{where}: reset() gave no messages; the policy needs a prompt")
+    return messages
+
+
+def _checked_step(env: Environment, text: str, where: str, faults: Faults) -> StepResult:
+    """``env.step(text)``, its result checked (an environment bug is an :class:`EnvFault`)."""
+    result = _guarded(lambda: env.step(text), where, "step()", faults)
+    if not isinstance(result, StepResult):
+        raise EnvFault(f"{where}: step() returned {type(result).__name__}, not a StepResult")
+    reward = result.reward
+    if (
+        isinstance(reward, bool)
+        or not isinstance(reward, (int, float))
+        or not math.isfinite(reward)
+    ):
+        raise EnvFault(f"{where}: step() gave reward {reward!r}; expected a finite number")
+    _check_messages(result.messages, where, "step()")
+    if not isinstance(result.info, dict):
+        raise EnvFault(f"{where}: step() gave info {result.info!r:.200}; expected a dict")
+    for key in ("tool_calls", "tool_errors"):
+        value = result.info.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise EnvFault(f"{where}: info[{key!r}] = {value!r}; expected a count (int >= 0)")
+    return result
+
+
+def _fit_observation(
+    renderer: ChatRenderer,
+    history: list[Message],
+    action: list[int],
+    new: list[Message],
+    limit: int,
+) -> tuple[list[int], list[Message], bool]:
+    """The observation's tokens and messages, the longest message cut (marked) until it fits in
+    ``limit`` tokens (the caller ends the episode, truncated, when even empty messages do not);
+    and whether anything was cut."""
+    ids = renderer.observation_ids(history, action, new)
+    cut = False
+    while len(ids) > limit and any(m["content"] != TRUNCATION_MARK for m in new):
+        longest = max(range(len(new)), key=lambda i: len(new[i]["content"]))
+        content = renderer.encode(new[longest]["content"])
+        keep = max(0, min(len(content) - 8, len(content) - (len(ids) - limit) - 8))
+        text = renderer.tokenizer.decode(content[:keep]) + TRUNCATION_MARK
+        if keep == 0:
+            text = TRUNCATION_MARK
+        new = [*new[:longest], {**new[longest], "content": text}, *new[longest + 1 :]]
+        ids, cut = renderer.observation_ids(history, action, new), True
+    return ids, new, cut
+
+
+def _record_step(episode: Episode, result: StepResult) -> None:
+    info = result.info
+    episode.turn_rewards.append(float(result.reward))
+    anchor = info.get("anchor")
+    episode.anchors.append(anchor if isinstance(anchor, Hashable) else repr(anchor))
+    episode.tool_calls += int(info.get("tool_calls", 0))
+    episode.tool_errors += int(info.get("tool_errors", 0))
+    episode.invalid_actions += int(info.get("action_valid", True) is False)
+    episode.infos.append(info)
+    episode.messages += result.messages
+
+
+def start_episodes(
+    make_env: Callable[[], Environment],
+    renderer: ChatRenderer,
+    problems: list[Problem],
+    n: int,
+    seeds: list[int],
+    faults: Faults = Faults(),
+) -> tuple[list[Environment | None], list[Episode], list[list[int]]]:
+    """``n`` environments per problem, reset with the problem and its group's seed (episodes of a
+    group start alike); their episodes (first messages) and each problem's prompt ids. An
+    environment that faulted is None, its episode carries the fault (see the module
+    docstring)."""
+    envs: list[Environment | None] = []
+    episodes: list[Episode] = []
+    prompts = []
+    log = _FaultLog()
+    for p, (problem, seed) in enumerate(zip(problems, seeds, strict=True)):
+        first, group = None, len(episodes)
+        for _ in range(n):
+            try:
+                env = _guarded(make_env, f"problem {problem.id!r}", "making the env", faults)
+                messages = renderer.first_messages(_checked_reset(env, problem, seed, faults))
+            except EnvFault as fault:
+                envs.append(None)
+                episodes.append(Episode(fault=log.fault(fault, faults, problem)))
+                continue
+            log.ok()
+            if first is None:
+                first = messages
+                prompts.append(renderer.prompt_ids(messages))
+            elif messages != first:
+                raise EnvError(
+                    f"{type(env).__name__}.reset({problem.id!r}, seed) gave different first "
+                    "messages to episodes of one group; with the same problem and seed it must "
+                    f"start alike (problem index {p})"
+                )
+            envs.append(env)
+            episodes.append(Episode(messages=list(messages)))
+        if first is None:
+            raise EnvFault(f"{episodes[group].fault}; no episode of this problem could start")
+        for episode in episodes[group:]:
+            if episode.fault is not None:
+                episode.messages = list(first)
+    return envs, episodes, prompts
+
+
+def _end_with_fault(episode: Episode, fault: str) -> None:
+    """The episode ends at a faulted turn: reward 0, truncated, the fault kept."""
+    episode.fault = fault
+    episode.turn_rewards.append(0.0)
+    episode.anchors.append(None)
+    episode.infos.append({"env_fault": fault})
+    episode.truncated = True
+
+
+def _close(env: Environment | None, faults: Faults) -> None:
+    """An environment's optional ``close()`` (a connection, a subprocess), its failure ignored:
+    the episode is over."""
+    close = getattr(env, "close", None)
+    if callable(close):
+        try:
+            call_with_deadline(close, faults.timeout_s)
+        except (Exception, Deadline):  # noqa: BLE001 - nothing of the episode depends on it
+            pass
+
+
+def run_episodes(
+    open_session: Callable[[list[list[int]], int], TurnSession],
+    make_env: Callable[[], Environment],
+    renderer: ChatRenderer,
+    decode: Callable[[list[int]], str],
+    problems: list[Problem],
+    n: int,
+    sampling: SamplingParams,
+    keys: torch.Tensor,
+    seeds: list[int],
+    budget: Budget,
+    faults: Faults = Faults(),
+) -> tuple[list[list[int]], list[Episode]]:
+    """Play ``n`` episodes of each problem (episode i of problem i // n); turn t of episode i
+    samples from the stream ``keys[i]`` for t = 0 (as a single completion does), then
+    ``derive(keys[i], t)``. Environments are closed (their optional ``close()``) when the
+    episodes end. Returns each problem's prompt ids and the episodes."""
+    envs, episodes, prompts = start_episodes(make_env, renderer, problems, n, seeds, faults)
+    log = _FaultLog()
+    try:
+        session = open_session(prompts, n)
+        live = list(range(len(episodes)))
+        for turn in range(budget.max_turns):
+            budgets = [
+                min(
+                    sampling.max_new_tokens,
+                    budget.max_episode_tokens - len(episodes[e].completion_ids),
+                )
+                for e in live
+            ]
+            turn_keys = keys[torch.tensor(live)]
+            if turn > 0:  # the first turn samples from the episode's own stream, as a completion
+                turn_keys = derive(turn_keys, turn)
+            out = session.sample(sampling, turn_keys, budgets)
+            keep, observations = [], []
+            for row, e in enumerate(live):
+                episode, ids = episodes[e], out.completion_ids[row]
+                episode.add(ids, out.logprobs[row])
+                episode.finished = out.finished[row]
+                episode.messages.append({"role": "assistant", "content": decode(ids)})
+                env = envs[e]
+                if env is None:  # its reset faulted: the group's prompt, one action
+                    _end_with_fault(episode, episode.fault or "")
+                    continue
+                where = f"env {type(env).__name__}, problem {problems[e // n].id!r}, turn {turn}"
+                try:
+                    result = _checked_step(env, episode.messages[-1]["content"], where, faults)
+                except EnvFault as fault:
+                    _end_with_fault(episode, log.fault(fault, faults, problems[e // n]))
+                    continue
+                log.ok()
+                history = list(episode.messages)
+                _record_step(episode, result)
+                if result.done:
+                    episode.terminated, episode.truncated = result.terminated, result.truncated
+                    continue
+                obs, shown, cut = _fit_observation(
+                    renderer, history, ids, result.messages, budget.max_observation_tokens
+                )
+                episode.observations_cut += int(cut)
+                if shown is not result.messages:
+                    episode.messages[len(history) :] = shown
+                room = budget.max_episode_tokens - len(episode.completion_ids) - len(obs)
+                too_long = len(obs) > budget.max_observation_tokens
+                if turn + 1 == budget.max_turns or room < 1 or too_long:
+                    episode.truncated = True
+                    continue
+                episode.add(obs, None)
+                keep.append(row)
+                observations.append(obs)
+            live = [live[row] for row in keep]
+            if not live:
+                break
+            session.extend(keep, observations)
+        session.close()  # the engine's caches are not kept while the learner trains
+    finally:
+        for env in envs:
+            _close(env, faults)
+    if all(e.fault is not None for e in episodes):
+        raise EnvFault(
+            f"every episode of this batch ({len(episodes)}) ended in an environment fault; the "
+            f"first: {episodes[0].fault}"
+        )
+    return prompts, episodes

@@ -1,0 +1,120 @@
+"""GEM environments (Liu et al. 2025, "GEM: A Gym for Agentic LLMs") run as rlvr environments:
+``env.name: gem:<env_id>`` with ``task.name: gem:<env_id>`` (its problems are episode labels).
+
+Install: ``pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'`` (:data:`INSTALL_HINT`).
+GEM's environments are Gymnasium-style text environments: ``gem.make(env_id, **kwargs)``,
+``reset(seed) -> (observation, info)`` and ``step(action) -> (observation, reward, terminated,
+truncated, info)``, the action being the policy's text (games and reasoning tasks read the
+answer in its last ``\\boxed{...}``). GEM never calls a model. Offline here: the games
+(``game:GuessTheNumber-v0-easy``, ``game:Mastermind-v0-easy``, ``game:Minesweeper-v0-easy``,
+``game:Sudoku-v0-easy``, ``game:TowerofHanoi-v0-easy``, ``game:Game2048-v0-easy``,
+``game:FifteenPuzzle-v0-easy``, ``game:Sokoban-v0-easy``, ...; the word games need NLTK's
+``words`` corpus) and every reasoning-gym task (``rg:basic_arithmetic``, ...); its ``math:*``,
+``code:*`` and ``qa:*`` ids download datasets from the hub.
+
+:class:`GemEnv` maps one GEM episode onto rlvr's protocol, the policy's tokens untouched (the
+chat template renders each observation as a user message, as for every environment):
+
+* ``reset(problem, seed)``: a fresh ``gem.make`` (GEM environments keep state across resets),
+  ``reset(seed=seed)``; the first user message is GEM's observation;
+* ``step(text)``: GEM's step on the text; the next user message is GEM's observation followed
+  by ``info["suffix"]`` when GEM gives one and the episode goes on (the line that asks for the
+  next move), none at GEM's terminal-state marker; reward as GEM gives it; ``terminated`` as GEM's;
+  ``truncated`` only when GEM truncated without terminating (its single-turn tasks report both);
+  GEM's info is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rlvr.data.base import Problem
+from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
+
+INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
+"""gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins
+(reasoning-gym >= 0.1.25) and vLLM's exclude; it runs with the newer ones, so it is installed
+without its pins (the Makefile does so)."""
+TERMINAL = "<｜TERMINAL_STATE｜>"
+"""The observation GEM returns when an episode has ended."""
+
+
+def import_gem() -> Any:
+    """The ``gem`` module (importing it does not reconfigure logging: GEM calls
+    ``logging.basicConfig`` on import, which is undone), or an EnvError saying how to install."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        import gem
+    except ImportError as err:
+        raise EnvError(f"GEM environments need the gem-llm package: {INSTALL_HINT}") from err
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return gem
+
+
+class GemEnv:
+    """A GEM environment as an rlvr environment (see the module docstring).
+
+    Args:
+        env_id: a GEM id, e.g. "game:GuessTheNumber-v0-easy" or "rg:basic_arithmetic".
+        **env_kwargs: options of ``gem.make`` overriding the registered ones.
+    """
+
+    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+        self._gem = import_gem()
+        registry = self._gem.envs.registration.ENV_REGISTRY
+        if env_id not in registry:
+            raise unknown_environment("GEM", env_id, registry)
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs)
+        self._env: Any = None
+        self._done = True
+
+    def _make(self) -> Any:
+        try:
+            return self._gem.make(self.env_id, **self.env_kwargs)
+        except Exception as err:  # noqa: BLE001 - any failure of GEM's module is reported
+            raise EnvError(
+                f"GEM environment {self.env_id!r} with options {self.env_kwargs} could not be "
+                f"made: {type(err).__name__}: {str(err).strip()}"
+            ) from err
+
+    def reset(self, problem: Problem, seed: int) -> list[Message]:
+        """A new GEM environment reset with ``seed`` (``problem`` is not read: the game is a
+        function of the id, its options and the seed)."""
+        self._env = self._make()
+        observation, _ = self._env.reset(seed=seed)  # its instructions end with the first ask
+        self._done = False
+        return _messages(observation, None)
+
+    def step(self, action_text: str) -> StepResult:
+        """GEM's step on the policy's text (see the module docstring for the mapping)."""
+        if self._done:
+            raise EnvError(
+                f"GEM environment {self.env_id!r}: no episode in progress; call reset first"
+            )
+        observation, reward, terminated, truncated, info = self._env.step(action_text)
+        terminated, truncated = bool(terminated), bool(truncated) and not terminated
+        self._done = terminated or truncated
+        return StepResult(
+            _messages(observation, None if self._done else info),
+            reward=float(reward),
+            terminated=terminated,
+            truncated=truncated,
+            info=dict(info or {}),
+        )
+
+
+def _messages(observation: Any, info: dict[str, Any] | None) -> list[Message]:
+    """GEM's observation (and the suffix asking for the next move) as one user message; none at
+    the terminal-state marker."""
+    text = str(observation)
+    if text.strip() == TERMINAL:
+        return []
+    suffix = (info or {}).get("suffix")
+    if suffix and not text.rstrip().endswith(str(suffix).strip()):
+        text = f"{text.rstrip()}\n{suffix}"
+    return [{"role": "user", "content": text}]

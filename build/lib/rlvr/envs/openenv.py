@@ -1,0 +1,187 @@
+"""OpenEnv environments (Meta-PyTorch's ``openenv-core``: environments served over HTTP and
+WebSocket) run as rlvr environments: ``env.name: openenv:<URL>`` of a running server, with
+``task.name: openenv:<URL>`` (its problems are episode labels).
+
+Install: ``pip install 'rlvr[openenv]'`` (``openenv-core``). An OpenEnv environment is a server:
+``create_app(Environment, Action, Observation)``, locally (``uvicorn``, ``openenv serve``) or in
+a container or a Hugging Face Space; clients talk to it over a WebSocket session
+(``EnvClient``): ``reset(**kwargs)`` and ``step(action)`` answer ``(observation, reward,
+done)``, where actions and observations are the environment's own pydantic models, sent as JSON.
+rlvr speaks that protocol through OpenEnv's own ``GenericEnvClient`` (one WebSocket session per
+episode) and needs none of the environment's Python classes:
+
+* the action: the policy's text goes into one string field of the action, ``action_field``
+  (default: the only required string field of the action schema the server publishes at
+  ``/schema``);
+* an observation is shown as one user message: its ``observation_field`` (default: the only
+  string field of the observation schema), or, with no such field, its fields as JSON;
+* ``reset(problem, seed)`` resets with ``seed`` (and ``reset_kwargs``); the reset's observation
+  is the first user message (after the run's system prompt);
+* a step's reward as given (None is 0), ``done`` is ``terminated`` (OpenEnv has no truncated
+  flag), the observation's other fields are the step's ``info["openenv"]``; the session is
+  closed when the episode ends.
+
+A server serves as many sessions at once as its ``max_concurrent_envs``: at least
+``rollout.prompts_per_step x rollout.group_size`` for a run's episodes to play side by side.
+A server that goes away mid-episode is an environment fault (``env.on_error``).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from rlvr.data.base import Problem
+from rlvr.envs.base import EnvError, Message, StepResult
+
+INSTALL_HINT = "pip install 'rlvr[openenv]'  (the openenv-core package)"
+SCHEMES = ("http://", "https://", "ws://", "wss://")
+_SKIP = {"done", "reward", "metadata"}
+
+
+def import_openenv_client() -> type:
+    """OpenEnv's ``GenericEnvClient``, or an EnvError saying how to install it."""
+    try:
+        from openenv.core import GenericEnvClient
+    except ImportError as err:
+        raise EnvError(
+            f"OpenEnv environments need the openenv-core package: {INSTALL_HINT}"
+        ) from err
+    return GenericEnvClient
+
+
+@cache
+def server_schema(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The action and observation JSON schemas the server at ``url`` publishes (``/schema``),
+    fetched once per process."""
+    import httpx
+
+    http = url.replace("ws://", "http://", 1).replace("wss://", "https://", 1).rstrip("/")
+    try:
+        response = httpx.get(f"{http}/schema", timeout=timeout_s)
+        response.raise_for_status()
+        schema = response.json()
+    except (httpx.HTTPError, ValueError) as err:
+        raise EnvError(
+            f"OpenEnv server {url}: no schema at {http}/schema ({type(err).__name__}: {err}); is "
+            "an OpenEnv server running there?"
+        ) from err
+    if not isinstance(schema, dict) or not {"action", "observation"} <= set(schema):
+        raise EnvError(f"OpenEnv server {url}: /schema gave {schema!r:.200}, not OpenEnv schemas")
+    return schema
+
+
+def string_fields(schema: dict[str, Any], required_only: bool) -> list[str]:
+    """The string properties of a JSON schema (its required ones when ``required_only``),
+    without OpenEnv's own (done, reward, metadata)."""
+    required = set(schema.get("required", ()))
+    return [
+        name
+        for name, prop in schema.get("properties", {}).items()
+        if prop.get("type") == "string"
+        and name not in _SKIP
+        and (name in required or not required_only)
+    ]
+
+
+def _pick(fields: list[str], what: str, key: str, url: str, schema: dict[str, Any]) -> str:
+    if len(fields) == 1:
+        return fields[0]
+    names = [n for n in schema.get("properties", {}) if n not in _SKIP]
+    raise EnvError(
+        f"OpenEnv server {url}: its {what} has {len(fields)} string fields ({', '.join(fields)}) "
+        f"among {names}; name the one for the policy's text with env.params.{key}"
+    )
+
+
+class OpenEnvEnv:
+    """An OpenEnv server's environment as an rlvr environment (see the module docstring).
+
+    Args:
+        env_id: the server's URL, e.g. "http://127.0.0.1:8000".
+        system_prompt: the run's ``model.system_prompt`` (first in the chat).
+        action_field: the action's field the policy's text goes in (default: read from the
+            server's schema).
+        observation_field: the observation's field shown to the policy (default: its only
+            string field; none: all its fields as JSON).
+        reset_kwargs: more keyword arguments of every reset (e.g. a difficulty).
+        message_timeout_s: seconds OpenEnv's client waits for one answer (rlvr's own limit,
+            ``env.step_timeout_s``, applies as well).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        system_prompt: str | None = None,
+        action_field: str | None = None,
+        observation_field: str | None = None,
+        reset_kwargs: dict[str, Any] | None = None,
+        message_timeout_s: float = 60.0,
+    ) -> None:
+        self._client_type = import_openenv_client()
+        if not env_id.startswith(SCHEMES):
+            raise EnvError(
+                f"openenv:{env_id}: expected the URL of a running OpenEnv server, e.g. "
+                "openenv:http://127.0.0.1:8000"
+            )
+        self.url, self.system_prompt = env_id.rstrip("/"), system_prompt
+        schema = server_schema(self.url)
+        action, observation = schema["action"], schema["observation"]
+        self.action_field = action_field or _pick(
+            string_fields(action, True), "action", "action_field", self.url, action
+        )
+        if self.action_field not in action.get("properties", {}):
+            raise EnvError(
+                f"OpenEnv server {self.url}: its action has no field {self.action_field!r} "
+                f"(fields: {', '.join(action.get('properties', {}))})"
+            )
+        shown = string_fields(observation, False)
+        self.observation_field = observation_field or (shown[0] if len(shown) == 1 else None)
+        self.reset_kwargs = dict(reset_kwargs or {})
+        self.message_timeout_s = message_timeout_s
+        self._client: Any = None
+
+    def _text(self, observation: Any) -> str:
+        if not isinstance(observation, dict):
+            return str(observation)
+        if self.observation_field is not None:
+            return str(observation.get(self.observation_field, ""))
+        return json.dumps(observation, sort_keys=True)
+
+    def reset(self, problem: Problem, seed: int) -> list[Message]:
+        """A new WebSocket session, reset with ``seed`` (``problem`` is not read: the
+        episode is a function of the server's environment and the seed)."""
+        self.close()
+        client = self._client_type(base_url=self.url, message_timeout_s=self.message_timeout_s)
+        self._client = client.sync()
+        self._client.connect()
+        result = self._client.reset(seed=seed, **self.reset_kwargs)
+        first = [{"role": "user", "content": self._text(result.observation)}]
+        if self.system_prompt is not None:
+            first.insert(0, {"role": "system", "content": self.system_prompt})
+        return first
+
+    def step(self, action_text: str) -> StepResult:
+        """The server's step on ``{action_field: action_text}`` (see the module docstring)."""
+        if self._client is None:
+            raise EnvError(f"OpenEnv server {self.url}: no episode in progress; call reset first")
+        result = self._client.step({self.action_field: action_text})
+        observation = result.observation if isinstance(result.observation, dict) else {}
+        done = bool(result.done)
+        info = {"openenv": {k: v for k, v in observation.items() if k != self.observation_field}}
+        messages = [] if done else [{"role": "user", "content": self._text(result.observation)}]
+        if done:
+            self.close()
+        return StepResult(
+            messages,
+            reward=0.0 if result.reward is None else float(result.reward),
+            terminated=done,
+            info=info,
+        )
+
+    def close(self) -> None:
+        """End the WebSocket session (the episode loop calls it when the episode is over)."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()

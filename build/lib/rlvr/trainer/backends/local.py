@@ -1,0 +1,121 @@
+"""``distributed.backend: local``: every part of the run in this process. The engine samples
+from the policy module the learner trains (``publish`` hands it the updated weights in memory);
+with ``sync_every`` > 1 (semi-online) from its own copy, which a publish updates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from rlvr.config import Config
+from rlvr.data import Problem, limit_task_prompts
+from rlvr.engines import build_engine, close_engine
+from rlvr.guards import vocabulary_size
+from rlvr.judging.accuracy import AccuracyRecords, accuracy_metrics
+from rlvr.models import load_tokenizer
+from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.trainer.build import (
+    Front,
+    RunParts,
+    build_front,
+    build_learner,
+    build_player,
+    build_sampler,
+    decode_tokens,
+    load_policy,
+    rollout_dtype,
+    sampling_params,
+)
+from rlvr.trainer.collect import Collector
+from rlvr.trainer.publish_check import EngineProbe
+from rlvr.trainer.rollouts import Player, Scored
+
+
+@dataclass
+class LocalRollouts:
+    """Episodes played and scored in this process (:class:`~rlvr.trainer.protocols.Rollouts`),
+    with the run's engine and player."""
+
+    engine: RolloutEngine
+    player: Player
+    judge_name: str
+
+    def run(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        return self.player.play(self.engine, problems, n, sampling, keys)
+
+    def publish(self, weights: torch.nn.Module, version: int) -> dict[str, float]:
+        self.engine.update_weights(weights)
+        return {}
+
+    def probe(
+        self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor, where: str = ""
+    ) -> list[EngineProbe]:
+        out = self.engine.generate([prompt], 1, sampling, keys)
+        name = f"{self.engine.name} engine{where}"
+        return [EngineProbe(name, self.engine.dtype, out.completion_ids[0], out.logprobs[0])]
+
+    def records(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int = 0
+    ) -> AccuracyRecords:
+        """One judged episode per problem (``first``: the problems' offset in the whole
+        held-out list, which names their streams)."""
+        return self.player.records(self.engine, problems, sampling, seed, first)
+
+    def evaluate(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int
+    ) -> dict[str, float]:
+        return accuracy_metrics(self.records(problems, sampling, seed), problems, self.judge_name)
+
+    def worker_stats(self) -> dict[str, float]:
+        return {}
+
+
+def local_rollouts(
+    cfg: Config,
+    front: Front,
+    tokenizer: object,
+    policy: torch.nn.Module,
+    cleanup: contextlib.ExitStack | None,
+) -> LocalRollouts:
+    """Playing and scoring over ``policy`` in this process: the engine (closed by ``cleanup``)
+    and the run's player. Ray's rollout workers build theirs with it too."""
+    decode = partial(decode_tokens, tokenizer)
+    served = policy
+    if front.algo.sync_every > 1:  # semi-online: the engine keeps its snapshot between syncs
+        served = copy.deepcopy(policy).requires_grad_(False)
+        for name, param in served.named_parameters():  # update_weights copies these
+            param.requires_grad_(dict(policy.named_parameters())[name].requires_grad)
+    engine = build_engine(cfg, served, tokenizer, rollout_dtype(cfg, policy), decode)
+    if cleanup is not None:
+        cleanup.callback(close_engine, engine)
+    return LocalRollouts(engine, build_player(cfg, front, tokenizer, policy), front.judge.name)
+
+
+def build(
+    cfg: Config,
+    user_reward: Callable[..., float] | None,
+    cleanup: contextlib.ExitStack,
+) -> RunParts:
+    """The run's parts in this process: the task and reward first (bad data or a broken reward
+    fail before any model loads), then the policy, learner, prompt sampler and rollouts. What
+    must be closed (the reward's workers, the engine) is registered on ``cleanup``."""
+    front = build_front(cfg, user_reward, cleanup)
+    tokenizer = load_tokenizer(cfg.model.name)
+    policy = load_policy(cfg)
+    task, _ = limit_task_prompts(front.task, tokenizer, policy, cfg)
+    front.task = task
+    sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator)
+    sampler = build_sampler(cfg, task)
+    rollouts = local_rollouts(cfg, front, tokenizer, policy, cleanup)
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
+    return front.parts(tokenizer, learner, collector, vocabulary_size(policy, tokenizer))

@@ -1,0 +1,453 @@
+"""``distributed.backend: ray``: the run's parts as Ray actors, driven by the same loop
+(:mod:`rlvr.trainer.loop`) as one process (docs/design.md, "The parts of a run"; README, "Ray").
+
+* The driver (the process running ``rlvr train``) keeps the prompt sampler, the filters and the
+  loop; it never holds the model.
+* :class:`RayRollouts`: ``distributed.rollout_workers`` actors (:class:`RolloutWorker`); a draw's
+  groups are split into contiguous shards, one per worker, whole groups each, sampled from
+  their named streams (:mod:`rlvr.rollout.streams`) and scored in the worker; the shards come
+  back in prompt order, so the batch does not depend on the number of workers.
+* :class:`RayLearners`: ``distributed.learners`` actors (:class:`LearnerWorker`) forming one
+  data-parallel group; rank 0 writes checkpoints and publishes weights to the workers.
+
+Faults: every wait has a timeout (``distributed.timeout_s``). A rollout worker that dies or
+stops answering (its process killed, its node gone) is replaced, given the weights it served
+(the policy version of the batch being sampled) and its shard is sent again: no group is lost
+or sampled twice, and the step's metrics equal an undisturbed run's. At most
+``distributed.max_restarts`` replacements per run. An error the worker's task raises (an
+environment fault under ``env.on_error: raise``, a reward failing) is not a worker fault: it is
+raised here as one process raises it, never retried (environment calls have their own time
+limit, ``env.step_timeout_s``, inside the worker). A learner failure ends the run (the trainer
+adds the ``--resume`` command); resources the cluster cannot have fail at start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from rlvr.checkpoint import TrainerState
+from rlvr.config import Config, ConfigError
+from rlvr.data import Problem, limit_task_prompts
+from rlvr.devices import resolve_device
+from rlvr.errors import RlvrError, WorkerFailed
+from rlvr.judging.accuracy import AccuracyRecords, accuracy_metrics
+from rlvr.models import load_tokenizer, resolve
+from rlvr.rollout import SamplingParams
+from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.build import (
+    RunParts,
+    build_front,
+    build_sampler,
+    resolve_algorithm,
+    sampling_params,
+)
+from rlvr.trainer.collect import Collector
+from rlvr.trainer.rollouts import Scored
+
+
+class RayUnavailable(RlvrError, ValueError):
+    """``distributed.backend: ray`` without Ray installed."""
+
+
+class InfeasibleResources(RlvrError, ValueError):
+    """The actors ask for more CPUs or GPUs than the Ray cluster has."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(
+            "distributed.backend: ray needs Ray: pip install 'rlvr[ray]' (or use "
+            "distributed.backend: local)"
+        ) from None
+    return ray
+
+
+def _fault_types(ray: Any) -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the actor (its process or its node) is gone or not answering."""
+    ex = ray.exceptions
+    names = ("RayActorError", "GetTimeoutError", "ObjectLostError", "WorkerCrashedError")
+    return tuple(getattr(ex, n) for n in (*names, "NodeDiedError") if hasattr(ex, n))
+
+
+def connect(cfg: Config) -> bool:
+    """Join the cluster ``distributed.address`` names (null: start one here); returns whether
+    this call started Ray (and should shut it down). Workers find the driver's modules (user
+    rewards and tasks given as ``module:name``) through its working directory."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    ray.init(
+        address=cfg.distributed.address or "local",  # null: a new instance, never another's
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": path}},
+        logging_level="WARNING",
+    )
+    return True
+
+
+def check_resources(cfg: Config) -> None:
+    """Fail at once, naming the resource, when the actors ask for more than the cluster has
+    (Ray would wait for it forever)."""
+    ray = import_ray()
+    d = cfg.distributed
+    actors = d.rollout_workers + d.learners
+    have = ray.cluster_resources()
+    for name, each, key in (("CPU", d.cpus_per_worker, "cpus"), ("GPU", d.gpus_per_worker, "gpus")):
+        need = each * actors
+        if need > have.get(name, 0.0) + 1e-9:
+            raise InfeasibleResources(
+                f"distributed: {d.rollout_workers} rollout worker(s) and {d.learners} learner(s) "
+                f"reserve {need:g} {name} ({each:g} each, distributed.{key}_per_worker) but the Ray "
+                f"cluster has {have.get(name, 0.0):g} {name}: lower distributed.{key}_per_worker or "
+                "the number of workers, or add nodes"
+            )
+    if resolve_device(cfg.train.device).type == "cuda" and not d.gpus_per_worker:
+        raise ConfigError(
+            "train.device is cuda but distributed.gpus_per_worker is 0: Ray hides the GPUs from "
+            "actors that reserve none; set distributed.gpus_per_worker (e.g. 1, or 0.5 to share)"
+        )
+
+
+def _options(cfg: Config) -> dict[str, Any]:
+    d = cfg.distributed
+    return {"num_cpus": d.cpus_per_worker, "num_gpus": d.gpus_per_worker, "max_restarts": 0}
+
+
+class RayLearners:
+    """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
+    update, checkpoints, learning rate, version."""
+
+    def __init__(self, cfg: Config) -> None:
+        ray = import_ray()
+        self.cfg, self._ray, self.version = cfg, ray, 0
+        self.algo = resolve_algorithm(cfg)
+        self.device = resolve_device(cfg.train.device)
+        data, world = cfg.model_dump(mode="json"), cfg.distributed.learners
+        # rank 0 writes checkpoints: on this machine when it can, beside the run directory
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        cls = ray.remote(LearnerWorker)
+        self.ranks = [
+            cls.options(
+                **_options(cfg), scheduling_strategy=here if rank == 0 else "DEFAULT"
+            ).remote(data, rank, world)
+            for rank in range(world)
+        ]
+        address = self._get([self.ranks[0].address.remote()], "start")[0]
+        infos = self._get(
+            [r.setup.remote(address, cfg.distributed.timeout_s) for r in self.ranks], "start"
+        )
+        self.where = infos
+        self.lr = infos[0]["lr"]
+        self.precision = infos[0]["precision"]
+        self.publish_bytes = infos[0]["publish_bytes"]  # the trained tensors: a LoRA adapter's
+
+    def _get(self, refs: list[Any], what: str) -> list[Any]:
+        try:
+            return self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
+        except _fault_types(self._ray) as err:
+            raise WorkerFailed(
+                f"a learner failed during {what} ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:300] if str(err) else ''})"
+            ) from None
+
+    def start_update(self, data: Trajectories) -> list[Any]:
+        """Send ``data`` to every learner and start their update; the calls' references."""
+        ref = self._ray.put(data)
+        return [r.update.remote(ref) for r in self.ranks]
+
+    def update(
+        self, data: Trajectories, meanwhile: Callable[[], None] = lambda: None
+    ) -> tuple[dict[str, float], str | None]:
+        """The learners' update; ``meanwhile`` runs while they train (the rollout workers
+        sample the batches ahead)."""
+        refs = self.start_update(data)
+        meanwhile()
+        metrics, bad, self.lr = self._get(refs, "update")[0]
+        if bad is None:
+            self.version += 1
+        return metrics, bad
+
+    def reset_reference_if_due(self, step: int) -> None:
+        self._get([r.reset_reference_if_due.remote(step) for r in self.ranks], "reference reset")
+
+    def mark_published(self) -> None:
+        self._get([r.mark_published.remote() for r in self.ranks], "publishing weights")
+
+    @contextlib.contextmanager
+    def published(self) -> Iterator[int]:
+        """Every rank's policy holds the weights last published for the block (rank 0's are
+        broadcast); their version."""
+        versions = self._get([r.swap_published.remote() for r in self.ranks], "resume")
+        try:
+            yield versions[0]
+        finally:
+            self._get([r.swap_published.remote() for r in self.ranks], "resume")
+
+    def apply_optimizer_config(self, cfg: Config) -> None:
+        data = cfg.model_dump(mode="json")
+        self._get([r.apply_optimizer_config.remote(data) for r in self.ranks], "resume")
+
+    def save_checkpoint(
+        self, run_dir: Path, state: TrainerState, tokenizer: Any, keep: int, pending: list[Any]
+    ) -> None:
+        state.policy_version = self.version
+        path = str(Path(run_dir).resolve())
+        self._get([self.ranks[0].save_checkpoint.remote(path, state, keep, pending)], "checkpoint")
+
+    def load_checkpoint(
+        self, run_dir: Path, warn: Callable[[str], None]
+    ) -> tuple[Path, TrainerState, list[Any]] | None:
+        path = str(Path(run_dir).resolve())
+        results = self._get([r.load_checkpoint.remote(path) for r in self.ranks], "resume")
+        loaded, warnings, self.lr, self.version = results[0]
+        for text in warnings:
+            warn(text)
+        return loaded
+
+    def weights(self) -> RayLearners:
+        return self
+
+    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
+        """Rank 0's :meth:`~rlvr.trainer.learn.Learner.score`."""
+        return self._get([self.ranks[0].score.remote(prompt, completions)], "publish check")[0]
+
+    def published_state(self, fresh: bool = False) -> Any:
+        """An object reference to the policy's parameters as last published by rank 0
+        (``fresh``: publish the current ones first)."""
+        return self._get([self.ranks[0].state.remote(fresh)], "publishing weights")[0]
+
+    def close(self) -> None:
+        for actor in self.ranks:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
+
+
+def shards(n_prompts: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous prompt ranges [lo, hi), one per worker that gets any (sizes differ by one at
+    most): whole groups go to one worker."""
+    bounds = torch.arange(n_prompts).tensor_split(min(workers, max(n_prompts, 1)))
+    return [(int(b[0]), int(b[-1]) + 1) for b in bounds if len(b)]
+
+
+class RayRollouts:
+    """Rollout workers seen from the collector (:class:`~rlvr.trainer.protocols.Rollouts`)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        user_reward: Any,
+        learners: RayLearners,
+        judge_name: str = "task",
+        note: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
+    ) -> None:
+        ray = import_ray()
+        self.cfg, self._ray, self.learners, self.note = cfg, ray, learners, note
+        self.user_reward, self.judge_name = user_reward, judge_name
+        self.cls = ray.remote(RolloutWorker).options(**_options(cfg), scheduling_strategy="SPREAD")
+        self.data = cfg.model_dump(mode="json")
+        self.workers = [self._start(i) for i in range(cfg.distributed.rollout_workers)]
+        self.where = self._get_all([w.ready.remote() for w in self.workers], "start")
+        self.restarts, self.version, self.grouped = 0, 0, False
+        self._stats: dict[str, float] = {}
+        self.before_get: Callable[[RayRollouts, int], None] | None = None  # fault injection (tests)
+
+    def _start(self, index: int) -> Any:
+        return self.cls.remote(self.data, self.user_reward, index)
+
+    def _get_all(self, refs: list[Any], what: str) -> list[Any]:
+        try:
+            return self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
+        except _fault_types(self._ray) as err:
+            raise WorkerFailed(f"a rollout worker failed during {what} ({_brief(err)})") from None
+
+    def _replace(self, index: int, err: BaseException) -> None:
+        """Recreate worker ``index`` with the weights of the version it served."""
+        self.restarts += 1
+        limit = self.cfg.distributed.max_restarts
+        if self.restarts > limit:
+            raise WorkerFailed(
+                f"rollout worker {index} failed ({_brief(err)}) after {limit} worker(s) were "
+                "already recreated in this run (distributed.max_restarts)"
+            )
+        with contextlib.suppress(Exception):
+            self._ray.kill(self.workers[index])
+        worker = self._start(index)
+        self.workers[index] = worker
+        info = self._get_all([worker.ready.remote()], "restart")[0]
+        state = self.learners.published_state()
+        self._get_all([worker.load_state.remote(state, self.version)], "restart")
+        self.where[index] = info
+        self.grouped = False  # the broadcast group is formed again with the new worker
+        self.note(
+            f"warning: rollout worker {index} failed ({_brief(err)}); recreated on node "
+            f"{info['node'][:12]} (pid {info['pid']}) with policy version {self.version}, its "
+            f"work sent again ({self.restarts}/{limit} restarts)"
+        )
+
+    def _call(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
+        """``worker.method(*args[i])`` on the workers ``args`` names, side by side; a worker
+        that fails is replaced and its call made again."""
+        refs = {i: getattr(self.workers[i], method).remote(*a) for i, a in args.items()}
+        out: dict[int, Any] = {}
+        for i in list(refs):
+            if self.before_get is not None:
+                self.before_get(self, i)
+            while i not in out:
+                try:
+                    out[i] = self._ray.get(refs[i], timeout=self.cfg.distributed.timeout_s)
+                except _fault_types(self._ray) as err:
+                    self._replace(i, err)
+                    refs[i] = getattr(self.workers[i], method).remote(*args[i])
+                except self._ray.exceptions.RayTaskError as err:
+                    raise _user_error(err) from None
+        return out
+
+    def run(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        parts = shards(len(problems), len(self.workers))
+        args = {
+            i: (problems[lo:hi], n, sampling, None if keys is None else keys[lo * n : hi * n])
+            for i, (lo, hi) in enumerate(parts)
+        }
+        results = self._call("run", args)
+        scored = [results[i] for i in range(len(parts))]
+        self._stats = {
+            f"rollout/worker{i}/tokens_per_s": s.tokens_per_s for i, s in enumerate(scored)
+        }
+        return Scored.merge(scored)
+
+    def evaluate(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int
+    ) -> dict[str, float]:
+        """Held-out accuracy, the problems split across the workers (each problem's stream is
+        named by its place in the whole list: the same samples as one process)."""
+        parts = shards(len(problems), len(self.workers))
+        args = {i: (problems[lo:hi], sampling, seed, lo) for i, (lo, hi) in enumerate(parts)}
+        results = self._call("records", args)
+        records = AccuracyRecords.concat([results[i] for i in range(len(parts))])
+        return accuracy_metrics(records, problems, self.judge_name)
+
+    def worker_stats(self) -> dict[str, float]:
+        return dict(self._stats)
+
+    def probe(self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor) -> list[Any]:
+        """Every worker's publish-check completion (:mod:`rlvr.trainer.publish_check`)."""
+        results = self._call(
+            "probe", {i: (prompt, sampling, keys) for i in range(len(self.workers))}
+        )
+        return [p for i in range(len(self.workers)) for p in results[i]]
+
+    def publish(self, learners: Any, version: int) -> dict[str, float]:
+        """Give every worker the learners' current weights as ``version``: the trained tensors
+        only (a LoRA policy's adapter; the frozen base never changes). Returns their size,
+        ``rollout/publish_bytes`` (what each worker receives)."""
+        if self.cfg.distributed.weight_sync == "object_store":
+            state = self.learners.published_state(fresh=True)
+            self._call("load_state", {i: (state, version) for i in range(len(self.workers))})
+        else:
+            self._broadcast(version)
+        self.version = version
+        return {"rollout/publish_bytes": float(self.learners.publish_bytes)}
+
+    def _broadcast(self, version: int) -> None:
+        """Learner rank 0 broadcasts to the workers (the group formed first when needed); a
+        worker lost on the way is replaced (given the new weights) and the group formed again."""
+        for _ in range(self.cfg.distributed.max_restarts + 1):
+            try:
+                if not self.grouped:
+                    self._form_group()
+                rank0 = self.learners.ranks[0]
+                refs = [rank0.broadcast.remote()]
+                refs += [w.receive.remote(version) for w in self.workers]
+                self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
+                return
+            except _fault_types(self._ray) + (self._ray.exceptions.RayTaskError,):
+                self.grouped = False  # replaced workers are sent the new weights again
+                self._call("ready", {i: () for i in range(len(self.workers))})  # replace the dead
+        raise WorkerFailed(f"could not publish policy version {version} to the rollout workers")
+
+    def _form_group(self) -> None:
+        timeout = self.cfg.distributed.timeout_s
+        rank0 = self.learners.ranks[0]
+        address = self._get_all([rank0.address.remote()], "forming the weight group")[0]
+        host, port = address.rsplit(":", 1)
+        size = len(self.workers) + 1
+        refs = [rank0.join_group.remote(host, int(port), size, timeout)]
+        refs += [
+            w.join_group.remote(host, int(port), i + 1, size, timeout)
+            for i, w in enumerate(self.workers)
+        ]
+        self._ray.get(refs, timeout=timeout)
+        self.grouped = True
+
+    def close(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                self._ray.get(worker.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                self._ray.kill(worker)
+
+
+def _user_error(err: BaseException) -> BaseException:
+    """What a worker's task raised, as the user sees it in one process: rlvr's own error (an
+    environment fault, a reward failing) without Ray's remote traceback; anything else as
+    Ray gives it (a bug: the traceback is the point). Neither is a worker fault: the same
+    call would fail again on a fresh worker."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, RlvrError) else err
+
+
+def _brief(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200]}" if text else type(err).__name__
+
+
+def build(
+    cfg: Config,
+    user_reward: Callable[..., float] | None,
+    cleanup: contextlib.ExitStack,
+) -> RunParts:
+    """The run's parts on Ray (see the module docstring): the task, reward and prompt sampler
+    here, the learners and rollout workers as actors (stopped by ``cleanup``)."""
+    front = build_front(cfg, user_reward, cleanup)  # bad data or rewards fail before Ray starts
+    started = connect(cfg)
+    if started:
+        cleanup.callback(import_ray().shutdown)
+    check_resources(cfg)
+    tokenizer = load_tokenizer(cfg.model.name)
+    from transformers import AutoConfig
+
+    shape = SimpleNamespace(config=AutoConfig.from_pretrained(str(resolve(cfg.model.name))))
+    front.task, _ = limit_task_prompts(front.task, tokenizer, shape, cfg)
+    sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
+    sampler = build_sampler(cfg, front.task)
+    start = time.perf_counter()
+    learners = RayLearners(cfg)
+    cleanup.callback(learners.close)
+    rollouts = RayRollouts(cfg, user_reward, learners, front.judge.name)
+    cleanup.callback(rollouts.close)
+    print(
+        f"ray: {len(rollouts.workers)} rollout worker(s), {len(learners.ranks)} learner(s) on "
+        f"{len({w['node'] for w in [*rollouts.where, *learners.where]})} node(s), started in "
+        f"{time.perf_counter() - start:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
+    return front.parts(tokenizer, learners, collector, int(shape.config.vocab_size))

@@ -1,0 +1,223 @@
+"""The bodies of the Ray actors of ``distributed.backend: ray`` (plain classes: the backend wraps
+them with ``ray.remote``, and tests can run them in-process).
+
+* :class:`RolloutWorker` holds a rollout engine over its own copy of the policy, the reward and
+  the judge; it plays and scores whole groups (its
+  :class:`~rlvr.trainer.backends.local.LocalRollouts`) and receives new weights from learner
+  rank 0.
+* :class:`LearnerWorker` is one rank of the learners' data-parallel group
+  (:mod:`rlvr.distributed.data_parallel`); rank 0 also writes checkpoints and sends weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.checkpoint import TrainerState
+from rlvr.config import Config
+from rlvr.data import Problem
+from rlvr.devices import resolve_device
+from rlvr.distributed.data_parallel import DataParallel
+from rlvr.distributed.weights import WeightGroup, free_port, named_tensors
+from rlvr.judging.accuracy import AccuracyRecords
+from rlvr.models import load_tokenizer, quiet_transformers
+from rlvr.rollout import SamplingParams
+from rlvr.trainer.backends.local import local_rollouts
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.build import build_front, build_learner, load_policy, resolve_algorithm
+from rlvr.trainer.rollouts import Scored
+
+
+def _where() -> dict[str, Any]:
+    """Which process and machine this is (for error messages and the README's "what runs
+    where")."""
+    import ray
+
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "node": ray.get_runtime_context().get_node_id(),
+    }
+
+
+def _threads(cfg: Config, learner: bool) -> None:
+    """torch threads: one per CPU the actor reserved (at least one); a learner uses
+    ``train.threads`` when set (it trains while the rollout workers wait, unless
+    ``rollout.max_staleness`` overlaps them)."""
+    reserved = max(1, int(cfg.distributed.cpus_per_worker))
+    torch.set_num_threads((cfg.train.threads or reserved) if learner else reserved)
+
+
+class RolloutWorker:
+    """Samples and scores groups with the policy version it was last given."""
+
+    def __init__(self, cfg_data: dict[str, Any], user_reward: Any, index: int) -> None:
+        quiet_transformers()
+        cfg = Config.model_validate(cfg_data)
+        _threads(cfg, learner=False)
+        self.index = index
+        self._cleanup = contextlib.ExitStack()
+        front = build_front(cfg, user_reward, self._cleanup)
+        tokenizer = load_tokenizer(cfg.model.name)
+        self.policy = load_policy(cfg)
+        self.rollouts = local_rollouts(cfg, front, tokenizer, self.policy, self._cleanup)
+        self.version = 0
+        self.group: WeightGroup | None = None
+
+    def ready(self) -> dict[str, Any]:
+        return {**_where(), "worker": self.index, "version": self.version}
+
+    def run(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        return self.rollouts.run(problems, n, sampling, keys)
+
+    def records(
+        self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int
+    ) -> AccuracyRecords:
+        return self.rollouts.records(problems, sampling, seed, first)
+
+    def load_state(self, tensors: list[torch.Tensor], version: int) -> int:
+        """New weights through the object store (``named_tensors`` order)."""
+        with torch.no_grad():
+            for own, new in zip(named_tensors(self.policy), tensors, strict=True):
+                own.copy_(new)
+        return self._serve(version)
+
+    def join_group(self, host: str, port: int, rank: int, size: int, timeout_s: float) -> bool:
+        """Join a new generation of the broadcast group (the old one is dropped)."""
+        self.group = WeightGroup(host, port, rank, size, timeout_s)
+        return True
+
+    def receive(self, version: int) -> int:
+        """Receive learner rank 0's broadcast of policy ``version``."""
+        assert self.group is not None, "join_group first"
+        self.group.broadcast(named_tensors(self.policy))
+        return self._serve(version)
+
+    def probe(self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor) -> list[Any]:
+        """The publish check's completion of this worker's engine."""
+        return self.rollouts.probe(prompt, sampling, keys, f" of rollout worker {self.index}")
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The policy's parameters this worker holds (``named_tensors`` order; tests)."""
+        return [t.detach().clone() for t in named_tensors(self.policy)]
+
+    def _serve(self, version: int) -> int:
+        self.rollouts.publish(self.policy, version)
+        self.version = version
+        return version
+
+    def close(self) -> None:
+        self._cleanup.close()
+
+
+class LearnerWorker:
+    """Rank ``rank`` of ``world`` learners (see the module docstring)."""
+
+    def __init__(self, cfg_data: dict[str, Any], rank: int, world: int) -> None:
+        quiet_transformers()
+        self.cfg = Config.model_validate(cfg_data)
+        _threads(self.cfg, learner=True)
+        self.rank, self.world = rank, world
+        self.learner: Any = None
+        self.tokenizer: Any = None
+        self.weights: WeightGroup | None = None
+        self.published: list[torch.Tensor] = []
+
+    def address(self) -> str:
+        """``host:port`` where rank 0 hosts the group's rendezvous."""
+        import ray
+
+        return f"{ray.util.get_node_ip_address()}:{free_port()}"
+
+    def setup(self, address: str, timeout_s: float) -> dict[str, Any]:
+        """Join the learners' group and build the learner (policy, optimizer, schedule)."""
+        cfg = self.cfg
+        device = resolve_device(cfg.train.device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        group = DataParallel.init(address, self.rank, self.world, backend, timeout_s)
+        torch.manual_seed(cfg.train.seed)  # as one process seeds torch before its parts
+        self.tokenizer = load_tokenizer(cfg.model.name)
+        policy = load_policy(cfg)
+        generator = torch.Generator().manual_seed(cfg.train.seed)
+        self.learner = build_learner(
+            cfg, resolve_algorithm(cfg), policy, self.tokenizer.pad_token_id, generator
+        )
+        self.learner.group = group
+        if self.rank != 0:  # rank 0 logs the fraction of parameters changed
+            self.learner.initial = None
+        self._snapshot()  # version 0, what the workers load themselves
+        info = {**_where(), "rank": self.rank, "lr": self.learner.lr}
+        published = sum(t.numel() * t.element_size() for t in self.published)
+        return {**info, "precision": self.learner.precision, "publish_bytes": published}
+
+    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
+        return self.learner.score(prompt, completions)
+
+    def update(self, data: Trajectories) -> tuple[dict[str, float], str | None, float]:
+        metrics, bad = self.learner.update(data)
+        return metrics, bad, self.learner.lr
+
+    def reset_reference_if_due(self, step: int) -> None:
+        self.learner.reset_reference_if_due(step)
+
+    def mark_published(self) -> None:
+        self.learner.mark_published()
+
+    def swap_published(self) -> int:
+        """Exchange the policy's weights with the semi-online snapshot (twice: as before); the
+        snapshot's version (the current one without a snapshot)."""
+        copy = self.learner.published_copy
+        if copy is None:
+            return self.learner.version
+        copy.swap(self.learner.policy)
+        return int(copy.version)
+
+    def apply_optimizer_config(self, cfg_data: dict[str, Any]) -> None:
+        self.learner.apply_optimizer_config(Config.model_validate(cfg_data))
+
+    def save_checkpoint(
+        self, run_dir: str, state: TrainerState, keep: int, pending: list[Any]
+    ) -> None:
+        self.learner.save_checkpoint(Path(run_dir), state, self.tokenizer, keep, pending)
+
+    def load_checkpoint(self, run_dir: str) -> tuple[Any, list[str], float, int]:
+        """The learner's :meth:`~rlvr.trainer.learn.Learner.load_checkpoint`, its warnings, the
+        learning rate and the policy version it resumes at."""
+        warnings: list[str] = []
+        loaded = self.learner.load_checkpoint(Path(run_dir), warnings.append)
+        return loaded, warnings, self.learner.lr, self.learner.version
+
+    def _snapshot(self) -> list[torch.Tensor]:
+        """A copy of the policy's parameters as published now (``named_tensors`` order): what a
+        replaced rollout worker is given, even while the next update runs."""
+        self.published = [t.detach().clone() for t in named_tensors(self.learner.policy)]
+        return self.published
+
+    def state(self, fresh: bool) -> Any:
+        """The published parameters (``fresh``: publish the current ones first) as a Ray object
+        reference made here, so they reach the workers without passing through the driver."""
+        import ray
+
+        return ray.put(self._snapshot() if fresh else self.published)
+
+    def join_group(self, host: str, port: int, size: int, timeout_s: float) -> bool:
+        self.weights = WeightGroup(host, port, 0, size, timeout_s)
+        return True
+
+    def broadcast(self) -> bool:
+        """Publish the current parameters to the broadcast group."""
+        assert self.weights is not None, "join_group first"
+        self.weights.broadcast(self._snapshot())
+        return True
+
+    def gradients(self) -> list[torch.Tensor]:
+        """The policy's gradients of the last optimizer step (tests)."""
+        return [p.grad.clone() for p in named_tensors(self.learner.policy)]

@@ -1,0 +1,475 @@
+"""Build: a run's parts from its config, whatever the backend (docs/design.md, "One training
+step"): the preset, the task, the reward (probed) and the judge first (:func:`build_front`: bad
+data or a broken reward fail before any model loads), then the policy, the learner
+(:func:`build_learner`), the prompt sampler and the player of the run's episodes
+(:func:`build_player`: a plain task's one-step episodes or an environment's), and a resume
+that loads a checkpoint into them (:func:`resume_parts`). A backend
+(:mod:`rlvr.trainer.backends`) puts them in one process or in Ray actors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr import adapters, algorithms, precision
+from rlvr.checkpoint import TrainerState
+from rlvr.config import Config, ConfigError
+from rlvr.curriculum import PromptSampler, make_sampler
+from rlvr.data import Task, build_task, data_fingerprint
+from rlvr.devices import resolve_device
+from rlvr.envs.agent import build_agent
+from rlvr.judging import Judge, build_judge
+from rlvr.models import (
+    ModelSpecError,
+    adapter_base,
+    encode_messages,
+    load_model,
+    resolve,
+    stop_token_ids,
+)
+from rlvr.policy import ValueHead, enable_gradient_checkpointing
+from rlvr.rewards.base import build_reward, config_terms
+from rlvr.rewards.combined import CombinedReward
+from rlvr.rollout import SamplingParams
+from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
+from rlvr.rundir import changes_optimizer
+from rlvr.trainer.batch import Sampled
+from rlvr.trainer.collect import Collector
+from rlvr.trainer.learn import Learner, PublishedCopy, lr_lambda
+from rlvr.trainer.protocols import Learners
+from rlvr.trainer.rollouts import (
+    Given,
+    MultiTurn,
+    OneStep,
+    Player,
+    ReferenceScorer,
+    TeacherScorer,
+    demonstration_tokens,
+)
+
+CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
+"""Reward fields the rollout engine records while sampling (label-free rewards)."""
+REFERENCE_FIELDS = frozenset({"reference_logprobs", "reference_logprobs_bare"})
+"""Reward fields of the reference answer's probability under the policy (RLPR, VeriFree)."""
+
+
+def resolve_algorithm(cfg: Config) -> algorithms.Preset:
+    """The preset named in the config with every explicitly set field overriding it, checked
+    for contradictions (a ValueError names them)."""
+    try:
+        algo = algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())
+    except ValueError as err:
+        raise ConfigError(f"algorithm: {err}") from None
+    needs = algorithms.ADVANTAGES[algo.advantage].requires
+    if cfg.algorithm.credit != "broadcast" and needs:
+        raise ConfigError(
+            f"algorithm.credit: {cfg.algorithm.credit} compares turns with the preset's group "
+            f"baseline, but advantage {algo.advantage!r} needs {', '.join(needs)} per token; "
+            "use a group estimator (grpo, dr_grpo, rloo, ...) or credit: broadcast"
+        )
+    if cfg.algorithm.credit != "broadcast" and algo.overlong_buffer_frac is not None:
+        raise ConfigError(
+            f"algorithm.credit: {cfg.algorithm.credit} reads the environment's turn rewards, "
+            "which DAPO's overlong penalty (overlong_buffer_frac) does not reach; use credit: "
+            "broadcast with it, or set algorithm.overlong_buffer_frac: null"
+        )
+    return algo
+
+
+def _build_reward(
+    cfg: Config, task: Task, user_reward: Callable[..., float] | None
+) -> CombinedReward:
+    """The run's reward, probed once on a held-out (or the first) problem."""
+    reward = build_reward(
+        task,
+        user_reward if user_reward is not None else cfg.reward.function,
+        config_terms(cfg.reward),
+        on_error=cfg.reward.on_error,
+        timeout_s=cfg.reward.timeout_s,
+        max_abs=cfg.reward.max_abs,
+    )
+    held_out = task.eval_problems()
+    try:
+        reward.check(held_out[0] if held_out else task.train_problem(0))
+    except BaseException:
+        reward.close()
+        raise
+    return reward
+
+
+def sampling_params(
+    cfg: Config, tokenizer: Any, token_stats: bool
+) -> tuple[SamplingParams, SamplingParams]:
+    """The rollout's sampling parameters, and the same at temperature 0 (eval, ReMax)."""
+    sampling = SamplingParams(
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        top_k=cfg.rollout.top_k,
+        min_p=cfg.rollout.min_p,
+        stop=tuple(cfg.rollout.stop),
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        stop_token_ids=stop_token_ids(tokenizer),
+        token_stats=token_stats,
+    )
+    greedy = dataclasses.replace(
+        sampling, temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or sampling.max_new_tokens
+    )
+    return sampling, greedy
+
+
+def encode_problem(tokenizer: Any, system_prompt: str | None, problem: Any) -> list[int]:
+    """A problem's prompt token ids: its messages (with the config's system prompt) through the
+    chat template."""
+    return encode_messages(tokenizer, problem.messages(system_prompt))
+
+
+def _no_token_stats(reward: CombinedReward) -> str:
+    """Why rollout.engine: vllm cannot serve the run's confidence rewards (named)."""
+    names = [t.label for t in reward.terms if CONFIDENCE_FIELDS & set(t.signature.names)]
+    return (
+        f"reward {', '.join(names)} scores the model's confidence (per-token entropy / "
+        "self-certainty over the whole vocabulary), which vLLM does not report (only the top "
+        "log-probs of each step): use rollout.engine: torch for this reward"
+    )
+
+
+def build_learner(
+    cfg: Config,
+    algo: algorithms.Preset,
+    policy: torch.nn.Module,
+    pad_token_id: int,
+    generator: torch.Generator,
+) -> Learner:
+    """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
+    AdamW over the trained parameters (a LoRA policy's adapter only), schedule; gradient
+    checkpointing and ``torch.compile`` when the config asks.
+
+    The reference of a LoRA policy costs no second copy of the weights: the policy with its
+    adapter disabled (the base model), or with a frozen copy of the adapter where the initial
+    policy is not the base model (``model.lora.path``) or ProRL resets the reference."""
+    device = next(policy.parameters()).device
+    fast = rollout_dtype(cfg, policy)
+    autocast = train_dtype(cfg, policy)
+    reference, adapter_reference = None, None
+    if algo.needs_reference and cfg.model.lora is None:
+        reference = load_model(cfg.model.name, fast).to(device)
+    elif algo.needs_reference:
+        adapter_reference = "base"
+        if cfg.model.lora.path is not None or algo.reference_reset_every:
+            adapters.add_frozen_copy(policy, adapters.REFERENCE)
+            adapter_reference = adapters.REFERENCE
+    value_head = None
+    if algo.advantage == "gae":
+        value_head = ValueHead(policy.config.hidden_size).to(device)
+    if cfg.train.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    trained += list(value_head.parameters() if value_head else [])
+    optimizer = torch.optim.AdamW(
+        trained, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    learner = Learner(
+        policy,
+        value_head,
+        reference,
+        optimizer,
+        scheduler,
+        algo,
+        cfg,
+        autocast,
+        cfg.rollout.temperature,
+        generator,
+        pad_token_id,
+    )
+    learner.adapter_reference = adapter_reference
+    if algo.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
+        learner.published_copy = PublishedCopy(policy)
+    if cfg.train.compile:  # the training forward only; the engine keeps its own path
+        learner.compiled = torch.compile(policy)
+    if cfg.logging.update_sparsity:
+        learner.track_changes()
+    if "auto" in (cfg.rollout.dtype, cfg.train.autocast):
+        learner.precision = precision.choose(device, policy.config).record()
+    return learner
+
+
+def resume_parts(
+    cfg: Config,
+    run_dir: Path,
+    learner: Learners,
+    sampler: PromptSampler,
+    state: TrainerState,
+    changes: dict[str, Any],
+    warn: Callable[[str], None],
+) -> tuple[Path | None, TrainerState, list[Sampled]]:
+    """Load the latest good checkpoint into the learner (weights, optimizer, schedule, shuffling
+    stream, policy version) and the prompt sampler; apply the optimizer settings a resume
+    changed; ``warn`` hears about damaged checkpoints passed over. Returns the checkpoint loaded
+    (or None), the trainer state and the batches it holds sampled ahead."""
+    loaded = learner.load_checkpoint(run_dir, warn)
+    checkpoint, pending = None, []
+    if loaded is not None:
+        checkpoint, loaded_state, pending = loaded
+        if loaded_state.data_sha256 not in (None, state.data_sha256):
+            raise ConfigError(
+                f"the data of task.path {cfg.task.path} changed since this run started (rows "
+                "added, removed or edited): the checkpoint's prompt sampler points at other "
+                "rows. Restore the data, or start a new run on the new data"
+            )
+        loaded_state.data_sha256 = state.data_sha256  # checkpoints from before fingerprints
+        state = loaded_state
+        try:
+            sampler.load_state_dict(state.sampler)
+        except (KeyError, ValueError) as err:
+            raise ConfigError(
+                f"the checkpoint's prompt-sampler state {sorted(state.sampler)} does not fit "
+                f"curriculum {cfg.curriculum.name!r} ({err}): resume with the run's own "
+                "curriculum and task settings"
+            ) from None
+    if changes_optimizer(changes):
+        learner.apply_optimizer_config(cfg)
+    return checkpoint, state, pending
+
+
+@dataclass(kw_only=True)
+class RunParts:
+    """What a run is made of, built from its config by a backend; the loop wires them.
+
+    Attributes:
+        task, reward, judge: the problems, the reward and who judges held-out samples.
+        fingerprint: the task data's SHA-256 (before prompts over the length limit are
+            dropped), checked on resume.
+        tokenizer: the model's tokenizer.
+        learners: the learning side (:class:`~rlvr.trainer.protocols.Learners`).
+        collector: the prompt sampler and the rollouts.
+        vocab_size: the policy's output vocabulary |V| (the collapse guard reads log|V|).
+    """
+
+    task: Task
+    reward: CombinedReward
+    judge: Judge
+    fingerprint: str | None
+    tokenizer: Any
+    learners: Learners
+    collector: Collector
+    vocab_size: int
+
+
+@dataclass
+class Front:
+    """What every process of a run builds first, before any model loads (bad data or a broken
+    reward fail here): the preset, the task, its fingerprint, the reward (probed), the judge,
+    and whether the engine must record per-token statistics."""
+
+    algo: algorithms.Preset
+    task: Task
+    fingerprint: str | None
+    reward: CombinedReward
+    judge: Judge
+    token_stats: bool
+
+    def parts(
+        self, tokenizer: Any, learners: Learners, collector: Collector, vocab_size: int
+    ) -> RunParts:
+        """The run's parts: these, with what a backend built after them."""
+        return RunParts(
+            task=self.task,
+            reward=self.reward,
+            judge=self.judge,
+            fingerprint=self.fingerprint,
+            tokenizer=tokenizer,
+            learners=learners,
+            collector=collector,
+            vocab_size=vocab_size,
+        )
+
+
+def build_front(
+    cfg: Config,
+    user_reward: Callable[..., float] | None,
+    cleanup: contextlib.ExitStack | None,
+) -> Front:
+    """The :class:`Front` of a run; the reward's workers are closed by ``cleanup``."""
+    algo = resolve_algorithm(cfg)
+    task = build_task(cfg.task)
+    fingerprint = data_fingerprint(task)
+    reward = _build_reward(cfg, task, user_reward)
+    if cleanup is not None:
+        cleanup.callback(reward.close)
+    judge = build_judge(cfg, task, reward)  # eval.judge: the task's check or this reward
+    # rewards that score the model's confidence get per-token statistics from the engine
+    token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
+    if cfg.rollout.engine == "vllm":  # before any model loads: vLLM installed, rewards it serves
+        if token_stats:
+            raise ConfigError(_no_token_stats(reward))
+        check_vllm_temperature(cfg.rollout.temperature)
+        import_vllm()
+    return Front(algo, task, fingerprint, reward, judge, token_stats)
+
+
+def rollout_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
+    """The rollout engine's (and the reference model's) dtype (``rollout.dtype``; ``auto``
+    measured for ``policy``'s shapes on its device, :mod:`rlvr.precision`)."""
+    device = next(policy.parameters()).device
+    if adapters.is_quantized(policy):  # the engine samples from the quantised model itself
+        return torch.float32
+    return precision.resolve(cfg.rollout.dtype, device, policy.config, "rollout")
+
+
+def train_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
+    """The autocast dtype of training forwards (``train.autocast``, ``auto`` as above)."""
+    device = next(policy.parameters()).device
+    return precision.resolve(cfg.train.autocast, device, policy.config, "train")
+
+
+def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Module) -> Player:
+    """How the run's episodes are played and scored: an environment's multi-turn episodes
+    (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
+    rewards on the reference answer's probability, a scorer over ``policy``)."""
+    algo = front.algo
+    teacher = None
+    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage].requires:
+        if cfg.env.name is not None:
+            raise ConfigError(
+                f"algorithm.advantage {algo.advantage!r} (on-policy distillation) scores "
+                "single completions; agent episodes (env.name) are not supported yet"
+            )
+        teacher = build_teacher(cfg, tokenizer, policy)
+    if cfg.env.name is not None:
+        return MultiTurn(build_agent(cfg, front.task, tokenizer))
+    scorer = None
+    if REFERENCE_FIELDS & front.reward.field_names():
+        scorer = ReferenceScorer(
+            policy,
+            tokenizer,
+            cfg.reward.answer_format,
+            cfg.train.micro_batch_size,
+            train_dtype(cfg, policy),
+        )
+    stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
+    demonstration = None
+    if algo.sft_coef > 0:  # an SFT term on each problem's demonstration beside the RL loss
+        system = cfg.model.system_prompt
+        demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)
+    sampled = OneStep(
+        front.reward,
+        scorer,
+        front.task,
+        front.judge,
+        partial(encode_problem, tokenizer, cfg.model.system_prompt),
+        partial(decode_tokens, tokenizer),
+        teacher,
+        demonstration,
+    )
+    if algo.samples == "data":
+        return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)
+    return sampled
+
+
+def build_teacher(cfg: Config, tokenizer: Any, policy: torch.nn.Module) -> TeacherScorer:
+    """On-policy distillation's teacher (``model.teacher``) on the policy's device, in the
+    rollout dtype, frozen; a ConfigError when there is none or its vocabulary is not the
+    student's (its log-probs would be of other tokens)."""
+    spec = cfg.model.teacher
+    if spec is None:
+        raise ConfigError(
+            f"algorithm.advantage {cfg.algorithm.advantage or cfg.algorithm.preset!r} needs a "
+            "teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
+            "model with the same tokenizer)"
+        )
+    from rlvr.models import load_tokenizer
+
+    theirs = load_tokenizer(spec)
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError(
+            f"model.teacher {spec!r} has another vocabulary than the student {cfg.model.name!r} "
+            f"({len(theirs)} vs {len(tokenizer)} tokens): its log-probs would score other tokens"
+        )
+    device = next(policy.parameters()).device
+    model = load_model(spec, rollout_dtype(cfg, policy)).to(device).eval()
+    model.requires_grad_(False)
+    return TeacherScorer(
+        model,
+        tokenizer.pad_token_id,
+        cfg.rollout.temperature,
+        cfg.train.micro_batch_size,
+        train_dtype(cfg, policy),
+    )
+
+
+def decode_tokens(tokenizer: Any, ids: list[int]) -> str:
+    """A completion's text: its ids decoded without special tokens."""
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def load_policy(cfg: Config) -> torch.nn.Module:
+    """The policy's fp32 weights on the run's device (``train.device``); with ``model.lora``,
+    the frozen model with a trainable LoRA adapter (a new one, seeded by ``train.seed`` so that
+    every process builds the same, or ``model.lora.path``'s)."""
+    lora = cfg.model.lora
+    if adapter_base(resolve(cfg.model.name)) is not None:
+        raise ConfigError(
+            f"model.name {cfg.model.name!r} is a LoRA adapter: set model.name to its base model "
+            "and model.lora.path to the adapter (to train it further), or merge it into a plain "
+            "model first (rlvr export RUN --merge OUT)"
+        )
+    if lora is not None and lora.dropout > 0:
+        raise ConfigError(
+            f"model.lora.dropout {lora.dropout}: RL needs 0; with dropout the trainer's "
+            "log-probs are of another (random) model than the sampler's, so the importance "
+            "ratio is not 1 on-policy and the KL to the reference is not 0 at the start"
+        )
+    device = resolve_device(cfg.train.device)
+    if lora is not None and lora.quantize is not None:
+        if cfg.rollout.engine != "torch":
+            raise ConfigError(
+                "model.lora.quantize: a quantised base is served by the torch engine only "
+                "(vLLM would need the base in its own quantisation); set rollout.engine: torch"
+            )
+        if cfg.rollout.dtype not in ("auto", "fp32"):
+            raise ConfigError(
+                f"model.lora.quantize: the engine samples from the quantised model itself, "
+                f"which computes in fp32 here; set rollout.dtype: fp32 (not {cfg.rollout.dtype})"
+            )
+        try:
+            policy = load_model(cfg.model.name, torch.float32, lora.quantize)
+        except ModelSpecError as err:
+            raise ConfigError(f"model.lora.quantize: {err}") from None
+        if device.type != "cpu":
+            policy = policy.to(device)
+    else:
+        policy = load_model(cfg.model.name, torch.float32).to(device)
+    policy.config.use_cache = False
+    if lora is not None:
+        spec = adapters.LoraSpec(
+            rank=lora.rank,
+            alpha=lora.alpha,
+            target_modules=lora.target_modules
+            if isinstance(lora.target_modules, str)
+            else tuple(lora.target_modules),
+            dropout=lora.dropout,
+            seed=cfg.train.seed,
+            base=cfg.model.name,
+        )
+        try:
+            adapters.add_lora(policy, spec, lora.path)
+        except adapters.AdapterError as err:
+            raise ConfigError(f"model.lora: {err}") from None
+    return policy
+
+
+def build_sampler(cfg: Config, task: Task) -> PromptSampler:
+    """The prompt sampler (``curriculum``)."""
+    try:
+        return make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
+    except ValueError as err:
+        raise ConfigError(f"curriculum: {err}") from None

@@ -1,0 +1,214 @@
+"""Collect: prompts from the sampler -> a group of episodes each, played and scored by the
+rollouts -> one :class:`~rlvr.trainer.batch.Trajectories` batch (docs/design.md, "One training
+step", steps 1-3).
+
+A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
+prompt, sample: :mod:`rlvr.rollout.streams`), hands the groups to its
+:class:`~rlvr.trainer.protocols.Rollouts` (in this process, or on Ray rollout workers), and
+turns the scored groups into the step's batch: DAPO's overlong penalty, the sampler's update,
+GFPO's sample filter, the group selector (DAPO's dynamic sampling refills the batch), ReMax's
+greedy baseline. It never touches the optimizer: the learner trains on what it returns and
+publishes new weights back (:meth:`Collector.publish`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+from rlvr import algorithms
+from rlvr.config import Config
+from rlvr.curriculum.base import PromptSampler
+from rlvr.data import Problem
+from rlvr.envs.agent import episode_metrics
+from rlvr.rollout import SamplingParams
+from rlvr.rollout.streams import group_keys, stream_key
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.metrics import warn
+from rlvr.trainer.protocols import Rollouts, Weights
+from rlvr.trainer.rollouts import Scored
+
+
+def _kept(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in rows]
+
+
+#: Reward metrics summed over a step's draws (a judge's usage), not averaged.
+SUMMED = ("judge/", "time/")
+
+
+@dataclass
+class Collector:
+    """Samples and scores one step's batch (see the module docstring).
+
+    Attributes:
+        rollouts: where groups are played and scored (:class:`Rollouts`).
+        sampler: the prompt sampler (the task's stream, or a curriculum).
+        algo: the resolved preset (group size filters, dynamic sampling, ReMax, DAPO).
+        cfg: the run's config (``rollout`` section, ``train.seed``).
+        sampling: sampling parameters; ``greedy``: the same at temperature 0 (ReMax, eval).
+        phase: told "sampling" as the step moves (the progress display).
+        warn: shows a one-line warning (environment faults of a draw).
+        version: the policy version the rollouts serve (see :meth:`publish`).
+    """
+
+    rollouts: Rollouts
+    sampler: PromptSampler
+    algo: algorithms.Preset
+    cfg: Config
+    sampling: SamplingParams
+    greedy: SamplingParams
+    phase: Callable[[str], None] = lambda name: None
+    warn: Callable[[str], None] = warn
+    version: int = 0
+    _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    _reward_seconds: float = 0.0
+    _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def publish(self, weights: Weights, version: int) -> dict[str, float]:
+        """Serve ``weights`` (the learners') from now on, as policy ``version``; the
+        publication's statistics."""
+        stats = self.rollouts.publish(weights, version)
+        self.version = version
+        return stats
+
+    def rewards(self, scored: Scored, record: bool = True) -> torch.Tensor:
+        """Rewards [N] of scored completions, with DAPO's overlong penalty when the preset has
+        one; ``record``: count them in the step's reward metrics (not ReMax's greedy
+        baseline completions)."""
+        breakdown = scored.breakdown
+        rewards = torch.tensor(breakdown.total, dtype=torch.float)
+        for key, value in breakdown.metrics().items() if record else ():
+            self._reward_metrics.setdefault(key, []).append(value)
+        if self.algo.overlong_buffer_frac is not None:
+            lengths = torch.tensor([len(c) for c in scored.completion_ids])
+            budget = self.cfg.max_completion_tokens
+            cache_len = max(1, round(self.algo.overlong_buffer_frac * budget))
+            rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
+        self._reward_seconds += scored.reward_seconds
+        return rewards
+
+    def _draw(
+        self, step: int, draw: int, n: int, draws: algorithms.GroupAccumulator
+    ) -> Trajectories:
+        """Draw ``draw`` of step ``step``: P prompts, n samples each (sample j of prompt i from
+        the stream (seed, step, draw, i, j)), scored; the samples the filters keep."""
+        algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
+        self.phase("sampling")
+        problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
+        keys = group_keys(stream_key(self.cfg.train.seed, step, draw), len(problems), n)
+        scored = self.rollouts.run(problems, n, self.sampling, keys)
+        if scored.episode_counts is not None:
+            for key, value in scored.episode_counts.items():
+                self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
+        faults = [f for f in scored.faults or () if f is not None]
+        if faults:
+            self.warn(
+                f"step {step}: {len(faults)} of {len(scored.texts)} episodes ended in an "
+                f"environment fault (reward 0 for that turn, env.on_error: end_episode); the "
+                f"first: {faults[0]}"
+            )
+        if scored.group_ids is not None:  # the data's completions: as many as each problem has
+            ids = torch.tensor(scored.group_ids, dtype=torch.long)
+        else:
+            ids = torch.arange(len(problems)).repeat_interleave(n)
+        rewards = self.rewards(scored)
+        self.sampler.update(problems, rewards, ids)  # every group, before any filtering
+        keep = torch.arange(len(scored.texts))
+        if algo.group_filter:  # GFPO: keep G of the n samples of each group
+            lengths = torch.tensor([len(c) for c in scored.completion_ids])
+            keep = algorithms.group_filter(
+                rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
+            )
+        keep = keep[draws.add(rewards[keep], ids[keep])]
+        greedy_rewards = None
+        if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
+            greedy = self.rollouts.run(problems, 1, self.greedy, None)
+            greedy_rewards = self.rewards(greedy, record=False)[ids[keep]]
+        k = keep.tolist()
+        return Trajectories(
+            problems=problems,
+            prompt_ids=scored.prompt_ids,
+            completion_ids=[scored.completion_ids[i] for i in k],
+            sampler_logprobs=[scored.logprobs[i] for i in k],
+            finished=[scored.finished[i] for i in k],
+            texts=[scored.texts[i] for i in k],
+            rewards=rewards[keep],
+            group_ids=ids[keep],
+            greedy_rewards=greedy_rewards,
+            tokens_per_s=scored.tokens_per_s,
+            terms={
+                label: [values[i] for i in k]
+                for label, values in scored.breakdown.components.items()
+            },
+            policy_version=self.version,
+            action_mask=_kept(scored.action_mask, k),
+            turn_rewards=_kept(scored.turn_rewards, k),
+            anchors=_kept(scored.anchors, k),
+            transcripts=_kept(scored.transcripts, k),
+            teacher_logprobs=_kept(scored.teacher_logprobs, k),
+            demonstration_ids=scored.demonstration_ids,
+            demonstration_mask=scored.demonstration_mask,
+            reasons=[
+                {label: r[i] for label, r in scored.breakdown.reasons.items() if r[i] is not None}
+                for i in k
+            ],
+        )
+
+    def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
+        """The batch of step ``step`` (1-based): draw prompts, sample, score, tell the sampler;
+        refill until the batch is full (dynamic sampling). Returns the batch and the step's
+        sampling and reward metrics."""
+        algo, G, P = self.algo, self.cfg.rollout.group_size, self.cfg.rollout.prompts_per_step
+        n = G * (algo.group_filter_oversample or 1) if algo.group_filter else G
+        select = None
+        if algo.selector is not None:  # DAPO's informative groups, or a group_selector
+            select = partial(
+                algorithms.GROUP_SELECTORS[algo.selector], **algo.params.get("group_selector", {})
+            )
+        draws = algorithms.GroupAccumulator(
+            P, algo.max_draws if select is not None else 1, only_informative=False, select=select
+        )
+        parts = []
+        while not draws.done:
+            parts.append(self._draw(step, len(parts), n, draws))
+        metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
+        # per draw: error counts and judge usage add up, means are averaged over the draws
+        metrics.update(
+            {
+                k: sum(v) / (1 if k.endswith("errors") or k.startswith(SUMMED) else len(v))
+                for k, v in self._reward_metrics.items()
+            }
+        )
+        metrics.update(self.sampler.metrics())
+        if self._episode_counts:
+            metrics.update(episode_metrics(self._episode_counts))
+            self._episode_counts.clear()
+        metrics.update(self.rollouts.worker_stats())
+        metrics["time/reward"] = self._reward_seconds
+        self._reward_metrics.clear()
+        self._reward_seconds = 0.0
+        return Trajectories.merge(parts), metrics
+
+    def evaluate(self, problems: list[Problem]) -> dict[str, float]:
+        """Held-out accuracy of the served policy: greedy, and sampled with the run's sampling
+        settings when ``eval.sampled`` (``eval/greedy_*``, ``eval/sampled_*``)."""
+        seed = 1234  # the evaluation's own streams: every evaluation samples alike
+        greedy = self.rollouts.evaluate(problems, self.greedy, seed)
+        out = {f"eval/greedy_{k}": v for k, v in greedy.items()}
+        if self.cfg.eval.sampled:
+            sampled = dataclasses.replace(
+                self.greedy,
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                top_k=self.sampling.top_k,
+                min_p=self.sampling.min_p,
+            )
+            acc = self.rollouts.evaluate(problems, sampled, seed)
+            kept = ("accuracy", "reward_mean", "reward/")  # and a rubric's criteria
+            out.update({f"eval/sampled_{k}": v for k, v in acc.items() if k.startswith(kept)})
+        return out

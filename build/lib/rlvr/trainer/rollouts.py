@@ -1,0 +1,454 @@
+"""Sampling and scoring groups: the one rollout path every run takes (docs/design.md, "One
+training step", step 2-3).
+
+A group is ``n`` episodes of one problem. A :class:`Player` plays them on an engine and scores
+them, returning :class:`Scored`; the collector, the learner and evaluation never ask which kind
+of episode it was. Three players:
+
+* :class:`OneStep`: a plain task is the one-step environment, prompt -> one completion ->
+  the reward of the whole group (so group rewards such as TTRL's majority vote see all of a
+  problem's completions at once); its episodes are sampled as one batch;
+* :class:`MultiTurn`: an agent environment's episodes (:mod:`rlvr.envs.agent`), token-exact
+  across turns; the environment's returns are the rewards;
+* :class:`Given`: the data's own completions instead of samples (``samples: data``: SFT on
+  demonstrations, offline DPO on preference pairs), tokenized token-exactly through the chat
+  template; evaluation still samples (:class:`OneStep`).
+
+On-policy distillation adds a :class:`TeacherScorer` to :class:`OneStep`: the teacher's
+log-probs of every sampled token, computed where the samples are (a Ray rollout worker).
+
+:class:`Rollouts` (``rlvr.trainer.protocols``) runs a player in this process or on Ray workers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from rlvr.data import Problem, Task
+from rlvr.envs.agent import Agent, counts, succeeded
+from rlvr.envs.chat import encode_demonstration
+from rlvr.envs.episodes import Episode
+from rlvr.errors import DataError
+from rlvr.judging import Judge
+from rlvr.judging.accuracy import AccuracyRecords, sample_and_judge
+from rlvr.policy import completion_logprobs, make_batch
+from rlvr.rewards.combined import CombinedReward, RewardBreakdown
+from rlvr.rewards.reference_probability import reference_answer_logprobs
+from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
+from rlvr.rollout.streams import group_keys, stream_key
+from rlvr.trainer.batch import concat
+
+
+@dataclass(kw_only=True)
+class Scored:
+    """Groups played and scored (plain data: it comes back from rollout workers).
+
+    N samples of P problems: sample i of problem i // n, or of ``group_ids[i]`` when given
+    (the data's completions: as many per problem as it has).
+
+    Attributes:
+        prompt_ids: [P] each problem's prompt token ids (a plain task's chat, or the
+            environment's first messages, through the chat template).
+        completion_ids, logprobs, finished, texts: [N] per sample, as in
+            :class:`~rlvr.trainer.batch.Trajectories`.
+        breakdown: the reward's unweighted terms and error counts per sample.
+        seconds, tokens_per_s: the engine's time and throughput; ``reward_seconds``: scoring.
+        action_mask, turn_rewards, anchors, transcripts: [N] per multi-turn episode, else None.
+        episode_counts: the episodes' summed counts (:func:`rlvr.envs.agent.counts`) or None.
+        group_ids: [N] the problem of each sample, or None (i // n).
+        teacher_logprobs: [N] a teacher's log-prob of each completion token (on-policy
+            distillation), or None.
+        demonstration_ids, demonstration_mask: [P] each problem's demonstration (token ids
+            after its prompt, and the loss mask on its assistant tokens), for an SFT term beside
+            the RL loss (``sft_coef``), or None.
+        faults: [N] the environment fault that ended each episode (one line) or None; None
+            without an environment.
+    """
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finished: list[bool]
+    texts: list[str]
+    breakdown: RewardBreakdown
+    seconds: float
+    tokens_per_s: float
+    reward_seconds: float
+    action_mask: list[list[int]] | None = None
+    turn_rewards: list[list[float]] | None = None
+    anchors: list[list[Any]] | None = None
+    transcripts: list[list[dict[str, Any]]] | None = None
+    episode_counts: dict[str, float] | None = None
+    group_ids: list[int] | None = None
+    teacher_logprobs: list[list[float]] | None = None
+    demonstration_ids: list[list[int]] | None = None
+    demonstration_mask: list[list[int]] | None = None
+    faults: list[str | None] | None = None
+
+    @staticmethod
+    def merge(parts: list[Scored]) -> Scored:
+        """Shards of one draw, in prompt order, as one (throughput: tokens over the slowest
+        shard's time, the shards ran side by side)."""
+        seconds = max(p.seconds for p in parts)
+        tokens = sum(len(c) for p in parts for c in p.completion_ids)
+        counted = None
+        if parts[0].episode_counts is not None:
+            keys = parts[0].episode_counts
+            counted = {k: sum(p.episode_counts[k] for p in parts) for k in keys}  # type: ignore[index]
+        group_ids = None
+        if parts[0].group_ids is not None:  # offset by the problems of the shards before
+            offsets = [0]
+            for p in parts[:-1]:
+                offsets.append(offsets[-1] + len(p.prompt_ids))
+            group_ids = [g + o for p, o in zip(parts, offsets, strict=True) for g in p.group_ids]  # type: ignore[union-attr]
+        return concat(
+            parts,
+            group_ids=group_ids,
+            breakdown=RewardBreakdown.concat([p.breakdown for p in parts]),
+            seconds=seconds,
+            tokens_per_s=tokens / max(seconds, 1e-9),
+            reward_seconds=max(p.reward_seconds for p in parts),
+            episode_counts=counted,
+        )
+
+
+class Player(Protocol):
+    """Plays and scores the episodes of problems on an engine."""
+
+    def play(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        """``n`` scored episodes of each problem, episode i from the stream ``keys[i]``."""
+
+    def records(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        sampling: SamplingParams,
+        seed: int,
+        first: int,
+    ) -> AccuracyRecords:
+        """One judged episode per held-out problem (``first``: the problems' offset in the whole
+        held-out list, which names their streams)."""
+
+
+@dataclass
+class ReferenceScorer:
+    """The policy's log-probs of each problem's reference answer written after a completion,
+    the fields of RLPR / VeriFree rewards (:func:`reference_answer_logprobs`)."""
+
+    policy: torch.nn.Module
+    tokenizer: Any
+    answer_format: str
+    micro_batch_size: int
+    dtype: torch.dtype
+
+    def __call__(
+        self, rollout: Rollout, texts: list[str], owners: list[Problem]
+    ) -> dict[str, list[float]]:
+        return reference_answer_logprobs(
+            self.policy,
+            self.tokenizer,
+            rollout.prompt_ids,
+            rollout.group_ids.tolist(),
+            texts,
+            [p.answer for p in owners],
+            self.answer_format,
+            self.micro_batch_size,
+            self.dtype,
+        )
+
+
+@dataclass
+class TeacherScorer:
+    """A teacher model's log-probs of sampled completions (on-policy distillation): one no-grad
+    forward per micro-batch, each prompt encoded once (:func:`rlvr.policy.completion_logprobs`),
+    at the sampling temperature (the student's log-probs are the temperature-scaled policy's)."""
+
+    model: torch.nn.Module
+    pad_token_id: int
+    temperature: float
+    micro_batch_size: int
+    dtype: torch.dtype
+
+    @torch.no_grad()
+    def __call__(self, rollout: Rollout) -> list[list[float]]:
+        device = next(self.model.parameters()).device
+        ids = rollout.group_ids.tolist()
+        out: list[list[float]] = []
+        autocast = torch.autocast(device.type, self.dtype, enabled=self.dtype != torch.float32)
+        for lo in range(0, len(ids), self.micro_batch_size):
+            rows = list(range(lo, min(len(ids), lo + self.micro_batch_size)))
+            used = sorted({ids[i] for i in rows})
+            batch = make_batch(
+                [rollout.prompt_ids[j] for j in used],
+                [rollout.completion_ids[i] for i in rows],
+                self.pad_token_id,
+                [used.index(ids[i]) for i in rows],
+            ).to(device)
+            with autocast:
+                logp, _ = completion_logprobs(
+                    self.model, batch, self.temperature, shared_prefix=True
+                )
+            out += [logp[k, : len(rollout.completion_ids[i])].tolist() for k, i in enumerate(rows)]
+        return out
+
+
+@dataclass
+class OneStep:
+    """A plain task as the one-step environment: each problem's prompt (its chat through the
+    template, ``encode``), one sampled completion per episode, and the reward of the group
+    (:class:`~rlvr.rewards.combined.CombinedReward`; a group reward reads the whole group);
+    with ``teacher`` the teacher's log-probs of the samples (on-policy distillation), with
+    ``demonstration`` (:func:`demonstration_tokens` of a problem) each problem's
+    demonstration for an SFT term beside the RL loss (``sft_coef``)."""
+
+    reward: CombinedReward
+    reference_scorer: ReferenceScorer | None
+    task: Task
+    judge: Judge
+    encode: Callable[[Problem], list[int]]
+    decode: Callable[[list[int]], str]
+    teacher: TeacherScorer | None = None
+    demonstration: Callable[[Problem], tuple[list[int], list[int], list[int], bool]] | None = None
+
+    def play(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        prompt_ids = [self.encode(p) for p in problems]
+        rollout = engine.generate(prompt_ids, n, sampling, keys)
+        texts = [self.decode(c) for c in rollout.completion_ids]
+        start = time.perf_counter()
+        ids = rollout.group_ids.tolist()
+        owners = [problems[i] for i in ids]
+        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
+        if rollout.token_entropy:  # mean over each completion's tokens
+            fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
+            fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
+        if self.reference_scorer is not None:
+            fields.update(self.reference_scorer(rollout, texts, owners))
+        breakdown = self.reward(texts, owners, group_ids=ids, **fields)
+        teacher = self.teacher(rollout) if self.teacher is not None else None
+        demos = None if self.demonstration is None else [self.demonstration(p) for p in problems]
+        return Scored(
+            prompt_ids=prompt_ids,
+            completion_ids=rollout.completion_ids,
+            logprobs=rollout.logprobs,
+            finished=rollout.finished,
+            texts=texts,
+            breakdown=breakdown,
+            seconds=rollout.stats["rollout/seconds"],
+            tokens_per_s=rollout.stats["rollout/tokens_per_s"],
+            reward_seconds=time.perf_counter() - start,
+            teacher_logprobs=teacher,
+            demonstration_ids=None if demos is None else [d[1] for d in demos],
+            demonstration_mask=None if demos is None else [d[2] for d in demos],
+        )
+
+    def records(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        sampling: SamplingParams,
+        seed: int,
+        first: int,
+    ) -> AccuracyRecords:
+        return sample_and_judge(
+            engine,
+            self.task,
+            problems,
+            self.encode,
+            self.decode,
+            sampling,
+            seed,
+            self.judge,
+            first,
+        )
+
+
+def demonstration_tokens(
+    tokenizer: Any,
+    system_prompt: str | None,
+    stop_token_ids: tuple[int, ...],
+    max_tokens: int,
+    problem: Problem,
+    which: int = 0,
+) -> tuple[list[int], list[int], list[int], bool]:
+    """Demonstration ``which`` of ``problem`` as tokens (:func:`encode_demonstration`): prompt
+    ids, completion ids and loss mask cut at ``max_tokens``, and whether it fit; a DataError
+    when the problem gives none."""
+    if len(problem.demonstrations) <= which:
+        raise DataError(
+            f"problem {problem.id} gives no completion to train on: set task.completion_column, "
+            "or task.chosen_column and task.rejected_column, or give chats that end with "
+            "assistant turns"
+        )
+    chat = problem.messages(system_prompt)
+    turns = problem.demonstrations[which].turns()
+    prompt, ids, mask = encode_demonstration(tokenizer, chat, turns, stop_token_ids)
+    return prompt, ids[:max_tokens], mask[:max_tokens], len(ids) <= max_tokens
+
+
+@dataclass
+class Given:
+    """The data's completions as the groups (``samples: data``): each problem's demonstrations
+    (a demonstration for SFT, a chosen and a rejected completion for offline DPO) with the
+    data's rewards (1, and 0 for a rejected one), tokenized through the chat template with the
+    loss mask on the assistant tokens (:func:`rlvr.envs.chat.encode_demonstration`), cut at
+    ``max_tokens``. Nothing is sampled; the sampler log-probs are 0 (there is no behaviour
+    policy). Held-out problems are still sampled and judged by ``sampled`` (the run's
+    :class:`OneStep`)."""
+
+    sampled: OneStep
+    tokenizer: Any
+    system_prompt: str | None
+    stop_token_ids: tuple[int, ...]
+    max_tokens: int
+
+    def play(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        start = time.perf_counter()
+        prompts, completions, masks, rewards, owners, finished, texts = [], [], [], [], [], [], []
+        for i, problem in enumerate(problems):
+            for k in range(max(1, len(problem.demonstrations))):  # none: a DataError
+                prompt, ids, mask, fits = demonstration_tokens(
+                    self.tokenizer,
+                    self.system_prompt,
+                    self.stop_token_ids,
+                    self.max_tokens,
+                    problem,
+                    k,
+                )
+                demo = problem.demonstrations[k]
+                completions.append(ids)
+                masks.append(mask)
+                finished.append(fits)
+                rewards.append(demo.reward)
+                owners.append(i)
+                texts.append(demo.text)
+            prompts.append(prompt)
+        breakdown = RewardBreakdown(
+            total=rewards,
+            components={"data": rewards},
+            weights={"data": 1.0},
+            errors={"data": 0},
+            reasons={"data": [None] * len(rewards)},
+        )
+        return Scored(
+            prompt_ids=prompts,
+            completion_ids=completions,
+            logprobs=[[0.0] * len(c) for c in completions],
+            finished=finished,
+            texts=texts,
+            breakdown=breakdown,
+            seconds=time.perf_counter() - start,
+            tokens_per_s=0.0,
+            reward_seconds=0.0,
+            action_mask=masks,
+            group_ids=owners,
+        )
+
+    def records(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        sampling: SamplingParams,
+        seed: int,
+        first: int,
+    ) -> AccuracyRecords:
+        return self.sampled.records(engine, problems, sampling, seed, first)
+
+
+@dataclass
+class MultiTurn:
+    """An agent environment's episodes (:meth:`rlvr.envs.agent.Agent.play`); each episode's
+    return is its reward (one term, ``env``)."""
+
+    agent: Agent
+
+    def play(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
+        start = time.perf_counter()
+        prompts, episodes = self.agent.play(engine, problems, n, sampling, keys)
+        seconds = time.perf_counter() - start
+        returns = [e.reward for e in episodes]
+        breakdown = RewardBreakdown(
+            total=returns,
+            components={"env": returns},
+            weights={"env": 1.0},
+            errors={"env": 0},
+            reasons={"env": [None] * len(episodes)},
+        )
+        sampled = sum(sum(e.action_mask) for e in episodes)
+        return Scored(
+            prompt_ids=prompts,
+            completion_ids=[e.completion_ids for e in episodes],
+            logprobs=[e.logprobs for e in episodes],
+            finished=[e.finished for e in episodes],
+            texts=[e.last_action for e in episodes],
+            breakdown=breakdown,
+            seconds=seconds,
+            tokens_per_s=sampled / max(seconds, 1e-9),
+            reward_seconds=0.0,
+            action_mask=[e.action_mask for e in episodes],
+            turn_rewards=[e.turn_rewards for e in episodes],
+            anchors=[e.anchors for e in episodes],
+            transcripts=[e.messages for e in episodes],
+            episode_counts=counts(episodes),
+            faults=[e.fault for e in episodes],
+        )
+
+    def records(
+        self,
+        engine: RolloutEngine,
+        problems: list[Problem],
+        sampling: SamplingParams,
+        seed: int,
+        first: int,
+    ) -> AccuracyRecords:
+        keys = group_keys(stream_key(seed), len(problems), 1, first_prompt=first)
+        return episode_records(self.agent.play(engine, problems, 1, sampling, keys)[1])
+
+
+def episode_records(episodes: list[Episode]) -> AccuracyRecords:
+    """Held-out records of one episode per problem: success, return, tokens after the prompt,
+    not truncated, and the agent extras (turns, tool calls and errors, invalid actions)."""
+    return AccuracyRecords(
+        [succeeded(e) for e in episodes],
+        [e.reward for e in episodes],
+        [len(e.completion_ids) for e in episodes],
+        [not e.truncated for e in episodes],
+        {
+            "turns": [float(e.num_turns) for e in episodes],
+            "tool_calls": [float(e.tool_calls) for e in episodes],
+            "tool_errors": [float(e.tool_errors) for e in episodes],
+            "invalid_actions": [float(e.invalid_actions) for e in episodes],
+        },
+    )
