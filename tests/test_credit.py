@@ -298,4 +298,4 @@ def test_token_advantages_on_cuda():
     mask = torch.tensor([[1, 1, 0, 0, 1, 0]], device="cuda")
     out = token_advantages([[0.3, -0.7]], mask)
     assert out.device.type == "cuda"
-    assert out.cpu().tolist() == pytest.approx([[0.3, 0.3, 0.0, 0.0, -0.7, 0.0]])
+    assert out.cpu()[0].tolist() == pytest.approx([0.3, 0.3, 0.0, 0.0, -0.7, 0.0])

@@ -419,7 +419,8 @@ class RolloutConfig(Section):
         None,
         gt=0,
         description="largest mean |log-prob difference| per probe token the check accepts; "
-        "None: 1e-3 where engine and learner compute in fp32, else 0.05",
+        "None: 1e-3 where engine and learner compute in fp32, else 0.05, or twice the "
+        "difference measured on equal weights before training where that is larger",
     )
 
 

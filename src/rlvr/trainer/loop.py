@@ -38,7 +38,7 @@ from rlvr.trainer.build import RunParts, encode_problem
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.metrics import fmt_eval, sample_rows, staleness, step_metrics
 from rlvr.trainer.protocols import Learners, Update
-from rlvr.trainer.publish_check import check_publish, make_probe
+from rlvr.trainer.publish_check import check_publish, make_probe, rounding_floor
 
 
 class StopRequested:
@@ -142,6 +142,11 @@ class Loop:
         )
         self.probe = make_probe(prompt, self.collector.sampling, cfg.train.seed)
         self.publish_metrics: dict[str, float] = {}
+        self.rounding = 0.0  # the probe's difference on equal weights: the check's calibration
+        if cfg.rollout.publish_check and cfg.rollout.publish_check_tolerance is None:
+            with self.learners.published():  # the weights the engines serve (semi-online resume)
+                rollouts = self.collector.rollouts
+                self.rounding = rounding_floor(rollouts, self.learners, self.probe)
 
     # ------------------------------------------------------------ one step
 
@@ -215,7 +220,9 @@ class Loop:
         if self.cfg.rollout.publish_check:
             tolerance = self.cfg.rollout.publish_check_tolerance
             rollouts = self.collector.rollouts
-            checked = check_publish(rollouts, self.learners, self.probe, version, tolerance)
+            checked = check_publish(
+                rollouts, self.learners, self.probe, version, tolerance, self.rounding
+            )
             self.publish_metrics.update(checked)
         return time.perf_counter() - start
 

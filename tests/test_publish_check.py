@@ -1,0 +1,76 @@
+"""The publish check's tolerance (trainer/publish_check.py): fixed floors by dtype, calibrated
+on the rounding measured before training, and an engine that serves another model from the
+start stopped before the first step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.trainer.publish_check import (
+    EngineProbe,
+    Probe,
+    PublishMismatch,
+    check_publish,
+    rounding_floor,
+    tolerance,
+)
+
+PROBE = Probe(prompt=[5, 6], sampling=None, keys=torch.zeros(1, 2))  # type: ignore[arg-type]
+
+
+class Rollouts:
+    """One engine whose probe completion has the given log-probs."""
+
+    def __init__(self, logprobs: list[float], dtype: torch.dtype = torch.bfloat16) -> None:
+        self.logprobs, self.dtype = logprobs, dtype
+
+    def probe(self, prompt, sampling, keys) -> list[EngineProbe]:
+        ids = list(range(len(self.logprobs)))
+        return [EngineProbe("torch engine", self.dtype, ids, self.logprobs)]
+
+
+class Learners:
+    """The learner's scores of the same tokens."""
+
+    def __init__(self, logprobs: list[float], dtype: torch.dtype = torch.bfloat16) -> None:
+        self.logprobs, self.dtype = logprobs, dtype
+
+    def score(self, prompt, completions):
+        return [self.logprobs for _ in completions], self.dtype
+
+
+def test_fixed_floors_by_dtype_and_the_calibrated_margin():
+    bf16, fp32 = torch.bfloat16, torch.float32
+    assert tolerance(None, fp32, fp32) == 1e-3
+    assert tolerance(None, bf16, fp32) == 0.05 and tolerance(None, fp32, bf16) == 0.05
+    assert tolerance(None, fp32, fp32, rounding=1e-7) == 1e-3  # the floor holds
+    # the H100's measured rounding (0.051 per token on SmolLM2, bf16): twice that
+    assert tolerance(None, bf16, bf16, rounding=0.051) == pytest.approx(0.102)
+    assert tolerance(0.3, bf16, bf16, rounding=0.9) == 0.3  # a setting is taken as given
+
+
+def test_the_rounding_floor_is_the_mean_difference_on_equal_weights():
+    engine, learner = Rollouts([-1.0, -2.0, -0.5, 0.0]), Learners([-1.1, -2.0, -0.4, -0.02])
+    assert rounding_floor(engine, learner, PROBE) == pytest.approx((0.1 + 0 + 0.1 + 0.02) / 4)
+
+
+@pytest.mark.parametrize("off", [1.0, float("nan")])
+def test_an_engine_that_serves_another_model_from_the_start_is_stopped(off):
+    with pytest.raises(PublishMismatch, match="before training, on the same weights") as err:
+        rounding_floor(Rollouts([-1.0, -2.0]), Learners([-1.0 - off, -2.0 - off]), PROBE)
+    assert "does not serve the model being trained" in str(err.value)
+
+
+def test_a_publish_is_checked_against_twice_the_measured_rounding():
+    learner = Learners([-1.0, -2.0])
+    rounding = 0.06  # accepted up to 0.12 per token, above the fixed 0.05
+    ok = check_publish(Rollouts([-1.1, -2.1]), learner, PROBE, 3, None, rounding)
+    assert ok["rollout/publish_check_diff"] == pytest.approx(0.1)
+    with pytest.raises(PublishMismatch, match="policy version 3") as err:
+        check_publish(Rollouts([-1.13, -2.13]), learner, PROBE, 3, None, rounding)
+    assert "tolerance 0.12" in str(err.value) and "0.06 on the same weights" in str(err.value)
+    # fp32 on both sides: 1e-3 unless the measured rounding says more
+    fp32 = Learners([-1.0, -2.0], torch.float32)
+    with pytest.raises(PublishMismatch, match="tolerance 0.001"):
+        check_publish(Rollouts([-1.01, -2.01], torch.float32), fp32, PROBE, 1, None, 0.0)
