@@ -17,6 +17,7 @@ ProRL's reference reset). Everything here is a function of the model, in one pro
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -136,6 +137,8 @@ def read_adapter_config(path: str | Path) -> dict | None:
 
 def lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
     """The adapted layers (PEFT ``LoraLayer``) of ``model`` with their names."""
+    if "peft" not in sys.modules:  # never imported: no layer can be PEFT's (and importing it
+        return  # takes seconds, bitsandbytes with it)
     from peft.tuners.lora import LoraLayer
 
     for name, module in model.named_modules():
@@ -257,6 +260,8 @@ class MergedWeights:
 
     @torch.no_grad()
     def __call__(self, module: torch.nn.Module) -> torch.Tensor:
+        if "peft" not in sys.modules:  # never imported: no layer is PEFT's
+            return module.weight
         from peft.tuners.lora import LoraLayer
 
         if not isinstance(module, LoraLayer):

@@ -28,7 +28,6 @@ import numpy as np
 
 from rlvr.evaluation.harness import EvalError, load_summary, per_problem_values, read_run_config
 from rlvr.evaluation.paired import paired_comparison
-from rlvr.evaluation.plots import new_figure
 from rlvr.evaluation.stats import (
     AGGREGATES,
     bootstrap_ci,
@@ -429,6 +428,8 @@ def compare_figure(result: dict[str, Any], metric: str):
     methods = result["methods"]
     names = list(methods)
     level = round(100 * result["confidence"])
+    from rlvr.evaluation.plots import new_figure  # matplotlib: only when a plot is asked for
+
     fig = new_figure(15, max(3.2, 0.6 * len(names) + 2))
     ax_agg, ax_prof, ax_poi = fig.subplots(1, 3, squeeze=True)
     ypos = np.arange(len(names))

@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from rlvr.evaluation.stats import bootstrap_mean_ci
 
@@ -28,7 +27,9 @@ def sign_test(wins: int, losses: int) -> float:
     when there is no untied problem."""
     if wins + losses == 0:
         return 1.0
-    return float(sps.binomtest(wins, wins + losses, 0.5).pvalue)
+    from scipy import stats  # imported here: a second at start-up for every command
+
+    return float(stats.binomtest(wins, wins + losses, 0.5).pvalue)
 
 
 def paired_comparison(

@@ -24,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from scipy.stats import beta
-
 from rlvr.data.base import Problem, Task
 from rlvr.rewards.registry import get_reward
 
@@ -66,6 +64,8 @@ class ProbeRate:
         k, n = self.hits, self.total
         if n == 0:
             return (0.0, 1.0)
+        from scipy.stats import beta  # here: scipy.stats takes a second to import at every start
+
         lo = 0.0 if k == 0 else float(beta.ppf(0.025, k, n - k + 1))
         hi = 1.0 if k == n else float(beta.ppf(0.975, k + 1, n - k))
         return lo, hi
