@@ -1,7 +1,9 @@
 """Two OpenEnv environments written against ``openenv.core`` as their authors would, served on
 127.0.0.1 by the tests (``python openenv_for_tests.py NAME PORT``): ``guess`` (find a number
-in 1..8 from higher/lower hints, four tries) and ``echo`` (OpenEnv's template environment: the
-reward grows with the message, two turns)."""
+in 1..8 from higher/lower hints, four tries), ``echo`` (OpenEnv's template environment: the
+reward grows with the message, two turns) and ``mcp`` (an MCP environment, OpenEnv's
+``MCPEnvironment`` over a FastMCP server: tools ``add(a, b)`` and ``submit(answer)``, the
+reward 1 for submitting the episode's target sum)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ import re
 import sys
 from uuid import uuid4
 
+from fastmcp import FastMCP
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.env_server.types import Action, Observation, State
 
 
@@ -91,9 +96,65 @@ class EchoEnvironment(Environment):
         return self._state
 
 
+class SumObservation(Observation):
+    prompt: str = ""
+
+
+class SumEnvironment(MCPEnvironment):
+    """Add two numbers with the ``add`` tool and ``submit`` the sum: the episode's pair comes
+    from the reset's seed; ``submit`` ends it, rewarded 1 when right."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self) -> None:
+        mcp = FastMCP("sum")
+        self.pair, self.submitted = (0, 0), None
+
+        @mcp.tool()
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        @mcp.tool()
+        def submit(answer: int) -> str:
+            """Submit the final answer."""
+            self.submitted = answer
+            return "submitted"
+
+        super().__init__(mcp)
+        self._state = State(episode_id=str(uuid4()), step_count=0)
+
+    def reset(self, seed=None, episode_id=None, **kwargs) -> SumObservation:
+        rng = random.Random(seed)
+        self.pair, self.submitted = (rng.randint(10, 99), rng.randint(10, 99)), None
+        self._state = State(episode_id=episode_id or str(uuid4()), step_count=0)
+        a, b = self.pair
+        return SumObservation(prompt=f"What is {a} + {b}? Use the tools, then submit.")
+
+    def _scored(self, observation: Observation) -> Observation:
+        if self.submitted is not None:
+            observation.done = True
+            observation.reward = float(self.submitted == sum(self.pair))
+        return observation
+
+    def step(self, action, timeout_s=None, **kwargs) -> Observation:
+        return self._scored(super().step(action, timeout_s=timeout_s, **kwargs))
+
+    async def step_async(self, action, timeout_s=None, **kwargs) -> Observation:
+        return self._scored(await super().step_async(action, timeout_s=timeout_s, **kwargs))
+
+    def _step_impl(self, action, timeout_s=None, **kwargs) -> Observation:
+        return SumObservation(prompt="Call a tool.")
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+
 APPS = {
     "guess": (GuessEnvironment, GuessAction, GuessObservation),
     "echo": (EchoEnvironment, EchoAction, EchoObservation),
+    "mcp": (SumEnvironment, CallToolAction, SumObservation),
 }
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """OpenEnv environments (openenv-core) through rlvr's environment protocol: two environments
 served on 127.0.0.1 by the tests (tests/openenv_for_tests.py), reset/step mapped over OpenEnv's
 WebSocket client, the action field read from the server's schema, 2-step runs evaluated with
-rlvr eval on the tiny model, and a server killed mid-episode (an environment fault)."""
+rlvr eval on the tiny model, an MCP environment's tools called on the server, and a server
+killed mid-episode (an environment fault)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def _serve(name: str) -> tuple[subprocess.Popen, str]:
 
 @pytest.fixture(scope="module")
 def servers():
-    procs = {name: _serve(name) for name in ("guess", "echo")}
+    procs = {name: _serve(name) for name in ("guess", "echo", "mcp")}
     yield {name: url for name, (_, url) in procs.items()}
     for proc, _ in procs.values():
         proc.kill()
@@ -102,6 +103,34 @@ def test_the_echo_environment_and_what_cannot_be_mapped(servers):
         OpenEnvEnv(dead)
 
 
+def test_an_mcp_environment_calls_its_tools_on_the_server(servers):
+    env = OpenEnvEnv(servers["mcp"])
+    assert env.mcp and env.observation_field == "prompt"  # CallToolAction in /schema
+    assert [t.schema()["function"]["name"] for t in env.tools] == ["add", "submit"]
+    assert env.tools[0].parameters["required"] == ["a", "b"]  # the server's input schema
+    first = env.reset(PROBLEM, seed=3)
+    a, b = (int(n) for n in first[0]["content"].split("?")[0].split()[-3::2])
+    calls = (
+        f'<tool_call>{{"name": "add", "arguments": {{"a": {a}, "b": {b}}}}}</tool_call>'
+        '<tool_call>{"name": "mul", "arguments": {}}</tool_call><tool_call>{"name": '
+    )
+    step = env.step(calls)
+    assert [m["content"] for m in step.messages] == [
+        str(a + b),
+        "Error: Unknown tool: 'mul'",
+        "Error: tool call 3: <tool_call> is not closed by </tool_call>",
+    ]
+    assert {m["role"] for m in step.messages} == {"tool"} and not step.terminated
+    assert (step.info["tool_calls"], step.info["tool_errors"], step.reward) == (3, 2, 0.0)
+    step = env.step(
+        f'<tool_call>{{"name": "submit", "arguments": {{"answer": {a + b}}}}}</tool_call>'
+    )
+    assert step.terminated and step.reward == 1.0 and step.info["action_valid"]
+    env.reset(PROBLEM, seed=3)
+    step = env.step("The answer is 42.")  # no call: the final answer ends the episode
+    assert step.terminated and step.reward == 0.0 and step.messages == []
+
+
 def test_an_openenv_episode_is_the_chat_template_of_its_conversation(servers):
     tok = load_tokenizer(SMOL)
     texts = ["\\boxed{1}", "\\boxed{2}", "\\boxed{3}", "\\boxed{4}"]
@@ -109,7 +138,7 @@ def test_an_openenv_episode_is_the_chat_template_of_its_conversation(servers):
     assert ep.terminated and ep.messages[2]["content"] in ("Higher.", "Correct!")
 
 
-@pytest.mark.parametrize("name", ["guess", "echo"])
+@pytest.mark.parametrize("name", ["guess", "echo", "mcp"])
 def test_an_openenv_env_trains_two_steps_and_is_evaluated(servers, tmp_path, name):
     run = tmp_path / "run"
     env_name = f"openenv:{servers[name]}"
@@ -121,7 +150,8 @@ def test_an_openenv_env_trains_two_steps_and_is_evaluated(servers, tmp_path, nam
     )
     cfg["reward"] = {}
     records = assert_trains_and_evaluates(cfg)
-    assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
+    roles = [m["role"] for m in json.loads(records[0]["transcript"])]
+    assert roles.index("assistant") == roles.index("user") + 1  # after a system prompt or not
 
 
 def test_a_server_killed_mid_episode_is_an_environment_fault(servers):

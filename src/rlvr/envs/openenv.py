@@ -21,6 +21,18 @@ episode) and needs none of the environment's Python classes:
   flag), the observation's other fields are the step's ``info["openenv"]``; the session is
   closed when the episode ends.
 
+**MCP environments** (OpenEnv's ``MCPEnvironment``: tools of a FastMCP server, called with
+``CallToolAction``; recognised by an action schema with ``tool_name`` and ``arguments``, or
+``mcp: true``): the server's tools (``list_tools``, once per process) are the environment's
+``tools``, shown to the policy by the chat template like any tool environment's, and each
+``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` of a turn (Hermes format) is sent as a
+``call_tool`` step. Each call's result (its text content, or ``Error: ...`` for the server's
+error or the tool's own) is a ``tool`` message; the steps' rewards add up, and a step that says
+``done`` ends the episode. A turn without a call is the policy's final answer and ends the
+episode (an MCP environment scores through its tools, e.g. a ``submit`` tool). Calls that
+cannot be parsed are answered with the error; ``info`` counts ``tool_calls`` and
+``tool_errors`` as for rlvr's own tool environments.
+
 A server serves as many sessions at once as its ``max_concurrent_envs``: at least
 ``rollout.prompts_per_step x rollout.group_size`` for a run's episodes to play side by side.
 A server that goes away mid-episode is an environment fault (``env.on_error``).
@@ -34,6 +46,8 @@ from typing import Any
 
 from rlvr.data.base import Problem
 from rlvr.envs.base import EnvError, Message, StepResult
+from rlvr.envs.parsers import parse_hermes
+from rlvr.envs.tools import Tool
 
 INSTALL_HINT = "pip install 'rlvr[openenv]'  (the openenv-core package)"
 SCHEMES = ("http://", "https://", "ws://", "wss://")
@@ -72,6 +86,56 @@ def server_schema(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     return schema
 
 
+def is_mcp(action_schema: dict[str, Any]) -> bool:
+    """Whether an action schema is OpenEnv's ``CallToolAction`` (an MCP environment's)."""
+    return {"tool_name", "arguments"} <= set(action_schema.get("properties", {}))
+
+
+def _on_server(**arguments: Any) -> Any:
+    raise EnvError("an MCP tool runs on the OpenEnv server: it is called through the env's step")
+
+
+@cache
+def server_tools(url: str, message_timeout_s: float = 60.0) -> tuple[Tool, ...]:
+    """The tools of the MCP environment at ``url`` (its ``list_tools``), fetched once per
+    process, as rlvr tools (their calls go to the server)."""
+    client = import_openenv_client()(base_url=url, message_timeout_s=message_timeout_s).sync()
+    try:
+        client.connect()
+        listed = client.step({"type": "list_tools"}).observation
+    except Exception as err:  # noqa: BLE001 - any client failure: the server is not usable
+        raise EnvError(
+            f"OpenEnv server {url}: list_tools failed ({type(err).__name__}: {err})"
+        ) from err
+    finally:
+        client.close()
+    specs = listed.get("tools") if isinstance(listed, dict) else None
+    if not isinstance(specs, list) or not specs:
+        raise EnvError(f"OpenEnv server {url}: list_tools gave no tools ({listed!r:.200})")
+    return tuple(
+        Tool(t["name"], t.get("description") or "", t.get("input_schema") or {}, _on_server)
+        for t in specs
+    )
+
+
+def tool_text(observation: dict[str, Any]) -> tuple[str, bool]:
+    """A ``call_tool`` observation as the text of a tool message, and whether the call
+    succeeded: the server's error, else the result's text content (the tool's own error
+    marked), else its data as JSON."""
+    error = observation.get("error")
+    if error:
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return f"Error: {message}", False
+    result = observation.get("result")
+    if not isinstance(result, dict):
+        return ("" if result is None else str(result)), True
+    parts = [c.get("text", "") for c in result.get("content") or () if isinstance(c, dict)]
+    text = "\n".join(p for p in parts if p) or json.dumps(result.get("data"))
+    if result.get("is_error"):
+        return f"Error: {text}", False
+    return text, True
+
+
 def string_fields(schema: dict[str, Any], required_only: bool) -> list[str]:
     """The string properties of a JSON schema (its required ones when ``required_only``),
     without OpenEnv's own (done, reward, metadata)."""
@@ -108,6 +172,7 @@ class OpenEnvEnv:
         reset_kwargs: more keyword arguments of every reset (e.g. a difficulty).
         message_timeout_s: seconds OpenEnv's client waits for one answer (rlvr's own limit,
             ``env.step_timeout_s``, applies as well).
+        mcp: whether the server is an MCP environment (None: read from its action schema).
     """
 
     def __init__(
@@ -118,6 +183,7 @@ class OpenEnvEnv:
         observation_field: str | None = None,
         reset_kwargs: dict[str, Any] | None = None,
         message_timeout_s: float = 60.0,
+        mcp: bool | None = None,
     ) -> None:
         self._client_type = import_openenv_client()
         if not env_id.startswith(SCHEMES):
@@ -128,8 +194,13 @@ class OpenEnvEnv:
         self.url, self.system_prompt = env_id.rstrip("/"), system_prompt
         schema = server_schema(self.url)
         action, observation = schema["action"], schema["observation"]
-        self.action_field = action_field or _pick(
-            string_fields(action, True), "action", "action_field", self.url, action
+        self.mcp = is_mcp(action) if mcp is None else mcp
+        self.tools = list(server_tools(self.url, message_timeout_s)) if self.mcp else []
+        self.tool_format = "hermes"
+        self.action_field = action_field or (
+            "tool_name"
+            if self.mcp
+            else _pick(string_fields(action, True), "action", "action_field", self.url, action)
         )
         if self.action_field not in action.get("properties", {}):
             raise EnvError(
@@ -166,6 +237,8 @@ class OpenEnvEnv:
         """The server's step on ``{action_field: action_text}`` (see the module docstring)."""
         if self._client is None:
             raise EnvError(f"OpenEnv server {self.url}: no episode in progress; call reset first")
+        if self.mcp:
+            return self._tool_step(action_text)
         result = self._client.step({self.action_field: action_text})
         observation = result.observation if isinstance(result.observation, dict) else {}
         done = bool(result.done)
@@ -179,6 +252,37 @@ class OpenEnvEnv:
             terminated=done,
             info=info,
         )
+
+    def _tool_step(self, action_text: str) -> StepResult:
+        """An MCP environment's turn: each tool call of ``action_text`` as a ``call_tool`` step
+        (see the module docstring)."""
+        parsed = parse_hermes(action_text)
+        if not parsed.calls and not parsed.errors:  # the final answer
+            self.close()
+            return StepResult([], 0.0, terminated=True, info={"tool_calls": 0})
+        messages: list[Message] = []
+        reward, done, errors, last = 0.0, False, len(parsed.errors), {}
+        for call in parsed.calls:
+            payload = {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
+            result = self._client.step(payload)
+            last = result.observation if isinstance(result.observation, dict) else {}
+            text, ok = tool_text(last)
+            errors += not ok
+            messages.append({"role": "tool", "content": text})
+            reward += 0.0 if result.reward is None else float(result.reward)
+            if result.done:
+                done = True
+                break
+        messages += [{"role": "tool", "content": f"Error: {e}"} for e in parsed.errors]
+        info = {
+            "tool_calls": len(parsed.calls) + len(parsed.errors),
+            "tool_errors": errors,
+            "action_valid": errors == 0,
+            "openenv": {k: v for k, v in last.items() if k != "result"},
+        }
+        if done:
+            self.close()
+        return StepResult([] if done else messages, reward, terminated=done, info=info)
 
     def close(self) -> None:
         """End the WebSocket session (the episode loop calls it when the episode is over)."""
