@@ -5,6 +5,7 @@ two tasksets trained 2 steps (as a task, and as an environment) and evaluated wi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,7 @@ def test_a_taskset_trains_two_steps_and_is_evaluated(tmp_path, name, as_env):
 
 
 GUESS = "verifiers:vf_guess_for_tests"
+TOOLS = "verifiers:vf_tools_for_tests"
 
 
 def test_a_taskset_that_plays_the_user_runs_its_own_episodes_at_the_endpoint(tiny):
@@ -128,3 +130,78 @@ def test_a_taskset_played_by_its_own_environment_trains_from_a_config(tmp_path):
     rows = read_metrics(run)
     assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
     assert rows[0]["episodes/turns_mean"] == 3.0
+
+
+class ToolCallingEngine:
+    """Scripted replies for the tools taskset: a call to a tool that does not exist, a call to
+    the task's MCP ``add`` tool with the prompt's numbers, then the boxed result it returned."""
+
+    def __init__(self, tok) -> None:
+        self.tok, self.end = tok, tok.convert_tokens_to_ids("<|im_end|>")
+        self.replies: list[str] = []
+
+    def reply(self, text: str) -> str:
+        done = text.count("<|im_start|>tool")
+        if done == 0:
+            return '<tool_call>\n{"name": "mul", "arguments": {"a": 1}}\n</tool_call>'
+        if done == 1:
+            a, b = re.findall(r"compute (\d+) \+ (\d+)", text)[-1]
+            call = {"name": "calc_toolset_add", "arguments": {"a": int(a), "b": int(b)}}
+            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        result = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)[-1]
+        return f"\\boxed{{{result}}}"
+
+    def generate(self, prompts, n, sampling, keys):
+        from rlvr.rollout.base import Rollout
+
+        texts = [self.reply(self.tok.decode(p)) for p in prompts]
+        self.replies += texts
+        ids = [self.tok(t, add_special_tokens=False)["input_ids"] + [self.end] for t in texts]
+        return Rollout(prompts, ids, [[-0.5] * len(x) for x in ids], [True] * len(ids), 1)
+
+
+def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_tok, monkeypatch):
+    """harness: rlvr with a task's MCP toolset (verifiers starts its server for the episode):
+    the tools go out with each call, each tool call runs on the server (an unknown one is
+    answered with the error), the results come back as tool messages, and the episode is the
+    chat template of the whole conversation with the sampled replies."""
+    import torch
+
+    from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.episodes import Budget, Faults
+    from rlvr.envs.harness import play_recorded
+    from rlvr.envs.verifiers_env import verifiers_environment
+    from rlvr.models import stop_token_ids
+    from rlvr.rollout import SamplingParams
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the toolset's server module
+    tok, task = smol_tok, make_task(TOOLS, n_eval=2)
+    engine = ToolCallingEngine(tok)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
+    problem = task.train_problem(0)
+    prompts, (ep,) = play_recorded(
+        engine, lambda: verifiers_environment("vf_tools_for_tests", task, harness="rlvr"),
+        renderer, lambda ids: tok.decode(ids, skip_special_tokens=True), [problem], 1,
+        sampling, torch.zeros(1, dtype=torch.long), [0], Budget(4, 2048, 1024),
+        Faults(timeout_s=60),
+    )  # fmt: skip
+    assert ep.fault is None and ep.num_turns == 3 and ep.reward == 1.0
+    assert ep.infos[-1]["verifiers_rewards"] == {"correct": 1.0}
+    a, b = (int(n) for n in re.findall(r"compute (\d+) \+ (\d+)", problem.prompt)[0])
+    system = tok.decode(prompts[0]).split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
+    assert "calc_toolset_add(a: integer, b: integer): Add two integers." in system
+    chat = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": problem.prompt},
+        {"role": "assistant", "content": engine.replies[0]},
+        {"role": "tool", "content": "Error: unknown tool 'mul'; available tools: calc_toolset_add"},
+        {"role": "assistant", "content": engine.replies[1]},
+        {"role": "tool", "content": str(a + b)},
+        {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
+    ]
+    whole = tok(tok.apply_chat_template(chat, tokenize=False), add_special_tokens=False)
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    assert prompts[0] + ep.completion_ids + newline == whole["input_ids"]
+    sampled = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if m]
+    assert tok.decode(sampled).count("<tool_call>") == 2

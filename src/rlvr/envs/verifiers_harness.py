@@ -6,19 +6,26 @@ verifiers 0.4 runs an episode as an agent *harness* (a program) whose model call
 interception server to a model endpoint; its stock harnesses are programs ``uv`` installs from
 PyPI and starts in a subprocess. :class:`RlvrHarness` is a harness that runs in this process
 instead (a harness may, as long as every model call goes through the interception endpoint it
-is given): one chat call per launch, on the messages verifiers resolves (its prompt, or the
-whole conversation when the environment resumes the agent with a user turn). The interception
-server relays each call to rlvr's recording endpoint (:mod:`rlvr.envs.harness`), so the episode
-is built from the ids the policy sampled; the reward is the trace's (the task's rewards).
-The harness does not connect MCP tool servers yet: tasksets whose tasks give MCP tools do not
-run this way (the endpoint itself takes OpenAI tool calls).
+is given): chat calls on the messages verifiers resolves (its prompt, or the whole conversation
+when the environment resumes the agent with a user turn). The interception server relays each
+call to rlvr's recording endpoint (:mod:`rlvr.envs.harness`), so the episode is built from the
+ids the policy sampled; the reward is the trace's (the task's rewards).
+
+Tools: where a task gives MCP tool servers (its ``toolsets``, which verifiers starts per
+episode and passes as ``mcp_urls``), the harness lists their tools (verifiers' own
+``connect_mcp``) and sends them with each call as OpenAI ``tools``; each tool call of a reply is
+run on its server (``call_mcp``) and answered by a ``tool`` message, and the next call carries
+the conversation on, until a reply calls no tool or ``max_tool_rounds`` calls were made. A
+failed call is answered with ``Error: ...``, as rlvr's own tool environments do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+from contextlib import AsyncExitStack
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -26,6 +33,7 @@ from verifiers.v1.clients import ModelContext
 from verifiers.v1.configs.harness import HarnessConfig
 from verifiers.v1.dialects.chat import message_to_wire
 from verifiers.v1.harness import Harness
+from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
 from verifiers.v1.runtimes import ProgramResult, Runtime
 from verifiers.v1.task import TaskData
 from verifiers.v1.trace import Trace
@@ -41,15 +49,18 @@ sys.modules.setdefault(HARNESS_ID, sys.modules[__name__])
 
 
 class RlvrHarnessConfig(HarnessConfig):
-    """No options beyond verifiers' own."""
+    """``max_tool_rounds``: the most chat calls of one launch when replies call tools."""
+
+    max_tool_rounds: int = 16
 
 
 class RlvrHarness(Harness[RlvrHarnessConfig]):
-    """One chat call per launch, in this process (see the module docstring)."""
+    """Chat calls in this process, tools on the task's MCP servers (see the module
+    docstring)."""
 
     APPENDS_SYSTEM_PROMPT = True
     SUPPORTS_RESUME = True
-    SUPPORTS_MCP = False
+    SUPPORTS_MCP = True
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
@@ -72,11 +83,51 @@ class RlvrHarness(Harness[RlvrHarnessConfig]):
         elif prompt is not None:
             messages += [message_to_wire(m) for m in prompt]
         client = AsyncOpenAI(base_url=endpoint, api_key=secret, max_retries=0)
-        try:
-            reply = await client.chat.completions.create(model=ctx.model, messages=messages)
-        finally:
-            await client.close()
-        return ProgramResult(exit_code=0, stdout=reply.choices[0].message.content or "", stderr="")
+        async with AsyncExitStack() as stack:
+            stack.push_async_callback(client.close)
+            tools: list[dict[str, Any]] = []
+            dispatch: dict[str, Any] = {}
+            servers: dict[str, Any] = {}
+            if mcp_urls:
+                timeout = self.config.tool_timeout
+                servers_config = {n: {"url": u, "timeout": timeout} for n, u in mcp_urls.items()}
+                tools, dispatch, servers = await connect_mcp({"mcpServers": servers_config}, stack)
+            for _ in range(self.config.max_tool_rounds):
+                extra = {"tools": tools} if tools else {}
+                completion = await client.chat.completions.create(
+                    model=ctx.model, messages=messages, **extra
+                )
+                reply = completion.choices[0].message.model_dump(exclude_none=True)
+                messages.append(reply)
+                if not reply.get("tool_calls"):
+                    break
+                for call in reply["tool_calls"]:
+                    content = await _tool_result(servers, dispatch, call["function"])
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call["id"], "content": content}
+                    )
+        return ProgramResult(exit_code=0, stdout=messages[-1].get("content") or "", stderr="")
+
+
+async def _tool_result(servers: Any, dispatch: dict[str, Any], function: dict[str, Any]) -> str:
+    """The text of one tool call's result on its MCP server, or ``Error: ...``: an unknown tool,
+    arguments that are not a JSON object, or the call failing."""
+    name = function.get("name", "")
+    if name not in dispatch:
+        return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(dispatch))}"
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        return f"Error: the arguments of {name!r} are not valid JSON"
+    if not isinstance(arguments, dict):
+        return f"Error: the arguments of {name!r} must be a JSON object"
+    try:
+        content = await call_mcp(servers, dispatch, name, arguments)
+    except Exception as err:  # noqa: BLE001 - the tool's failure is the model's to read
+        return f"Error: {type(err).__name__}: {err}"
+    if isinstance(content, str):
+        return content
+    return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
 
 
 __all__ = ["RlvrHarness"]
