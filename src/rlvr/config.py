@@ -593,7 +593,7 @@ class AlgorithmConfig(Section):
     policy_loss: str | None = Field(
         None,
         description="a registered policy loss: token (PPO), sequence (GSPO), geometric (GMPO), "
-        "cispo, none (REINFORCE), or a plug-in's",
+        "cispo, none (REINFORCE), dppo_tv, dppo_kl (DPPO), sapo (SAPO), or a plug-in's",
     )
     clip_low: float | None = Field(
         None, ge=0, description="eps_low (log space for geometric; 1: no lower bound)"

@@ -26,6 +26,7 @@ from rlvr.algorithms.advantages import (
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
 from rlvr.algorithms.distillation import reverse_kl_advantages
+from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
 from rlvr.algorithms.filters import (
     GROUP_FILTERS,
     GROUP_SELECTORS,
@@ -95,6 +96,7 @@ from rlvr.algorithms.presets import (
     resolve,
     validate,
 )
+from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.shaping import overlong_penalty
 
 __all__ = [
@@ -121,6 +123,10 @@ __all__ = [
     "PolicyLoss",
     "Preset",
     "add_objective",
+    "binary_kl",
+    "dppo_kl_policy_loss",
+    "dppo_tv_policy_loss",
+    "sapo_policy_loss",
     "advantage_kwargs",
     "aggregate",
     "cispo_policy_loss",

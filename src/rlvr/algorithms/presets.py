@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.algorithms import distillation, imitation  # noqa: F401 (register their estimators)
+from rlvr.algorithms import distillation, dppo, imitation, sapo  # noqa: F401 (they register parts)
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
@@ -585,6 +585,20 @@ for _preset in (
             "weight is clipped and detached so no token loses its gradient; no lower bound "
             "as in the paper, eps_high 0.28 (the paper does not publish its tuned value), "
             "token-mean aggregation, no KL penalty."
+        ),
+    ),
+    Preset(
+        name="sapo",
+        advantage="grpo",
+        policy_loss="sapo",
+        aggregation="seq-mean-token-mean",
+        params={"policy_loss": {"tau_pos": 1.0, "tau_neg": 1.05}},
+        citation="Qwen Team 2025, Soft Adaptive Policy Optimization, arXiv:2511.20347",
+        summary=(
+            "GRPO advantages with the hard clip replaced by a soft gate: L = -(4 / tau) "
+            "sigmoid(tau (rho - 1)) A, whose gradient is the vanilla one at rho = 1 and decays "
+            "smoothly off-policy; tau_pos 1.0, tau_neg 1.05 (negative advantages gated faster) "
+            "as in the paper, seq-mean-token-mean aggregation, no KL penalty."
         ),
     ),
     Preset(

@@ -1,0 +1,129 @@
+"""The zoo's second wave (issue 29), each part on a hand-computed example and in a 2-step run
+from YAML on the tiny model: DPPO's divergence trust region (TV and binary-KL forms) and SAPO's
+soft gate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import yaml
+from test_trainer import step_rows, tiny_config
+
+from rlvr.algorithms import (
+    PRESETS,
+    binary_kl,
+    dppo_kl_policy_loss,
+    dppo_tv_policy_loss,
+    policy_loss,
+    sapo_policy_loss,
+)
+from rlvr.config import build_config
+from rlvr.trainer import train
+
+
+def _logs(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor([[math.log(p) for p in row] for row in rows], dtype=torch.float64)
+
+
+# row 0: A = +1; row 1: A = -1. pi_old -> pi per token:
+# row 0: 0.5 -> 0.8 (up by 0.3), 0.001 -> 0.03 (up by 0.029, ratio 30), 0.9 -> 0.2 (down)
+# row 1: 0.5 -> 0.2 (down by 0.3), 0.3 -> 0.25 (down by 0.05), 0.1 -> 0.6 (up)
+OLD = _logs([0.5, 0.001, 0.9], [0.5, 0.3, 0.1])
+NEW = [[0.8, 0.03, 0.2], [0.2, 0.25, 0.6]]
+ADV = torch.tensor([1.0, -1.0], dtype=torch.float64)
+
+
+def test_dppo_tv_keeps_tokens_inside_the_probability_region():
+    logp = _logs(*NEW).requires_grad_(True)
+    loss, info = dppo_tv_policy_loss(logp, OLD, ADV, clip_low=0.2, clip_high=0.2)
+    # |pi - pi_old| beyond 0.2 in the pushed direction: row 0 token 0 (+0.3), row 1 token 0
+    # (-0.3) drop out; the others stay, whatever their ratio (row 0 token 1: 30, capped at 20)
+    valid = torch.tensor([[0, 1, 1], [0, 1, 1]], dtype=torch.bool)
+    assert torch.equal(info["is_clipped_high"] | info["is_clipped_low"], ~valid)
+    expected = [
+        [0.0, -20 * math.log(0.03), -(0.2 / 0.9) * math.log(0.2)],
+        [0.0, (0.25 / 0.3) * math.log(0.25), 6.0 * math.log(0.6)],
+    ]
+    torch.testing.assert_close(loss.detach(), torch.tensor(expected, dtype=torch.float64))
+    loss.sum().backward()  # d/dlogp = -A * sg[min(rho, 20)] on valid tokens, 0 elsewhere
+    grad = [[0.0, -20.0, -0.2 / 0.9], [0.0, 0.25 / 0.3, 6.0]]
+    torch.testing.assert_close(logp.grad, torch.tensor(grad, dtype=torch.float64))
+    assert info["is_dual_clipped"][0, 1] and info["is_dual_clipped"].sum() == 1  # the cap
+
+
+def test_binary_kl_and_dppo_kl_on_the_same_tokens():
+    kl = binary_kl(OLD, _logs(*NEW))
+    # 0.5 -> 0.8: 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2); 0.001 -> 0.03; 0.3 -> 0.25
+    assert kl[0, 0].item() == pytest.approx(0.5 * math.log(0.625) + 0.5 * math.log(2.5))
+    assert kl[0, 1].item() == pytest.approx(
+        0.001 * math.log(0.001 / 0.03) + 0.999 * math.log(0.999 / 0.97)
+    )
+    assert kl[1, 1].item() == pytest.approx(0.3 * math.log(1.2) + 0.7 * math.log(0.7 / 0.75))
+    loss, info = dppo_kl_policy_loss(_logs(*NEW), OLD, ADV, clip_low=0.05, clip_high=0.05)
+    # 0.223 > 0.05 pushed the advantage's way: out (row 0 token 0, row 1 token 0); 0.026 and
+    # 0.0064 are inside; moves against the advantage (row 0 token 2, row 1 token 2) stay
+    dropped = info["is_clipped_high"] | info["is_clipped_low"]
+    assert dropped.tolist() == [[True, False, False], [True, False, False]]
+    assert loss[0, 0].item() == 0.0 and loss[1, 0].item() == 0.0
+    assert loss[0, 1].item() == pytest.approx(-20 * math.log(0.03))
+
+
+def test_sapo_soft_gate_value_and_gradient():
+    logp = torch.tensor([[math.log(1.5)], [math.log(0.5)]], dtype=torch.float64)
+    logp.requires_grad_(True)
+    old = torch.zeros(2, 1, dtype=torch.float64)  # rho = 1.5 (A = +1), 0.5 (A = -1)
+    loss, _ = sapo_policy_loss(logp, old, ADV, tau_pos=1.0, tau_neg=1.05)
+    s_pos, s_neg = 1 / (1 + math.exp(-0.5)), 1 / (1 + math.exp(0.525))  # sigmoid(tau (rho-1))
+    assert loss[0, 0].item() == pytest.approx(-4 * s_pos)  # -(4 / 1) sigma(0.5) * (+1)
+    assert loss[1, 0].item() == pytest.approx(4 / 1.05 * s_neg)  # -(4 / 1.05) sigma(-0.525) * (-1)
+    loss.sum().backward()  # dL/dlogp = -A * 4 sigma (1 - sigma) * rho
+    assert logp.grad[0, 0].item() == pytest.approx(-4 * s_pos * (1 - s_pos) * 1.5)
+    assert logp.grad[1, 0].item() == pytest.approx(4 * s_neg * (1 - s_neg) * 0.5)
+    with pytest.raises(ValueError, match="tau_pos, tau_neg > 0"):
+        sapo_policy_loss(logp, old, ADV, tau_pos=0.0)
+
+
+def test_params_reach_the_losses_by_name():
+    logp, old = _logs([0.5]), _logs([0.25])  # rho = 2
+    mask = torch.ones(1, 1)
+    a = torch.tensor([1.0], dtype=torch.float64)
+    loss, _ = policy_loss("dppo_tv", logp, old, a, mask, 0.3, 0.3, ratio_cap=1.5)
+    assert loss.item() == pytest.approx(-1.5 * math.log(0.5))  # the weight capped at 1.5
+    loss, _ = policy_loss("sapo", logp, old, a, mask, tau_pos=2.0)
+    assert loss.item() == pytest.approx(-2 / (1 + math.exp(-2.0)))
+
+
+YAML = """
+algorithm:
+  preset: {preset}
+  policy_loss: {loss}
+  beta: 0.0
+  ppo_epochs: 2
+  {extra}
+"""
+
+
+@pytest.mark.parametrize(
+    ("preset", "loss", "extra"),
+    [
+        ("grpo", "dppo_tv", "clip_low: 0.15\n  clip_high: 0.15"),
+        ("grpo", "dppo_kl", "clip_low: 0.05\n  clip_high: 0.05"),
+        ("sapo", "sapo", "params: {policy_loss: {tau_pos: 1.0, tau_neg: 1.05}}"),
+    ],
+)
+def test_each_trains_two_steps_from_yaml(tmp_path, preset, loss, extra):
+    cfg = tiny_config(tmp_path / "run", steps=2)  # two passes: the second one off-policy
+    cfg["algorithm"] = yaml.safe_load(YAML.format(preset=preset, loss=loss, extra=extra))[
+        "algorithm"
+    ]
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2]
+    assert all(math.isfinite(r["policy/loss"]) for r in rows.values())
+    assert rows[2]["policy/grad_norm"] > 0
+
+
+def test_the_sapo_preset_cites_its_paper():
+    assert "arXiv:2511.20347" in PRESETS["sapo"].citation
