@@ -127,3 +127,32 @@ def test_each_trains_two_steps_from_yaml(tmp_path, preset, loss, extra):
 
 def test_the_sapo_preset_cites_its_paper():
     assert "arXiv:2511.20347" in PRESETS["sapo"].citation
+
+
+def test_off_policy_sequence_mask_drops_stale_negative_sequences():
+    from rlvr.algorithms import off_policy_sequence_mask
+
+    sampler = _logs([0.5, 0.5], [0.5, 0.5], [0.5, 0.5])
+    logp = _logs([0.25, 0.5], [0.25, 0.5], [0.4, 0.9])
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0]])
+    adv = torch.tensor([-1.0, 1.0, -1.0])
+    keep, dropped = off_policy_sequence_mask(logp, sampler, adv, mask, delta=0.3)
+    # row 0: mean log(0.5 / 0.25), log(0.5 / 0.5) = 0.347 > 0.3 with A < 0: dropped; row 1: the
+    # same divergence, A > 0: kept; row 2: log(0.5 / 0.4) = 0.223 over its one token: kept
+    assert keep.tolist() == [[0.0, 0.0], [1.0, 1.0], [1.0, 0.0]]
+    assert dropped == pytest.approx(1 / 3)
+    keep, _ = off_policy_sequence_mask(logp, sampler, adv[:, None].expand(3, 2), mask, 0.2)
+    assert keep.tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]  # per-token A, delta 0.2
+    with pytest.raises(ValueError, match=">= 0"):
+        off_policy_sequence_mask(logp, sampler, adv, mask, -1.0)
+
+
+def test_off_policy_masking_trains_from_yaml_and_logs_what_it_dropped(tmp_path):
+    cfg = tiny_config(tmp_path / "run", steps=2)
+    cfg["algorithm"] = yaml.safe_load("preset: grpo\nbeta: 0.0\noff_policy_mask: 0.0\n")
+    cfg["rollout"]["dtype"] = "bf16"  # a sampler that rounds differently: some divergence
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2]
+    fractions = [r["policy/off_policy_masked_frac"] for r in rows.values()]
+    assert all(0.0 <= f <= 1.0 for f in fractions) and max(fractions) > 0

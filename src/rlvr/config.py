@@ -712,6 +712,13 @@ class AlgorithmConfig(Section):
         "sequence) or geometric (exp of the mean log-ratio, length-independent): both mask "
         "whole sequences",
     )
+    off_policy_mask: float | None = Field(
+        None,
+        ge=0,
+        description="off-policy sequence masking (DeepSeek-V3.2): drop a negative-advantage "
+        "sequence whose mean log(pi_sampler / pi_theta) per token exceeds this many nats; "
+        "None: off",
+    )
     credit: str = Field(
         "broadcast",
         description="agent episodes: a registered credit rule across turns "
@@ -732,7 +739,7 @@ class AlgorithmConfig(Section):
     # fields of the training loop, not of the algorithm preset
     LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"preset", "ppo_epochs", "minibatches", "tis_cap", "tis_level", "mis_band", "mis_level"}
-        | {"credit", "credit_gamma", "gigpo_weight", "credit_gate"}
+        | {"off_policy_mask", "credit", "credit_gamma", "gigpo_weight", "credit_gate"}
     )
 
     @model_validator(mode="after")

@@ -40,7 +40,12 @@ from rlvr.algorithms.filters import (
     top_entropy_mask,
 )
 from rlvr.algorithms.imitation import nll_loss, verified
-from rlvr.algorithms.importance import MISMATCH_BAND, importance_weights, mismatch_metrics
+from rlvr.algorithms.importance import (
+    MISMATCH_BAND,
+    importance_weights,
+    mismatch_metrics,
+    off_policy_sequence_mask,
+)
 from rlvr.algorithms.kl import (
     KL_ESTIMATORS,
     entropy_bonus,
@@ -154,6 +159,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "mismatch_metrics",
+    "off_policy_sequence_mask",
     "nll_loss",
     "normalize_batch",
     "overlong_penalty",

@@ -21,7 +21,9 @@ Training-Inference Mismatch"):
 Truncated IS (TIS, Yao et al. 2025) weights by min(rho, C), bounding the variance; masked IS
 (MIS, Liu, Yao et al. 2025) drops tokens or whole sequences whose ratio leaves a band [low,
 high]; IcePop (Ling team 2025, Ring-1T, "Every Step Evolves") is token-level MIS with the band
-[0.5, 5].
+[0.5, 5]. Off-policy sequence masking (DeepSeek-AI 2025, "DeepSeek-V3.2: Pushing the Frontier
+of Open Large Language Models", arXiv:2512.02556) drops negative-advantage sequences that the
+policy being trained has moved far from (:func:`off_policy_sequence_mask`).
 """
 
 from __future__ import annotations
@@ -151,3 +153,42 @@ def importance_weights(
     else:  # MIS alone: the IS ratio of the band's level (geometric: rho_t)
         log_w = _at_level(log_rho, m, "token" if band_level == "geometric" else band_level)
     return torch.where(keep, log_w.exp(), torch.zeros_like(log_w)), info
+
+
+def off_policy_sequence_mask(
+    logp: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    delta: float,
+) -> tuple[torch.Tensor, float]:
+    """DeepSeek-V3.2's off-policy sequence masking: M_i = 0 where A_i < 0 and
+
+        (1 / |o_i|) sum_t log(pi_sampler(o_t) / pi_theta(o_t)) > delta,
+
+    else 1. A negative sample the current policy already moved away from (a sample of a stale
+    or mismatched behaviour policy) is dropped; the paper finds that learning from such samples
+    destabilises training, while positive samples are kept whatever their divergence.
+
+    Args:
+        logp: [N, T] log pi_theta of the sampled tokens (the policy being trained; read without
+            gradient).
+        sampler_logp: [N, T] the behaviour policy's (the rollout engine's) log-probs.
+        advantages: [N] or [N, T] advantages (a row's sign is its first masked token's).
+        mask: [N, T] 1 on completion tokens.
+        delta: the divergence threshold (nats per token, >= 0).
+    Returns:
+        (the [N, T] float mask M_i on each of row i's tokens, the fraction of rows dropped).
+    """
+    if delta < 0:
+        raise ValueError(f"the off-policy mask threshold must be >= 0, got {delta}")
+    m = mask.bool()
+    divergence = _at_level(-_log_ratio(logp, sampler_logp, mask), mask, "geometric")[:, 0]
+    adv = (
+        advantages
+        if advantages.dim() == 1
+        else advantages.gather(1, m.float().argmax(1, True))[:, 0]
+    )
+    dropped = (adv < 0) & (divergence > delta) & m.any(-1)
+    keep = (~dropped).unsqueeze(-1) & m
+    return keep.float(), dropped.float().mean().item() if len(dropped) else 0.0

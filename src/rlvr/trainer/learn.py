@@ -281,6 +281,13 @@ def _micro_batch_loss(
     weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe, sampled)
     if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights
+    delta = cfg.algorithm.off_policy_mask
+    if delta is not None and sampled:  # DeepSeek-V3.2's off-policy sequence masking
+        keep, dropped = algorithms.off_policy_sequence_mask(
+            logp, sampler_logp, adv, sub.action_mask, delta
+        )
+        loss_tok = loss_tok * keep
+        averages.add("policy/off_policy_masked_frac", dropped, len(sub_rows))
     if step.ref_logp is not None and algo.kl_in == "loss":
         kl = algorithms.kl_penalty(
             algo.kl_estimator,
