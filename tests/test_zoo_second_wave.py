@@ -156,3 +156,35 @@ def test_off_policy_masking_trains_from_yaml_and_logs_what_it_dropped(tmp_path):
     assert sorted(rows) == [1, 2]
     fractions = [r["policy/off_policy_masked_frac"] for r in rows.values()]
     assert all(0.0 <= f <= 1.0 for f in fractions) and max(fractions) > 0
+
+
+def test_passk_advantages_hand_computed():
+    from rlvr.algorithms import passk_advantages
+
+    ids = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    adv = passk_advantages(rewards, ids, k=2)
+    # group 0 (N = 4, N_neg = 3): R = 1 - C(3,2)/C(4,2) = 0.5, sigma = 0.5; A_pos = 0.5 / 0.5
+    # = 1, A_neg = (1 - 0.5 - C(2,1)/C(3,1)) / 0.5 = -1/3; group 1 all right: sigma = 0
+    expected = [1.0, -1 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0, 0.0]
+    torch.testing.assert_close(adv, torch.tensor(expected))
+    assert adv[:4].sum().item() == pytest.approx(0.0, abs=1e-6)  # zero-mean in each group
+    # k = 1 is GRPO with the population std: (r - p) / sqrt(p (1 - p)), p = 1/4
+    one = passk_advantages(rewards[:4], ids[:4], k=1)
+    p = 0.25
+    torch.testing.assert_close(one, (rewards[:4] - p) / math.sqrt(p * (1 - p)))
+    # 0.6 counts as correct from threshold 0.5 on
+    soft = passk_advantages(torch.tensor([0.6, 0.0, 0.0, 0.0]), ids[:4], k=2, threshold=0.5)
+    torch.testing.assert_close(soft, adv[:4])
+    with pytest.raises(ValueError, match="1 <= k <= the group size"):
+        passk_advantages(rewards, ids, k=5)
+
+
+def test_passk_trains_two_steps_from_yaml(tmp_path):
+    cfg = tiny_config(tmp_path / "run", steps=2)
+    cfg["algorithm"] = yaml.safe_load(
+        "preset: grpo\nbeta: 0.0\nadvantage: passk\nparams: {advantage: {k: 2, threshold: 0.2}}"
+    )
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2] and all(math.isfinite(r["policy/loss"]) for r in rows.values())

@@ -82,6 +82,7 @@ from rlvr.algorithms.objectives import (
     add_objective,
     register_objective,
 )
+from rlvr.algorithms.passk import passk_advantages
 from rlvr.algorithms.preference import (
     PAIRINGS,
     dpo_loss,
@@ -160,6 +161,7 @@ __all__ = [
     "masked_mean",
     "mismatch_metrics",
     "off_policy_sequence_mask",
+    "passk_advantages",
     "nll_loss",
     "normalize_batch",
     "overlong_penalty",

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.algorithms import distillation, dppo, imitation, sapo  # noqa: F401 (they register parts)
+from rlvr.algorithms import distillation, dppo, imitation, passk, sapo  # noqa: F401 (registering)
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
