@@ -188,3 +188,33 @@ def test_passk_trains_two_steps_from_yaml(tmp_path):
     train(build_config(cfg))
     rows = step_rows(tmp_path / "run")
     assert sorted(rows) == [1, 2] and all(math.isfinite(r["policy/loss"]) for r in rows.values())
+
+
+def test_soft_reference_update_hand_computed():
+    from rlvr.algorithms import soft_update
+
+    ref = [torch.tensor([1.0, 2.0]), torch.tensor([[0.0]])]
+    soft_update(ref, [torch.tensor([3.0, 6.0]), torch.tensor([[4.0]])], alpha=0.25)
+    # theta_ref <- 0.25 theta + 0.75 theta_ref
+    assert ref[0].tolist() == [1.5, 3.0] and ref[1].tolist() == [[1.0]]
+    soft_update(ref, [torch.tensor([3.0, 6.0]), torch.tensor([[4.0]])], alpha=1.0)
+    assert ref[0].tolist() == [3.0, 6.0]  # alpha 1: ProRL's hard reset
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        soft_update(ref, ref, alpha=0.0)
+
+
+def test_reference_mix_is_checked_and_trains_from_yaml(tmp_path):
+    from rlvr.config import ConfigError
+
+    algorithm = "preset: grpo\nbeta: 0.04\nreference_reset_every: 1\nreference_mix: 0.5\n"
+    cfg = tiny_config(tmp_path / "run", steps=3)
+    cfg["algorithm"] = yaml.safe_load(algorithm)
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2, 3] and rows[3]["policy/kl_ref"] > 0
+    no_period = {**cfg, "algorithm": {"preset": "grpo", "reference_mix": 0.5}}
+    with pytest.raises(ConfigError, match="set reference_reset_every"):
+        build_config(no_period)
+    lora = {**cfg, "algorithm": yaml.safe_load(algorithm), "model": {**cfg["model"], "lora": {}}}
+    with pytest.raises(ConfigError, match="can only be reset"):
+        build_config(lora)

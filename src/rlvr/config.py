@@ -654,6 +654,13 @@ class AlgorithmConfig(Section):
     reference_reset_every: int | None = Field(
         None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
     )
+    reference_mix: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="at each reference reset, theta_ref <- alpha theta + (1 - alpha) theta_ref "
+        "with alpha this (TR-DPO's soft update; 1: ProRL's hard reset); full weights only",
+    )
     objective: str | None = Field(
         None,
         description="a registered objective: policy_gradient (advantages and a policy loss), "
@@ -1016,6 +1023,19 @@ class Config(Section):
             algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
         except ValueError as err:
             raise ValueError(str(err)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _check_reference_mix(self) -> Config:
+        """TR-DPO's soft update mixes full weights: a LoRA run's reference is an adapter, and
+        B A is not linear in (A, B), so it can only be reset."""
+        mix = self.algorithm.reference_mix
+        if mix is not None and mix < 1 and self.model.lora is not None:
+            raise ValueError(
+                "algorithm.reference_mix < 1 mixes the policy's full weights into the "
+                "reference; a LoRA run's reference is an adapter, which can only be reset "
+                "(reference_mix: 1)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -56,6 +56,7 @@ from rlvr.algorithms.kl import (
     kl_penalty,
     register_kl,
     should_reset_reference,
+    soft_update,
 )
 from rlvr.algorithms.losses import (
     AGGREGATIONS,
@@ -189,6 +190,7 @@ __all__ = [
     "reward_to_go",
     "rloo",
     "should_reset_reference",
+    "soft_update",
     "token_rewards",
     "top_entropy_mask",
     "validate",

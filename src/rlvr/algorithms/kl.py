@@ -130,3 +130,27 @@ def should_reset_reference(step: int, every: int) -> bool:
     if step < 0 or every < 0:
         raise ValueError(f"step and every must be >= 0, got step={step}, every={every}")
     return every > 0 and step > 0 and step % every == 0
+
+
+@torch.no_grad()
+def soft_update(reference: list[torch.Tensor], policy: list[torch.Tensor], alpha: float) -> None:
+    """TR-DPO's soft reference update (Gorbatovski et al. 2024, "Learn Your Reference Model for
+    Real Good Alignment", arXiv:2404.09656), in place:
+
+        theta_ref <- alpha * theta + (1 - alpha) * theta_ref
+
+    alpha = 1 is ProRL's hard reset (:func:`should_reset_reference` says when); a small alpha
+    lets the reference trail the policy so the KL term neither pins it to the initial model nor
+    vanishes.
+
+    Args:
+        reference: the reference's parameters (updated in place).
+        policy: the policy's parameters, in the same order and shapes.
+        alpha: the mixing weight, 0 < alpha <= 1.
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"the reference mixing weight must be in (0, 1], got {alpha}")
+    if len(reference) != len(policy):
+        raise ValueError(f"{len(reference)} reference tensors against {len(policy)} policy ones")
+    for ref, new in zip(reference, policy, strict=True):
+        ref.lerp_(new.to(ref.dtype), alpha)  # ref + alpha (theta - ref)

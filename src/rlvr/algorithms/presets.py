@@ -78,6 +78,8 @@ class Preset:
             G (None without group_filter).
         group_selector: which whole groups train (:data:`GROUP_SELECTORS`), or None: all, or
             ``informative`` with ``dynamic_sampling``.
+        reference_mix: at each reference reset, theta_ref <- alpha theta + (1 - alpha)
+            theta_ref with alpha this (1: ProRL's hard reset; < 1: TR-DPO's soft update).
         reference_reset_every: ProRL: reset the reference policy to the current one every N
             steps (0: never).
         vf_coef: value loss weight (gae only; 0 otherwise).
@@ -125,6 +127,7 @@ class Preset:
     group_filter_oversample: int | None = None
     group_selector: str | None = None
     reference_reset_every: int = 0
+    reference_mix: float = 1.0
     vf_coef: float = 0.0
     value_clip: float | None = None
     gamma: float = 1.0
@@ -246,6 +249,13 @@ def _problems(p: Preset) -> list[str]:
         problems.append(f"reference_reset_every must be >= 0, got {p.reference_reset_every}")
     if p.reference_reset_every > 0 and not p.needs_reference:
         problems.append("reference_reset_every > 0 but beta = 0: there is no reference to reset")
+    if not 0 < p.reference_mix <= 1:
+        problems.append(f"reference_mix must be in (0, 1], got {p.reference_mix}")
+    if p.reference_mix < 1 and p.reference_reset_every == 0:
+        problems.append(
+            "reference_mix < 1 mixes the policy into the reference at each reset: set "
+            "reference_reset_every (1: every step, as TR-DPO)"
+        )
 
     # advantage options
     if p.normalize == "batch" and p.advantage in _SELF_NORMALISED:

@@ -890,15 +890,20 @@ class Learner:
 
     def reset_reference_if_due(self, step: int) -> None:
         """ProRL: copy the policy into the reference every ``reference_reset_every`` steps (a
-        LoRA policy: its adapter into the frozen reference adapter)."""
+        LoRA policy: its adapter into the frozen reference adapter); with ``reference_mix`` < 1,
+        TR-DPO's soft update instead (full weights)."""
         if not self.has_reference or not algorithms.should_reset_reference(
             step, self.algo.reference_reset_every
         ):
             return
-        if self.reference is not None:
+        alpha = self.algo.reference_mix
+        if self.reference is not None and alpha < 1:  # TR-DPO: the reference trails the policy
+            reference = list(self.reference.parameters())
+            algorithms.soft_update(reference, list(self.policy.parameters()), alpha)
+        elif self.reference is not None:
             self.reference.load_state_dict(self.policy.state_dict())
         else:
-            assert self.adapter_reference == adapters.REFERENCE
+            assert self.adapter_reference == adapters.REFERENCE  # reference_mix 1 (config.py)
             adapters.copy_adapter(self.policy, adapters.TRAINED, adapters.REFERENCE)
 
     def modules(self) -> dict[str, torch.nn.Module]:
