@@ -238,6 +238,8 @@ def test_compute_advantages_uniform_convention() -> None:
         greedy_rewards=_t([1, 1, 0, 0]),
         student_logp=torch.zeros(4, 2, dtype=torch.float64),
         teacher_logp=torch.zeros(4, 2, dtype=torch.float64),
+        reward_terms=rewards[:, None],
+        term_weights=torch.ones(1, dtype=torch.float64),
     )
     for name, estimator in ADVANTAGES.items():
         out = compute_advantages(name, inputs)

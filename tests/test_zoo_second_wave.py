@@ -218,3 +218,35 @@ def test_reference_mix_is_checked_and_trains_from_yaml(tmp_path):
     lora = {**cfg, "algorithm": yaml.safe_load(algorithm), "model": {**cfg["model"], "lora": {}}}
     with pytest.raises(ConfigError, match="can only be reset"):
         build_config(lora)
+
+
+def test_gdpo_normalises_each_term_in_its_group_then_whitens_the_sum():
+    from rlvr.algorithms import gdpo
+
+    terms = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    ids = torch.zeros(4, dtype=torch.long)
+    # each term (0 or 1, two of each) normalises to +-0.866 (mean 0.5, unbiased std 0.577):
+    # term 0: [+, -, +, -], term 1: [-, +, +, -]; sums [0, 0, 1.732, -1.732], whitened by
+    # their unbiased std sqrt(2): [0, 0, sqrt(1.5), -sqrt(1.5)]
+    out = gdpo(terms, torch.tensor([1.0, 1.0]), ids)
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.0, 1.5**0.5, -(1.5**0.5)]))
+    only_first = gdpo(terms, torch.tensor([2.0, 0.0]), ids)  # the second term weighs nothing
+    torch.testing.assert_close(only_first, torch.tensor([1.0, -1.0, 1.0, -1.0]) * 0.75**0.5)
+
+
+def test_gdpo_trains_two_steps_from_yaml_on_reward_terms(tmp_path):
+    cfg = tiny_config(tmp_path / "run", steps=2)
+    cfg["algorithm"] = yaml.safe_load("preset: grpo\nbeta: 0.0\nadvantage: gdpo")
+    cfg["reward"] = yaml.safe_load(
+        "terms:\n"
+        "  - {name: 'rewards_for_tests:letter_fraction'}\n"
+        "  - {name: 'rewards_for_tests:is_letter', weight: 0.5}\n"
+    )
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2] and all(math.isfinite(r["policy/loss"]) for r in rows.values())
+    from rlvr.algorithms import AdvantageInputs, compute_advantages
+
+    bare = AdvantageInputs(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match="gdpo needs reward_terms: .*reward.terms"):
+        compute_advantages("gdpo", bare)

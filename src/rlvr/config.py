@@ -588,7 +588,8 @@ class AlgorithmConfig(Section):
     advantage: str | None = Field(
         None,
         description="a registered advantage estimator (grpo, dr_grpo, rloo, reinforce, gpg, "
-        "remax, reinforce_pp, reinforce_pp_baseline, gae, passk, or a plug-in's)",
+        "remax, reinforce_pp, reinforce_pp_baseline, gae, passk, gdpo (reward.terms normalised "
+        "one by one), or a plug-in's)",
     )
     policy_loss: str | None = Field(
         None,

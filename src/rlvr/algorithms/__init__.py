@@ -39,6 +39,7 @@ from rlvr.algorithms.filters import (
     register_group_selector,
     top_entropy_mask,
 )
+from rlvr.algorithms.gdpo import gdpo
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -144,6 +145,7 @@ __all__ = [
     "entropy_bonus",
     "entropy_threshold",
     "gae",
+    "gdpo",
     "get_preset",
     "gmpo_policy_loss",
     "gpg",

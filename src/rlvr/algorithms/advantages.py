@@ -406,6 +406,8 @@ class AdvantageInputs:
             reverse_kl (on-policy distillation).
         teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
             reverse_kl.
+        reward_terms: [N, K] each reward term's unweighted value; needed by gdpo.
+        term_weights: [K] each term's weight in the reward; needed by gdpo.
     """
 
     rewards: torch.Tensor
@@ -416,6 +418,8 @@ class AdvantageInputs:
     greedy_rewards: torch.Tensor | None = None
     student_logp: torch.Tensor | None = None
     teacher_logp: torch.Tensor | None = None
+    reward_terms: torch.Tensor | None = None
+    term_weights: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         n = self.rewards.shape[0] if self.rewards.dim() == 1 else -1
@@ -440,6 +444,11 @@ class AdvantageInputs:
                 f"AdvantageInputs.greedy_rewards must be [{n}], got "
                 f"{tuple(self.greedy_rewards.shape)}"
             )
+        terms, weights = self.reward_terms, self.term_weights
+        if terms is not None and (terms.dim() != 2 or terms.shape[0] != n):
+            raise ValueError(f"AdvantageInputs.reward_terms must be [{n}, K], got {terms.shape}")
+        if terms is not None and (weights is None or weights.shape != (terms.shape[1],)):
+            raise ValueError("AdvantageInputs.term_weights must be [K], one weight per term")
 
 
 @dataclass(frozen=True)
@@ -466,6 +475,8 @@ INPUT_HINTS = {
     "reward to every sample of the prompt, [N]",
     "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
     "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
+    "reward_terms": "each reward term's values, [N, K]: give the run reward.terms",
+    "term_weights": "each reward term's weight, [K] (reward.terms' weights)",
 }
 
 

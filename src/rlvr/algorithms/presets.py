@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.algorithms import distillation, dppo, imitation, passk, sapo  # noqa: F401 (registering)
+from rlvr.algorithms import distillation, dppo, gdpo, imitation, passk, sapo  # noqa: F401
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,

@@ -67,6 +67,8 @@ class Trajectories:
         greedy_rewards: [N] reward of the group's greedy completion (ReMax's baseline) or None.
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
+        term_weights: each reward term's weight in the reward (GDPO normalises the terms one by
+            one, then sums them with these weights).
         reasons: [N] per sample, the reason each reward term gave (a judge's reply, a failed
             test), by term label; terms that gave none are left out.
         policy_version: the number of optimizer updates of the policy that sampled them.
@@ -93,6 +95,7 @@ class Trajectories:
     greedy_rewards: torch.Tensor | None
     tokens_per_s: float
     terms: dict[str, list[float]]
+    term_weights: dict[str, float] | None = None
     policy_version: int = 0
     action_mask: list[list[int]] | None = None
     turn_rewards: list[list[float]] | None = None
@@ -118,6 +121,7 @@ class Trajectories:
             group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets, strict=True)]),
             tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
             terms={label: [x for p in parts for x in p.terms[label]] for label in parts[0].terms},
+            term_weights=parts[0].term_weights,
             policy_version=min(p.policy_version for p in parts),
         )
 

@@ -145,6 +145,7 @@ class Collector:
                 label: [values[i] for i in k]
                 for label, values in scored.breakdown.components.items()
             },
+            term_weights=dict(scored.breakdown.weights),
             policy_version=self.version,
             action_mask=_kept(scored.action_mask, k),
             turn_rewards=_kept(scored.turn_rewards, k),

@@ -232,6 +232,19 @@ def _sampler_weights(
     return weights
 
 
+def _reward_terms(
+    data: Trajectories, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The batch's reward terms [N, K] and their weights [K] (GDPO's inputs), or (None, None)
+    where the reward is one function (no terms with weights)."""
+    weights = data.term_weights
+    if not weights or not data.terms or set(data.terms) != set(weights):
+        return None, None
+    labels = sorted(weights)
+    terms = torch.tensor([data.terms[label] for label in labels], dtype=torch.float32).T
+    return terms.to(device), torch.tensor([weights[label] for label in labels], device=device)
+
+
 def _micro_batch_loss(
     learner: Learner,
     step: _Step,
@@ -817,6 +830,7 @@ class Learner:
         if data.teacher_logprobs is not None:  # on-policy distillation
             teacher_logp = _padded(data.teacher_logprobs, mask.shape).to(device)
         rewards = data.rewards.to(device)
+        terms, term_weights = _reward_terms(data, device)
         inputs = algorithms.AdvantageInputs(
             rewards=rewards,
             group_ids=data.group_ids.to(device),
@@ -826,6 +840,8 @@ class Learner:
             greedy_rewards=None if greedy is None else greedy.to(device),
             student_logp=sampler_logp,
             teacher_logp=teacher_logp,
+            reward_terms=terms,
+            term_weights=term_weights,
         )
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages
