@@ -424,7 +424,8 @@ def test_dual_clip_on_sequence_ratio_and_rejections() -> None:
 def test_policy_loss_errors() -> None:
     logp, old = _logps([[1.0, 1.0]])
     with pytest.raises(
-        ValueError, match="'ppo'; registered: cispo, dppo_kl, dppo_tv, geometric, none, sapo, sequence, token"
+        ValueError,
+        match="'ppo'; registered: cispo, dppo_kl, dppo_tv, geometric, none, sapo, sequence, token",
     ):
         policy_loss("ppo", logp, old, _t([1.0]), torch.ones(1, 2))
     with pytest.raises(ValueError, match=r"\[B, T\]"):
