@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.losses import LossOutput, _approx_kl, _per_token, register_policy_loss
+from rlvr.algorithms.losses import LossOutput, _per_token, loss_info, register_policy_loss
 
 RATIO_CAP = 20.0
 """C: the importance weight is truncated at this value."""
@@ -46,14 +46,9 @@ def _dppo(
     weight = ratio.clamp(max=ratio_cap)  # sg[min(rho, C)]
     valid = torch.where(adv > 0, valid_pos, valid_neg)
     loss = -adv * weight * logp * valid  # L = -A sg[min(rho, C)] log pi 1[in the region]
-    info = {
-        "ratio": ratio,
-        "is_clipped_low": (adv < 0) & ~valid,
-        "is_clipped_high": (adv > 0) & ~valid,
-        "is_dual_clipped": (ratio > ratio_cap) & valid,  # the weight was truncated
-        "approx_kl": _approx_kl(logp, old_logp),
-    }
-    return loss, info
+    truncated = (ratio > ratio_cap) & valid  # reported as "dual-clipped": the weight was capped
+    outside_low, outside_high = (adv < 0) & ~valid, (adv > 0) & ~valid
+    return loss, loss_info(ratio, logp, old_logp, outside_low, outside_high, truncated)
 
 
 def dppo_tv_policy_loss(

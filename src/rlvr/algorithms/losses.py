@@ -76,6 +76,26 @@ def _approx_kl(logp: torch.Tensor, old_logp: torch.Tensor) -> torch.Tensor:
     return kl_k3(old_logp.detach(), logp.detach())
 
 
+def loss_info(
+    ratio: torch.Tensor,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    clipped_low: torch.Tensor | None = None,
+    clipped_high: torch.Tensor | None = None,
+    dual_clipped: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """The detached [B, T] metrics every policy loss returns (:func:`policy_metrics`): the
+    ratio, the clip flags (None: never) and the k3 estimate of KL(pi_old || pi)."""
+    never = torch.zeros_like(ratio, dtype=torch.bool)
+    return {
+        "ratio": ratio.detach(),
+        "is_clipped_low": never if clipped_low is None else clipped_low,
+        "is_clipped_high": never if clipped_high is None else clipped_high,
+        "is_dual_clipped": never if dual_clipped is None else dual_clipped,
+        "approx_kl": _approx_kl(logp, old_logp),
+    }
+
+
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -231,14 +251,7 @@ def cispo_policy_loss(
     ratio = torch.exp(logp - old_logp).detach()
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # sg[clip(rho)]
     loss = -weight * _per_token(advantages) * logp  # L = -sg[clip(rho)] A log pi
-    info = {
-        "ratio": ratio,
-        "is_clipped_low": ratio < 1.0 - clip_low,
-        "is_clipped_high": ratio > 1.0 + clip_high,
-        "is_dual_clipped": torch.zeros_like(ratio, dtype=torch.bool),
-        "approx_kl": _approx_kl(logp, old_logp),
-    }
-    return loss, info
+    return loss, loss_info(ratio, logp, old_logp, ratio < 1.0 - clip_low, ratio > 1.0 + clip_high)
 
 
 def reinforce_policy_loss(
@@ -257,16 +270,7 @@ def reinforce_policy_loss(
         ``approx_kl``.
     """
     loss = -_per_token(advantages) * logp  # L = -A log pi
-    ratio = torch.exp(logp - old_logp).detach()
-    never = torch.zeros_like(ratio, dtype=torch.bool)
-    info = {
-        "ratio": ratio,
-        "is_clipped_low": never,
-        "is_clipped_high": never,
-        "is_dual_clipped": never,
-        "approx_kl": _approx_kl(logp, old_logp),
-    }
-    return loss, info
+    return loss, loss_info(torch.exp(logp - old_logp), logp, old_logp)
 
 
 LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]

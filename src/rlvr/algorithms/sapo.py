@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.losses import LossOutput, _approx_kl, _per_token, register_policy_loss
+from rlvr.algorithms.losses import LossOutput, _per_token, loss_info, register_policy_loss
 
 
 def sapo_policy_loss(
@@ -38,15 +38,7 @@ def sapo_policy_loss(
     tau = torch.where(adv > 0, tau_pos, tau_neg).to(logp.dtype)
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)  # f_tau(rho)
     loss = -gate * adv  # L = -f_tau(rho) A
-    never = torch.zeros_like(ratio, dtype=torch.bool)
-    info = {
-        "ratio": ratio.detach(),
-        "is_clipped_low": never,
-        "is_clipped_high": never,
-        "is_dual_clipped": never,
-        "approx_kl": _approx_kl(logp, old_logp),
-    }
-    return loss, info
+    return loss, loss_info(ratio, logp, old_logp)
 
 
 @register_policy_loss("sapo", clip_space=None, summary="SAPO: soft sigmoid gate on the ratio")
