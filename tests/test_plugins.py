@@ -187,8 +187,8 @@ def test_installed_packages_register_parts_through_the_entry_point_group(tmp_pat
     assert "half_k1_ep_test" in algorithms.KL_ESTIMATORS
 
 
-def test_curricula_environments_and_rewards_are_checked_when_a_run_starts(tmp_path):
-    from rlvr.curriculum import register_curriculum
+def test_curricula_environments_and_rewards_are_checked_when_a_run_starts(tmp_path, monkeypatch):
+    from rlvr.curriculum import CURRICULA, register_curriculum
     from rlvr.curriculum.sequential import Sequential
     from rlvr.registries import check_config
 
@@ -198,6 +198,10 @@ def test_curricula_environments_and_rewards_are_checked_when_a_run_starts(tmp_pa
         check_config(build_config({"env": {"name": "nope"}}))
     with pytest.raises(ConfigError, match="reward.terms.1.name: unknown reward 'nope'.*math"):
         check_config(build_config({"reward": {"terms": [{"name": "task"}, {"name": "nope"}]}}))
+
+    # registered for this test only (the CLI's listing tests may run after it in this process)
+    monkeypatch.setitem(CURRICULA, "every_other_test", None)
+    del CURRICULA["every_other_test"]
 
     @register_curriculum("every_other_test", "every other problem of the task's stream")
     def every_other(task, seed, stride: int = 2):
