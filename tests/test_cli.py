@@ -100,6 +100,19 @@ def test_algorithms_lists_presets(monkeypatch) -> None:
     assert "0.2/0.28" in result.clean  # dapo's clip-higher
     dpo = next(line for line in presets.splitlines() if line.startswith("│ dpo "))
     assert "dpo on the data" in dpo  # its objective, and where its completions come from
+    papers = result.clean.split("and their papers")[1]  # each advantage and loss with its paper
+    for name, arxiv in [
+        ("unlikeliness", "2506.02355"),
+        ("rl_zvp", "2509.21880"),
+        ("bnpo", "2506.02864"),
+        ("noisy_verifier", "2510.00915"),
+        ("clip_cov", "2505.22617"),
+        ("kl_cov", "2505.22617"),
+        ("dppo_tv", "2602.04879"),
+        ("sapo", "2511.20347"),
+    ]:
+        line = next(row for row in papers.splitlines() if f"│ {name} " in row)
+        assert f"arXiv:{arxiv}" in line, line
 
 
 def test_algorithms_shows_one_preset() -> None:

@@ -157,6 +157,8 @@ def test_exact_resume_of_a_lora_run(tmp_path, straight_run):
             assert rows[step][key] == reference[step][key], (step, key)
 
 
+# slow: ~30 s; test_trainer kills runs (SIGKILL) and resumes them exactly, and LoRA runs resume exactly (test_exact_resume_of_a_lora_run)
+@pytest.mark.slow
 def test_a_lora_run_killed_mid_checkpoint_resumes(tmp_path):
     run_dir = tmp_path / "run"
     config_path = tmp_path / "config.yaml"

@@ -123,6 +123,8 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     assert comparable(step_rows(run_dir)) == local
 
 
+# slow: ~45 s; the Ray steps' equality is checked by the full-model tests, the adapter-only publish by test_lora
+@pytest.mark.slow
 def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster, tmp_path_factory):
     """LoRA (beta > 0: the reference is the adapter switched off) with two rollout workers fed
     by the broadcast group: the same steps as one process; each publication carries the
@@ -144,7 +146,7 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
 @pytest.mark.parametrize(
     "algorithm",
     [
-        {"preset": "semi_online_dpo", "sync_every": 2},
+        pytest.param({"preset": "semi_online_dpo", "sync_every": 2}, marks=pytest.mark.slow),
         pytest.param({"preset": "on_policy_distillation"}, marks=pytest.mark.slow),
     ],
     ids=["semi_online_dpo", "distillation"],
@@ -171,6 +173,8 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
 
 
+# slow: ~45 s; judges are built on workers like any reward (test_judges checks them in one process)
+@pytest.mark.slow
 def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):
     """A local judge (reward.judges, the tiny model) is built on each of two rollout workers
     from the config its term carries: the rewards and the judge's usage (summed over the

@@ -191,6 +191,8 @@ def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, eng
         assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
 
 
+# slow: ~50 s; test_vllm_training checks training samples from the published weights
+@pytest.mark.slow
 def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
     smollm, engine, tmp_path
 ):

@@ -95,10 +95,11 @@ def _setup(
     ] = False,
 ) -> None:
     """rlvr: reinforcement learning with verifiable rewards for language models."""
-    from rlvr.models import quiet_transformers
-
     _debug[0] = debug or bool(os.environ.get("RLVR_DEBUG"))
-    quiet_transformers()
+    # rlvr.models.quiet_transformers' settings, without importing transformers here (~9 s of a
+    # command that may need none of it): read when transformers / huggingface_hub load
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 SetOption = Annotated[
@@ -783,11 +784,21 @@ def algorithms(
         ["name", "objective", "advantage", "loss", "clip", "aggregation", "KL", "summary"],
         rows,
     )
-    parts = [[key, ", ".join(sorted(registry))] for key, registry in algorithm_parts().items()]
+    registries = algorithm_parts()
+    parts = [[key, ", ".join(sorted(registry))] for key, registry in registries.items()]
     _print_listing(
         "registered parts (each selectable by its key; @register_* in a plug-in adds one)",
         ["key", "names"],
         parts[1:],
+    )
+    papers = [
+        [key, name, part.paper]
+        for key in ("algorithm.advantage", "algorithm.policy_loss")
+        for name, part in sorted(registries[key].items())
+        if part.paper
+    ]
+    _print_listing(
+        "advantages and policy losses, and their papers", ["key", "name", "paper"], papers
     )
 
 

@@ -727,6 +727,19 @@ class AlgorithmConfig(Section):
         "sequence whose mean log(pi_sampler / pi_theta) per token exceeds this many nats; "
         "None: off",
     )
+    entropy_target: float | None = Field(
+        None,
+        ge=0,
+        description="adaptive entropy control (Skywork-OR1): an entropy bonus switched on, "
+        "its weight raised by entropy_coef_step per step (up to entropy_coef_max), while the "
+        "policy's mean token entropy is below this many nats; lowered when above. None: off",
+    )
+    entropy_coef_step: float = Field(
+        1e-4, gt=0, description="adaptive entropy control: the coefficient's change per step"
+    )
+    entropy_coef_max: float = Field(
+        0.005, ge=0, description="adaptive entropy control: the largest coefficient"
+    )
     credit: str = Field(
         "broadcast",
         description="agent episodes: a registered credit rule across turns "
@@ -748,6 +761,7 @@ class AlgorithmConfig(Section):
     LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"preset", "ppo_epochs", "minibatches", "tis_cap", "tis_level", "mis_band", "mis_level"}
         | {"off_policy_mask", "credit", "credit_gamma", "gigpo_weight", "credit_gate"}
+        | {"entropy_target", "entropy_coef_step", "entropy_coef_max"}
     )
 
     @model_validator(mode="after")
@@ -758,6 +772,11 @@ class AlgorithmConfig(Section):
             raise ValueError(
                 f"tis_level {self.tis_level!r} does nothing without tis_cap: set tis_cap "
                 "(e.g. 2) or remove tis_level"
+            )
+        if self.entropy_target is not None and self.entropy_coef:
+            raise ValueError(
+                "entropy_target adapts the entropy bonus itself: remove entropy_coef (a fixed "
+                "bonus) or entropy_target"
             )
         if self.mis_level != "token" and self.mis_band is None:
             raise ValueError(

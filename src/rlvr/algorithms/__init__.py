@@ -24,9 +24,12 @@ from rlvr.algorithms.advantages import (
     token_rewards,
     weight_by_sign,
 )
+from rlvr.algorithms.bnpo import bnpo
 from rlvr.algorithms.credit import CREDIT, register_credit
 from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
+from rlvr.algorithms.entropy_control import EntropyController, adapt_entropy_coef
+from rlvr.algorithms.entropy_cov import clip_cov_policy_loss, kl_cov_policy_loss, token_covariance
 from rlvr.algorithms.filters import (
     GROUP_FILTERS,
     GROUP_SELECTORS,
@@ -77,6 +80,7 @@ from rlvr.algorithms.losses import (
     reinforce_policy_loss,
     value_loss,
 )
+from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
     OBJECTIVES,
     Objective,
@@ -106,6 +110,8 @@ from rlvr.algorithms.presets import (
 )
 from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.shaping import overlong_penalty
+from rlvr.algorithms.unlikeliness import unlikeliness_rewards
+from rlvr.algorithms.zero_variance import rl_zvp_advantages
 
 __all__ = [
     "ADVANTAGES",
@@ -123,6 +129,7 @@ __all__ = [
     "POLICY_METRICS",
     "PRESETS",
     "AdvantageEstimator",
+    "EntropyController",
     "AdvantageInputs",
     "AdvantageOutput",
     "GroupAccumulator",
@@ -130,6 +137,7 @@ __all__ = [
     "PairLogps",
     "PolicyLoss",
     "Preset",
+    "adapt_entropy_coef",
     "add_objective",
     "binary_kl",
     "dppo_kl_policy_loss",
@@ -137,7 +145,15 @@ __all__ = [
     "sapo_policy_loss",
     "advantage_kwargs",
     "aggregate",
+    "backward_corrected",
+    "bnpo",
+    "forward_weights",
+    "rl_zvp_advantages",
+    "unlikeliness_rewards",
     "cispo_policy_loss",
+    "clip_cov_policy_loss",
+    "kl_cov_policy_loss",
+    "token_covariance",
     "clipped_policy_loss",
     "compute_advantages",
     "dpo_loss",

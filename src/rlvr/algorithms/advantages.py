@@ -406,6 +406,8 @@ class AdvantageInputs:
             reverse_kl (on-policy distillation).
         teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
             reverse_kl.
+        token_entropy: [N, T] the policy's entropy at each completion token before the update
+            (no grad); needed by rl_zvp.
         reward_terms: [N, K] each reward term's unweighted value; needed by gdpo.
         term_weights: [K] each term's weight in the reward; needed by gdpo.
     """
@@ -418,6 +420,7 @@ class AdvantageInputs:
     greedy_rewards: torch.Tensor | None = None
     student_logp: torch.Tensor | None = None
     teacher_logp: torch.Tensor | None = None
+    token_entropy: torch.Tensor | None = None
     reward_terms: torch.Tensor | None = None
     term_weights: torch.Tensor | None = None
 
@@ -430,7 +433,7 @@ class AdvantageInputs:
             )
         if self.mask is not None and (self.mask.dim() != 2 or self.mask.shape[0] != n):
             raise ValueError(f"AdvantageInputs.mask must be [{n}, T], got {tuple(self.mask.shape)}")
-        for name in ("token_kl", "values", "student_logp", "teacher_logp"):
+        for name in ("token_kl", "values", "student_logp", "teacher_logp", "token_entropy"):
             tensor = getattr(self, name)
             if tensor is not None and (self.mask is None or tensor.shape != self.mask.shape):
                 expected = "[N, T] like mask" if self.mask is None else tuple(self.mask.shape)
@@ -475,6 +478,8 @@ INPUT_HINTS = {
     "reward to every sample of the prompt, [N]",
     "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
     "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
+    "token_entropy": "the [N, T] policy's entropy at each completion token (the trainer's no-grad "
+    "pass before the update)",
     "reward_terms": "each reward term's values, [N, K]: give the run reward.terms",
     "term_weights": "each reward term's weight, [K] (reward.terms' weights)",
 }
@@ -491,6 +496,7 @@ class AdvantageEstimator:
         hyperparams: the keyword arguments ``fn`` accepts (from its signature).
         token_level: returns [N, T] advantages instead of [N].
         uses_token_kl: reads ``token_kl`` (when its ``beta`` > 0): the KL can go in the reward.
+        paper: the method's paper (shown by ``rlvr algorithms``), or "".
     """
 
     name: str
@@ -499,6 +505,7 @@ class AdvantageEstimator:
     hyperparams: tuple[str, ...]
     token_level: bool
     uses_token_kl: bool
+    paper: str = ""
 
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -510,6 +517,7 @@ def register_advantage(
     requires: tuple[str, ...] = (),
     token_level: bool = False,
     uses_token_kl: bool = False,
+    paper: str = "",
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: add ``fn(inputs: AdvantageInputs, **hyperparams) -> AdvantageOutput``.
 
@@ -519,6 +527,7 @@ def register_advantage(
             :func:`compute_advantages` with an error naming what to provide).
         token_level: the estimator returns [N, T] advantages.
         uses_token_kl: the estimator reads ``token_kl``.
+        paper: the method's paper, e.g. 'Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300'.
     """
     optional = {f.name for f in fields(AdvantageInputs)} - {"rewards", "group_ids"}
     unknown = set(requires) - optional
@@ -528,7 +537,10 @@ def register_advantage(
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         params = tuple(inspect.signature(fn).parameters)[1:]
         ADVANTAGES.add(
-            name, AdvantageEstimator(name, fn, tuple(requires), params, token_level, uses_token_kl)
+            name,
+            AdvantageEstimator(
+                name, fn, tuple(requires), params, token_level, uses_token_kl, paper
+            ),
         )
         return fn
 
@@ -543,37 +555,49 @@ def _need(name: str, inputs: AdvantageInputs, field: str) -> torch.Tensor:
     return value
 
 
-@register_advantage("grpo")
+@register_advantage("grpo", paper='Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300')
 def _grpo_estimator(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutput:
     return AdvantageOutput(grpo(inputs.rewards, inputs.group_ids, eps))
 
 
-@register_advantage("dr_grpo")
+@register_advantage(
+    "dr_grpo", paper='Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783'
+)
 def _dr_grpo_estimator(inputs: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(dr_grpo(inputs.rewards, inputs.group_ids))
 
 
-@register_advantage("rloo")
+@register_advantage("rloo", paper='Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740')
 def _rloo_estimator(inputs: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(rloo(inputs.rewards, inputs.group_ids))
 
 
-@register_advantage("reinforce")
+@register_advantage(
+    "reinforce", paper='Williams 1992, "Simple Statistical Gradient-Following Algorithms"'
+)
 def _reinforce_estimator(inputs: AdvantageInputs, baseline: float = 0.0) -> AdvantageOutput:
     return AdvantageOutput(reinforce(inputs.rewards, baseline))
 
 
-@register_advantage("gpg")
+@register_advantage("gpg", paper='Chu et al. 2025, "GPG", arXiv:2504.02546')
 def _gpg_estimator(inputs: AdvantageInputs, valid_scaling: bool = True) -> AdvantageOutput:
     return AdvantageOutput(gpg(inputs.rewards, inputs.group_ids, valid_scaling))
 
 
-@register_advantage("remax", requires=("greedy_rewards",))
+@register_advantage(
+    "remax", paper='Li et al. 2023, "ReMax", arXiv:2310.10505', requires=("greedy_rewards",)
+)
 def _remax_estimator(inputs: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(remax(inputs.rewards, _need("remax", inputs, "greedy_rewards")))
 
 
-@register_advantage("reinforce_pp", requires=("mask",), token_level=True, uses_token_kl=True)
+@register_advantage(
+    "reinforce_pp",
+    paper='Hu 2025, "REINFORCE++", arXiv:2501.03262',
+    requires=("mask",),
+    token_level=True,
+    uses_token_kl=True,
+)
 def _reinforce_pp_estimator(
     inputs: AdvantageInputs, beta: float = 0.0, eps: float = 1e-6
 ) -> AdvantageOutput:
@@ -584,7 +608,11 @@ def _reinforce_pp_estimator(
 
 
 @register_advantage(
-    "reinforce_pp_baseline", requires=("mask",), token_level=True, uses_token_kl=True
+    "reinforce_pp_baseline",
+    paper='Hu 2025, "REINFORCE++", arXiv:2501.03262',
+    requires=("mask",),
+    token_level=True,
+    uses_token_kl=True,
 )
 def _reinforce_pp_baseline_estimator(
     inputs: AdvantageInputs, beta: float = 0.0, eps: float = 1e-6
@@ -597,7 +625,13 @@ def _reinforce_pp_baseline_estimator(
     return AdvantageOutput(advantages, returns)
 
 
-@register_advantage("gae", requires=("mask", "values"), token_level=True, uses_token_kl=True)
+@register_advantage(
+    "gae",
+    paper='Schulman et al. 2016, "High-Dimensional Continuous Control Using GAE", arXiv:1506.02438',
+    requires=("mask", "values"),
+    token_level=True,
+    uses_token_kl=True,
+)
 def _gae_estimator(
     inputs: AdvantageInputs, beta: float = 0.0, gamma: float = 1.0, lam: float = 1.0
 ) -> AdvantageOutput:

@@ -44,7 +44,10 @@ def reverse_kl_advantages(
 
 
 @register_advantage(
-    "reverse_kl", requires=("mask", "student_logp", "teacher_logp"), token_level=True
+    "reverse_kl",
+    paper='Agarwal et al. 2024, "On-Policy Distillation of Language Models", arXiv:2306.13649',
+    requires=("mask", "student_logp", "teacher_logp"),
+    token_level=True,
 )
 def _reverse_kl_estimator(
     inputs: AdvantageInputs, coef: float = 1.0, task_weight: float = 0.0

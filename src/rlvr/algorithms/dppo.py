@@ -92,7 +92,10 @@ def dppo_kl_policy_loss(
 
 
 @register_policy_loss(
-    "dppo_tv", clip_space="probability", summary="DPPO: trust region on pi - pi_old (TV)"
+    "dppo_tv",
+    paper='Sea AI Lab 2026, "Rethinking the Trust Region in LLM RL", arXiv:2602.04879',
+    clip_space="probability",
+    summary="DPPO: trust region on pi - pi_old (TV)",
 )
 def _dppo_tv_loss(
     logp: torch.Tensor,
@@ -109,7 +112,10 @@ def _dppo_tv_loss(
 
 
 @register_policy_loss(
-    "dppo_kl", clip_space="divergence", summary="DPPO: trust region on the binary KL"
+    "dppo_kl",
+    paper='Sea AI Lab 2026, "Rethinking the Trust Region in LLM RL", arXiv:2602.04879',
+    clip_space="divergence",
+    summary="DPPO: trust region on the binary KL",
 )
 def _dppo_kl_loss(
     logp: torch.Tensor,

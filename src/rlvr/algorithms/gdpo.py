@@ -48,7 +48,11 @@ def gdpo(
     return (summed - summed.mean()) / (summed.std() + eps)  # whitened over the batch
 
 
-@register_advantage("gdpo", requires=("reward_terms", "term_weights"))
+@register_advantage(
+    "gdpo",
+    paper='Liu et al. 2026, "GDPO", arXiv:2601.05242',
+    requires=("reward_terms", "term_weights"),
+)
 def _gdpo_estimator(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutput:
     terms = _need("gdpo", inputs, "reward_terms")
     weights = _need("gdpo", inputs, "term_weights")

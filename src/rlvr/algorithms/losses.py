@@ -291,6 +291,10 @@ class PolicyLoss:
         clip_space: "ratio" (clip_low, clip_high bound the ratio: 1 - clip_low >= 0), "log"
             (they bound log rho), or None (no clipping).
         summary: one line.
+        batch_statistics: the loss reads statistics over all the tokens it is given (the
+            micro-batch), as Clip-Cov / KL-Cov's covariance: its value depends on
+            ``train.micro_batch_size``, so it is exempt from micro-batch invariance.
+        paper: the method's paper (shown by ``rlvr algorithms``), or "".
     """
 
     name: str
@@ -299,6 +303,8 @@ class PolicyLoss:
     dual_clip: bool
     clip_space: str | None
     summary: str
+    batch_statistics: bool = False
+    paper: str = ""
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -311,20 +317,31 @@ def register_policy_loss(
     dual_clip: bool = False,
     clip_space: str | None = "ratio",
     summary: str = "",
+    batch_statistics: bool = False,
+    paper: str = "",
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: add ``fn(logp, old_logp, advantages, mask, *, clip_low, clip_high,
-    dual_clip) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES`."""
+    dual_clip) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
+    :class:`PolicyLoss`)."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSSES.add(
-            name, PolicyLoss(name, fn, sequence_level, dual_clip, clip_space, summary)
+            name,
+            PolicyLoss(
+                name, fn, sequence_level, dual_clip, clip_space, summary, batch_statistics, paper
+            ),
         )
         return fn
 
     return decorator
 
 
-@register_policy_loss("token", dual_clip=True, summary="PPO / GRPO clip on the token ratio")
+@register_policy_loss(
+    "token",
+    paper='Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347',
+    dual_clip=True,
+    summary="PPO / GRPO clip on the token ratio",
+)
 def _token_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -339,7 +356,11 @@ def _token_loss(
 
 
 @register_policy_loss(
-    "sequence", sequence_level=True, dual_clip=True, summary="GSPO: clip on the sequence ratio"
+    "sequence",
+    paper='Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071',
+    sequence_level=True,
+    dual_clip=True,
+    summary="GSPO: clip on the sequence ratio",
 )
 def _sequence_loss(
     logp: torch.Tensor,
@@ -356,6 +377,7 @@ def _sequence_loss(
 
 @register_policy_loss(
     "geometric",
+    paper='Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv:2507.20673',
     sequence_level=True,
     clip_space="log",
     summary="GMPO: geometric mean of log-space-clipped token ratios",
@@ -373,7 +395,11 @@ def _geometric_loss(
     return gmpo_policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high)
 
 
-@register_policy_loss("cispo", summary="CISPO: clipped, detached IS weight times log pi")
+@register_policy_loss(
+    "cispo",
+    paper='MiniMax 2025, "MiniMax-M1", arXiv:2506.13585',
+    summary="CISPO: clipped, detached IS weight times log pi",
+)
 def _cispo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -387,7 +413,12 @@ def _cispo_loss(
     return cispo_policy_loss(logp, old_logp, advantages, clip_low, clip_high)
 
 
-@register_policy_loss("none", clip_space=None, summary="REINFORCE / GPG: -A log pi, no ratio")
+@register_policy_loss(
+    "none",
+    paper='Williams 1992, "Simple Statistical Gradient-Following Algorithms"',
+    clip_space=None,
+    summary="REINFORCE / GPG: -A log pi, no ratio",
+)
 def _no_ratio_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -647,7 +678,9 @@ def policy_metrics(loss_info: dict[str, torch.Tensor], mask: torch.Tensor) -> di
     Returns:
         clip_frac_low, clip_frac_high, dual_clip_frac (fractions of masked tokens), ratio_mean,
         ratio_min, ratio_max (of rho), approx_kl (masked mean k3 estimate of
-        KL(pi_old || pi)). Every value is NaN when the mask selects no token.
+        KL(pi_old || pi)); and ``<name>_frac`` for each further ``is_<name>`` flag a loss
+        returns (Clip-Cov's ``cov_detached_frac``). Every value is NaN when the mask selects
+        no token.
     """
     selected = mask > 0
     if not bool(selected.any()):
@@ -662,4 +695,8 @@ def policy_metrics(loss_info: dict[str, torch.Tensor], mask: torch.Tensor) -> di
         "ratio_max": ratio[selected].max(),
         "approx_kl": masked_mean(loss_info["approx_kl"], mask),
     }
+    standard = ("is_clipped_low", "is_clipped_high", "is_dual_clipped")
+    for key, flags in loss_info.items():
+        if key.startswith("is_") and key not in standard:
+            values[f"{key[3:]}_frac"] = masked_mean(flags.float(), mask)
     return {name: value.item() for name, value in values.items()}

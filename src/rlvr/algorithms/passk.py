@@ -56,7 +56,7 @@ def passk_advantages(
     return out.to(rewards.dtype)
 
 
-@register_advantage("passk")
+@register_advantage("passk", paper='Chen et al. 2025, "Pass@k Training", arXiv:2508.10751')
 def _passk_estimator(
     inputs: AdvantageInputs, k: int = 2, threshold: float = 1.0
 ) -> AdvantageOutput:

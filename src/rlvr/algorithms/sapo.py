@@ -41,7 +41,12 @@ def sapo_policy_loss(
     return loss, loss_info(ratio, logp, old_logp)
 
 
-@register_policy_loss("sapo", clip_space=None, summary="SAPO: soft sigmoid gate on the ratio")
+@register_policy_loss(
+    "sapo",
+    paper='Qwen Team 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347',
+    clip_space=None,
+    summary="SAPO: soft sigmoid gate on the ratio",
+)
 def _sapo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,

@@ -193,6 +193,11 @@ def build_learner(
     learner.adapter_reference = adapter_reference
     if algo.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
         learner.published_copy = PublishedCopy(policy)
+    settings = cfg.algorithm
+    if settings.entropy_target is not None:  # Skywork-OR1's adaptive entropy control
+        learner.entropy_control = algorithms.EntropyController(
+            settings.entropy_target, settings.entropy_coef_step, settings.entropy_coef_max
+        )
     if cfg.train.compile:  # the training forward only; the engine keeps its own path
         learner.compiled = torch.compile(policy)
     if cfg.logging.update_sparsity:

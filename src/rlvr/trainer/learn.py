@@ -267,7 +267,7 @@ def _micro_batch_loss(
             learner.temperature,
             True,
             shared_prefix=cfg.train.shared_prefix,
-            entropy_grad=bool(algo.entropy_coef),
+            entropy_grad=bool(algo.entropy_coef) or learner.entropy_control is not None,
             value_head=learner.value_head,
             chunk_tokens=cfg.train.logprob_chunk_tokens,
             packed=learner.packed,
@@ -312,6 +312,9 @@ def _micro_batch_loss(
         averages.add("policy/kl_ref", algorithms.masked_mean(kl.detach(), sub_mask).item())
     if algo.entropy_coef:
         loss_tok = loss_tok + algorithms.entropy_bonus(entropy, algo.entropy_coef)
+    control = learner.entropy_control
+    if control is not None and control.bonus:  # Skywork-OR1: -c_k 1[active_k] H
+        loss_tok = loss_tok + algorithms.entropy_bonus(entropy, control.bonus)
     tokens, seqs = totals
     max_len = cfg.max_completion_tokens
     aggregation_params = algo.params.get("aggregation", {})
@@ -529,7 +532,12 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
         return {"advantages/nonfinite_frac": bad_frac}, "advantages"
     n = len(data)
     kl_in_loss = learner.has_reference and algo.kl_in == "loss"
-    skippable = not kl_in_loss and not algo.entropy_coef and learner.value_head is None
+    skippable = (
+        not kl_in_loss
+        and not algo.entropy_coef
+        and learner.entropy_control is None
+        and learner.value_head is None
+    )
     mask, advantages = step.batch.action_mask, step.advantages
     nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
     nonzero = nonzero.cpu()  # indexes the CPU row orders of the shuffle
@@ -682,6 +690,8 @@ class Learner:
             the adapter: one that existed before the run, or ProRL's reset); else None.
         published_copy: with ``sync_every`` > 1, the weights the rollouts serve (semi-online),
             else None.
+        entropy_control: adaptive entropy control's state (``algorithm.entropy_target``,
+            Skywork-OR1), or None.
     """
 
     policy: torch.nn.Module
@@ -702,6 +712,7 @@ class Learner:
     precision: dict[str, Any] | None = None
     adapter_reference: str | None = None
     published_copy: PublishedCopy | None = None
+    entropy_control: algorithms.EntropyController | None = None
 
     @property
     def packed(self) -> bool:
@@ -784,6 +795,7 @@ class Learner:
             or kl_in_reward
             or algo.top_entropy_rho is not None
             or self.value_head is not None
+            or "token_entropy" in algorithms.ADVANTAGES[algo.advantage].requires
         )
         self.policy.eval()
         old_logp, old_entropy, old_values = None, None, None
@@ -840,6 +852,7 @@ class Learner:
             greedy_rewards=None if greedy is None else greedy.to(device),
             student_logp=sampler_logp,
             teacher_logp=teacher_logp,
+            token_entropy=old_entropy,
             reward_terms=terms,
             term_weights=term_weights,
         )
@@ -893,9 +906,14 @@ class Learner:
         quantity that stopped it. The version advances when an update completed.
         ``meanwhile`` runs first: in this process sampling cannot overlap the update."""
         meanwhile()
+        control = self.entropy_control
+        bonus = None if control is None else control.bonus
         metrics, bad = update_policy(self, data)
         if bad is None:
             self.version += 1
+        if control is not None and bad is None and "policy/entropy" in metrics:
+            metrics["policy/entropy_coef"] = bonus  # the bonus weight this step trained with
+            control.update(metrics["policy/entropy"])
         if self.initial is not None:
             metrics["policy/params_changed_frac"] = update_sparsity(self.policy, self.initial)
         return metrics, bad
@@ -934,6 +952,8 @@ class Learner:
             out["reference"] = adapters.AdapterView(self.policy, adapters.REFERENCE)
         if self.published_copy is not None:
             out["published"] = self.published_copy
+        if self.entropy_control is not None:
+            out["entropy_control"] = self.entropy_control
         return out
 
     def mark_published(self) -> None:
