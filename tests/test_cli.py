@@ -84,7 +84,7 @@ def test_curricula_lists_samplers(monkeypatch) -> None:
     result = run("curricula")
     assert result.exit_code == 0, result.output
     names = re.findall(r"^│ (\w+)", result.clean, flags=re.M)
-    assert sorted(names) == ["dump", "sec", "sequential"]
+    assert sorted(names) == ["dump", "saturation", "sec", "sequential", "spo", "vcrl"]
     assert "Self-Evolving Curriculum" in result.flat
 
 

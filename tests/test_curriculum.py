@@ -200,8 +200,8 @@ def test_config_levels_and_curriculum_errors():
         build_config({"task": {"name": "file", "path": "x.jsonl", "levels": [1, 2]}})
     from rlvr.registries import check_config  # names above the config's layer: at start
 
-    with pytest.raises(ConfigError, match="curriculum.name: unknown curriculum 'vcrl'"):
-        check_config(build_config({"curriculum": {"name": "vcrl"}}))
+    with pytest.raises(ConfigError, match="curriculum.name: unknown curriculum 'ucb_bandit'"):
+        check_config(build_config({"curriculum": {"name": "ucb_bandit"}}))
 
 
 # ---------------------------------------------------------------- in the trainer

@@ -314,8 +314,10 @@ class CurriculumConfig(Section):
     name: str = Field(
         "sequential",
         description="a registered curriculum: sequential (the task's stream in order), sec "
-        "(Self-Evolving Curriculum), dump (UCB over categories), or a plug-in's; sec and dump "
-        "need task.levels or a file task's task.category_column",
+        "(Self-Evolving Curriculum), dump (UCB over categories), saturation (skip solved "
+        "prompts), vcrl (a bank of high reward-variance prompts), spo (SPO's per-prompt "
+        "baseline tracker), or a plug-in's; sec and dump need task.levels or a file task's "
+        "task.category_column",
     )
     alpha: float = Field(0.5, gt=0, le=1, description="sec: TD(0) step size of category values")
     temperature: float | None = Field(
@@ -328,7 +330,8 @@ class CurriculumConfig(Section):
     exploration: float = Field(1.0, ge=0, description="dump: UCB exploration coefficient c")
     params: dict[str, Any] = Field(
         default_factory=dict,
-        description="keyword arguments of a plug-in's curriculum (checked against its signature)",
+        description="keyword arguments of the curriculum (saturation, vcrl, spo, a plug-in's; "
+        "checked against its signature)",
     )
 
     def kwargs(self) -> dict[str, Any]:

@@ -37,10 +37,12 @@ from rlvr.algorithms.filters import (
     entropy_threshold,
     group_filter,
     informative_groups,
+    normalized_variance,
     pass_rate_band,
     register_group_filter,
     register_group_selector,
     top_entropy_mask,
+    variance_band,
 )
 from rlvr.algorithms.gdpo import gdpo
 from rlvr.algorithms.imitation import nll_loss, verified
@@ -110,6 +112,7 @@ from rlvr.algorithms.presets import (
 )
 from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.shaping import overlong_penalty
+from rlvr.algorithms.spo import spo
 from rlvr.algorithms.unlikeliness import unlikeliness_rewards
 from rlvr.algorithms.zero_variance import rl_zvp_advantages
 
@@ -184,6 +187,7 @@ __all__ = [
     "nll_loss",
     "normalize_batch",
     "overlong_penalty",
+    "normalized_variance",
     "pass_rate_band",
     "policy_loss",
     "policy_metrics",
@@ -209,9 +213,11 @@ __all__ = [
     "rloo",
     "should_reset_reference",
     "soft_update",
+    "spo",
     "token_rewards",
     "top_entropy_mask",
     "validate",
+    "variance_band",
     "verified",
     "value_loss",
     "weight_by_sign",

@@ -402,6 +402,8 @@ class AdvantageInputs:
         values: [N, T] value-head outputs on the completion tokens (no grad); needed by gae.
         greedy_rewards: [N] reward of the greedy completion of each sample's prompt; needed by
             remax.
+        baselines: [N] a persistent baseline of each sample's prompt, kept across steps by the
+            prompt sampler (SPO's tracker); needed by spo.
         student_logp: [N, T] the sampler's log-probs of the sampled tokens; needed by
             reverse_kl (on-policy distillation).
         teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
@@ -418,6 +420,7 @@ class AdvantageInputs:
     token_kl: torch.Tensor | None = None
     values: torch.Tensor | None = None
     greedy_rewards: torch.Tensor | None = None
+    baselines: torch.Tensor | None = None
     student_logp: torch.Tensor | None = None
     teacher_logp: torch.Tensor | None = None
     token_entropy: torch.Tensor | None = None
@@ -442,6 +445,10 @@ class AdvantageInputs:
                     f"{tuple(tensor.shape)}"
                     + (" and no mask was given" if self.mask is None else "")
                 )
+        if self.baselines is not None and self.baselines.shape != (n,):
+            raise ValueError(
+                f"AdvantageInputs.baselines must be [{n}], got {tuple(self.baselines.shape)}"
+            )
         if self.greedy_rewards is not None and self.greedy_rewards.shape != (n,):
             raise ValueError(
                 f"AdvantageInputs.greedy_rewards must be [{n}], got "
@@ -476,6 +483,8 @@ INPUT_HINTS = {
     "values": "the [N, T] outputs of a value head on the completion tokens",
     "greedy_rewards": "the rollout must add one greedy completion per prompt and give its "
     "reward to every sample of the prompt, [N]",
+    "baselines": "each prompt's tracked baseline, [N]: give the run curriculum.name: spo (or a "
+    "sampler with a baselines() method)",
     "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
     "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
     "token_entropy": "the [N, T] policy's entropy at each completion token (the trainer's no-grad "

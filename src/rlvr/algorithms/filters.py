@@ -187,6 +187,42 @@ def pass_rate_band(
     return (rate >= low) & (rate <= high)
 
 
+def normalized_variance(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """VCRL's difficulty signal (Jiang et al. 2025, "VCRL: Variance-based Curriculum
+    Reinforcement Learning for Large Language Models", arXiv:2509.19803): each group's unbiased
+    reward variance over the largest one G rewards in [0, 1] can have,
+
+        p_g = s_g^2 / s_max^2,   s_max^2 = k (G - k) / (G (G - 1)),  k = floor(G / 2)
+
+    (half the samples right, half wrong), so p = 1 at pass rate 1/2 and p = 0 for a group all
+    right or all wrong, or of one sample.
+
+    Args:
+        rewards: [N] rewards in [0, 1]; group_ids: [N] integer group ids.
+    Returns:
+        [K] p_g, one per distinct id in ascending order.
+    """
+    r, inverse, count, total = _group_sums(rewards, group_ids)
+    mean = total / count
+    var = torch.zeros_like(total).index_add_(0, inverse, (r - mean[inverse]) ** 2)
+    var = var / (count - 1).clamp_min(1)  # s_g^2, unbiased
+    k = torch.floor(count / 2)
+    s_max = k * (count - k) / (count * (count - 1)).clamp_min(1)
+    return torch.where(count > 1, var / s_max.clamp_min(1e-12), torch.zeros_like(var))
+
+
+@register_group_selector("variance")
+def variance_band(
+    rewards: torch.Tensor, group_ids: torch.Tensor, kappa: float = 0.5
+) -> torch.Tensor:
+    """VCRL's selection: keep the groups whose normalised reward variance
+    :func:`normalized_variance` is >= ``kappa`` (0 < kappa <= 1), the prompts of intermediate
+    difficulty where the policy's samples disagree most. Returns [K] bool in ascending id order."""
+    if not 0 < kappa <= 1:
+        raise ValueError(f"variance needs 0 < kappa <= 1, got {kappa}")
+    return normalized_variance(rewards, group_ids) >= kappa
+
+
 ScoreFn = Callable[..., torch.Tensor]
 
 GROUP_FILTERS: Registry[ScoreFn] = Registry("group filter")

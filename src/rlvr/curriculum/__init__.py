@@ -5,6 +5,11 @@
   Boltzmann sampling (:mod:`rlvr.curriculum.sec`).
 * ``dump``: DUMP (Wang et al. 2025), UCB over each category's expected absolute advantage in a
   sliding window (:mod:`rlvr.curriculum.dump`).
+* ``saturation``: the stream without the problems already solved (:mod:`rlvr.curriculum.saturation`).
+* ``vcrl``: the stream refilled from a bank of high reward-variance prompts (VCRL,
+  :mod:`rlvr.curriculum.vcrl`).
+* ``spo``: the stream with SPO's per-prompt Beta value tracker, the baseline of the ``spo``
+  advantage (:mod:`rlvr.curriculum.spo`).
 
 The category curricula need a task with categories: ``task.levels: [1, 2, 3, 4]`` makes one
 category per difficulty level (:class:`rlvr.data.MixtureTask`).
@@ -24,8 +29,11 @@ from rlvr.curriculum.base import (
 )
 from rlvr.curriculum.categories import CategorySampler, softmax
 from rlvr.curriculum.dump import DUMP, ucb_scores
+from rlvr.curriculum.saturation import SaturationMemory
 from rlvr.curriculum.sec import SEC, td0_update
 from rlvr.curriculum.sequential import Sequential
+from rlvr.curriculum.spo import SPOTracker
+from rlvr.curriculum.vcrl import VarianceBank
 from rlvr.data.base import Task
 
 
@@ -42,7 +50,10 @@ __all__ = [
     "CategorySampler",
     "Curriculum",
     "PromptSampler",
+    "SPOTracker",
+    "SaturationMemory",
     "Sequential",
+    "VarianceBank",
     "absolute_advantage",
     "make_sampler",
     "per_category",

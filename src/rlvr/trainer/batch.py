@@ -65,6 +65,8 @@ class Trajectories:
         rewards: [N] float rewards (with DAPO's overlong penalty when the preset has one).
         group_ids: [N] long, the group (problem) of each sample.
         greedy_rewards: [N] reward of the group's greedy completion (ReMax's baseline) or None.
+        baselines: [N] the persistent baseline of each sample's prompt before this step (a
+            prompt sampler's ``baselines()``: SPO's tracker), or None.
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
         term_weights: each reward term's weight in the reward (GDPO normalises the terms one by
@@ -105,6 +107,7 @@ class Trajectories:
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None
     reasons: list[dict[str, str]] | None = None
+    baselines: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)

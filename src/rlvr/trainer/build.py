@@ -473,8 +473,17 @@ def load_policy(cfg: Config) -> torch.nn.Module:
 
 
 def build_sampler(cfg: Config, task: Task) -> PromptSampler:
-    """The prompt sampler (``curriculum``)."""
+    """The prompt sampler (``curriculum``); one with a ``baselines()`` method where the
+    advantage needs per-prompt baselines (SPO)."""
     try:
-        return make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
+        sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
     except ValueError as err:
         raise ConfigError(f"curriculum: {err}") from None
+    advantage = resolve_algorithm(cfg).advantage
+    needs = algorithms.ADVANTAGES[advantage].requires
+    if "baselines" in needs and not callable(getattr(sampler, "baselines", None)):
+        raise ConfigError(
+            f"algorithm.advantage: {advantage} needs each prompt's tracked baseline: set "
+            f"curriculum.name: spo (curriculum {cfg.curriculum.name!r} keeps none)"
+        )
+    return sampler

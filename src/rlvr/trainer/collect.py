@@ -117,6 +117,10 @@ class Collector:
         else:
             ids = torch.arange(len(problems)).repeat_interleave(n)
         rewards = self.rewards(scored)
+        baselines = None
+        tracker = getattr(self.sampler, "baselines", None)
+        if callable(tracker):  # a persistent per-prompt baseline (SPO), read before the update
+            baselines = torch.tensor(tracker(problems), dtype=torch.float)[ids]
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
         keep = torch.arange(len(scored.texts))
         if algo.group_filter:  # GFPO: keep G of the n samples of each group
@@ -140,6 +144,7 @@ class Collector:
             rewards=rewards[keep],
             group_ids=ids[keep],
             greedy_rewards=greedy_rewards,
+            baselines=None if baselines is None else baselines[keep],
             tokens_per_s=scored.tokens_per_s,
             terms={
                 label: [values[i] for i in k]
@@ -177,6 +182,12 @@ class Collector:
         parts = []
         while not draws.done:
             parts.append(self._draw(step, len(parts), n, draws))
+        if draws.groups_kept == 0:
+            self.warn(
+                f"step {step}: no group passed the group selector {algo.selector!r} in "
+                f"{draws.draws} draw(s): the step trains on nothing (raise algorithm.max_draws "
+                "or widen the selector's band)"
+            )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}
         # per draw: error counts and judge usage add up, means are averaged over the draws
         metrics.update(

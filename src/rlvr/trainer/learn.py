@@ -526,6 +526,8 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
     all finite, stay).
     """
     algo, cfg, policy = learner.algo, learner.cfg, learner.policy
+    if len(data) == 0:  # no group passed the selector in max_draws draws: nothing to train on
+        return {"policy/loss": 0.0, "policy/trained_samples_frac": 0.0}, None
     step, token_kl = learner.prepare(data)
     if first_nonfinite({"advantages": step.advantages}) is not None:
         bad_frac = (~torch.isfinite(step.advantages)).float().mean().item()
@@ -850,6 +852,7 @@ class Learner:
             token_kl=token_kl,
             values=old_values,
             greedy_rewards=None if greedy is None else greedy.to(device),
+            baselines=None if data.baselines is None else data.baselines.to(device),
             student_logp=sampler_logp,
             teacher_logp=teacher_logp,
             token_entropy=old_entropy,

@@ -238,7 +238,8 @@ class Loop:
         rows = sample_rows(data, max(1, self.cfg.logging.samples_per_step))
         self.logger.log_samples(step, rows[: self.cfg.logging.samples_per_step])
         self.progress.update(step, metrics)
-        self.progress.stall_check(metrics, rows[0])
+        if rows:  # an empty batch (no group passed the selector) has no sample to look at
+            self.progress.stall_check(metrics, rows[0])
         self.guard.observe(step, bad)
         if self.guard.tripped:  # the update before the first bad step may have diverged too
             raise NonFiniteError(self.guard.message() + self._set_aside(self.guard.first_step))

@@ -30,6 +30,8 @@ def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:
     """Reward, length, group and per-category statistics of one step's samples (answers as the
     task's verifier reads them)."""
     rewards, group_ids = data.rewards, data.group_ids
+    if len(data) == 0:  # no group passed the selector: nothing sampled is kept
+        return {"rollout/tokens_per_s": data.tokens_per_s}
     lengths = torch.tensor([len(c) for c in data.completion_ids], dtype=torch.float)
     extract = answer_extractor(task)
     problems = [data.problems[int(g)] for g in group_ids]

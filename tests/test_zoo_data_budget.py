@@ -1,0 +1,202 @@
+"""Data and rollout budget (issue 29, part 3) and SPO's persistent baseline (part 2): the
+saturated-prompt memory, VCRL's variance selection and memory bank, SPO's per-prompt tracker;
+each by hand, in a run from YAML, and resumed exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from test_trainer import COMPARED, step_rows, tiny_config
+
+from rlvr.algorithms import (
+    AdvantageInputs,
+    compute_advantages,
+    normalized_variance,
+    spo,
+    variance_band,
+)
+from rlvr.config import build_config
+from rlvr.curriculum import SaturationMemory, SPOTracker, VarianceBank
+from rlvr.curriculum.spo import beta_track
+from rlvr.data import Problem
+from rlvr.trainer import train
+
+
+class Cycle:
+    """A task of ``k`` problems repeated in order: p0, p1, ..., p(k-1), p0, ..."""
+
+    name = "cycle"
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def train_problem(self, index: int) -> Problem:
+        return Problem(id=f"p{index % self.k}", prompt=f"q{index % self.k}", answer="1")
+
+
+def _ids(problems: list[Problem]) -> list[str]:
+    return [p.id for p in problems]
+
+
+def test_saturated_problems_are_remembered_and_skipped():
+    sampler = SaturationMemory(Cycle(3), high=1.0, patience=2)
+    first = sampler.draw(2)  # p0, p1
+    groups = torch.tensor([0, 0, 1, 1])
+    sampler.update(first, torch.tensor([1.0, 1.0, 1.0, 0.0]), groups)  # p0 all solved: streak 1
+    assert _ids(sampler.draw(2)) == ["p2", "p0"]
+    sampler.update(
+        [Problem("p2", "", ""), Problem("p0", "", "")], torch.tensor([0.0, 0, 1, 1]), groups
+    )  # p0 solved again: 2 in a row, remembered
+    assert sampler.saturated == {"p0"}
+    assert _ids(sampler.draw(3)) == ["p1", "p2", "p1"]  # p0 skipped where the stream brings it
+    assert sampler.metrics() == {"curriculum/saturated": 1.0, "curriculum/skipped": 1.0}
+    state = json.loads(json.dumps(sampler.state_dict()))  # JSON, as a checkpoint holds it
+    resumed = SaturationMemory(Cycle(3), high=1.0, patience=2)
+    resumed.load_state_dict(state)
+    assert _ids(resumed.draw(4)) == _ids(sampler.draw(4))
+
+
+def test_a_broken_streak_starts_again_and_a_used_up_stream_is_an_error():
+    sampler = SaturationMemory(Cycle(1), high=0.5, patience=2, max_skips=5)
+    one = [Problem("p0", "", "")]
+    sampler.update(one, torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))  # 0.5 >= high: streak 1
+    sampler.update(one, torch.tensor([0.0, 0.0]), torch.tensor([0, 0]))  # broken
+    sampler.update(one, torch.tensor([1.0, 1.0]), torch.tensor([0, 0]))
+    assert sampler.saturated == set()
+    sampler.update(one, torch.tensor([1.0, 1.0]), torch.tensor([0, 0]))
+    with pytest.raises(RuntimeError, match="stream is used up"):
+        sampler.draw(1)
+
+
+def test_normalized_variance_by_hand():
+    rewards = torch.tensor([1.0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0])
+    ids = torch.tensor([0] * 4 + [1] * 4 + [2] * 4 + [3] * 3)
+    # G = 4: s_max^2 = 2 * 2 / (4 * 3) = 1/3; [1,1,0,0]: s^2 = 1/3 -> 1; [1,0,0,0]: s^2 = 1/4 ->
+    # 0.75; all right: 0. G = 3: s_max^2 = 1 * 2 / (3 * 2) = 1/3; [1,0,0]: s^2 = 1/3 -> 1
+    p = normalized_variance(rewards, ids)
+    torch.testing.assert_close(p, torch.tensor([1.0, 0.75, 0.0, 1.0]))
+    assert variance_band(rewards, ids, kappa=0.8).tolist() == [True, False, False, True]
+    assert normalized_variance(torch.tensor([1.0]), torch.tensor([0])).tolist() == [0.0]
+
+
+def test_the_vcrl_bank_replays_the_highest_variance_prompts():
+    sampler = VarianceBank(Cycle(100), kappa=0.5, replay_frac=0.5, bank_size=2)
+    first = sampler.draw(4)  # positions 0-3
+    rewards = torch.tensor([1.0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0])
+    sampler.update(first, rewards, torch.arange(4).repeat_interleave(4))
+    # p = 1, 0.75, 0, 1 -> entries 0 (1.0), 3 (1.0), 1 (0.75); a bank of 2 keeps 0 and 3
+    assert [entry[:2] for entry in sampler.bank] == [(0, 1.0), (3, 1.0)]
+    second = sampler.draw(4)  # half from the bank (highest p, then oldest, then position)
+    assert _ids(second) == ["p0", "p3", "p4", "p5"]
+    assert sampler.metrics() == {"curriculum/bank": 0.0, "curriculum/replayed": 2.0}
+    state = json.loads(json.dumps(sampler.state_dict()))
+    resumed = VarianceBank(Cycle(100), kappa=0.5, replay_frac=0.5, bank_size=2)
+    resumed.load_state_dict(state)
+    for s in (sampler, resumed):
+        s.update(second, rewards, torch.arange(4).repeat_interleave(4))
+    assert _ids(resumed.draw(4)) == _ids(sampler.draw(4)) == ["p0", "p5", "p6", "p7"]
+
+
+def test_spo_tracker_and_advantage_by_hand():
+    assert beta_track(0.5, 0.5, [1.0], 0.875) == (0.4375 + 1, 0.4375)
+    assert beta_track(1.0, 1.0, [2.0, -1.0], 0.5) == (1.5, 1.5)  # rewards clamped to [0, 1]
+    tracker = SPOTracker(Cycle(2), rho=0.875)
+    problems = tracker.draw(2)
+    assert tracker.baselines(problems) == [0.5, 0.5]  # the prior
+    tracker.update(problems, torch.tensor([1.0, 0.0]), torch.tensor([0, 1]))
+    assert tracker.baselines(problems) == pytest.approx([1.4375 / 1.875, 0.4375 / 1.875])
+    state = json.loads(json.dumps(tracker.state_dict()))
+    resumed = SPOTracker(Cycle(2))
+    resumed.load_state_dict(state)
+    assert resumed.baselines(problems) == tracker.baselines(problems)
+    # A = r - b = 0.5, -0.5, 0.2; mean 1/15; unbiased std over the batch
+    rewards, baselines = torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0.5, 0.5, 0.8])
+    centred = [0.5, -0.5, 0.2]
+    mean = sum(centred) / 3
+    std = math.sqrt(sum((c - mean) ** 2 for c in centred) / 2)
+    expected = [(c - mean) / (std + 1e-8) for c in centred]
+    assert spo(rewards, baselines).tolist() == pytest.approx(expected)
+    inputs = AdvantageInputs(rewards, torch.arange(3), baselines=baselines)
+    assert compute_advantages("spo", inputs).advantages.tolist() == pytest.approx(expected)
+
+
+def _file_task(tmp_path) -> dict:
+    rows = [{"prompt": f"Say {w}.", "answer": w} for w in "yes no up down in out on off".split()]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return {"name": "file", "path": str(path), "eval_fraction": 0.25}  # 6 rows train
+
+
+CASES = {
+    "saturation": (
+        {"name": "saturation", "params": {"high": 1.0, "threshold": 0.4}},
+        {"group_selector": "pass_rate", "params": {"group_selector": {"threshold": 0.4}}},
+    ),
+    "vcrl": (
+        # letter_fraction rewards of 2 samples rarely differ by much: p ~ 0.01-0.1
+        {"name": "vcrl", "params": {"kappa": 0.01}},
+        {
+            "group_selector": "variance",
+            "max_draws": 2,
+            "params": {"group_selector": {"kappa": 0.01}},
+        },
+    ),
+    "spo": ({"name": "spo"}, {"advantage": "spo"}),
+}
+
+
+def _config(tmp_path, run_dir, name: str, steps: int) -> dict:
+    curriculum, algorithm = CASES[name]
+    cfg = tiny_config(
+        run_dir,
+        steps=steps,
+        curriculum=curriculum,
+        algorithm=algorithm,
+        rollout={"group_size": 2, "prompts_per_step": 2},
+    )
+    cfg["task"] = _file_task(tmp_path)
+    return cfg
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_trains_from_yaml_and_resumes_exactly(tmp_path, name):
+    straight = tmp_path / "straight"
+    train(build_config(_config(tmp_path, straight, name, 4)))
+    reference = step_rows(straight)
+    run_dir = tmp_path / "run"
+    train(build_config(_config(tmp_path, run_dir, name, 2)))
+    train(build_config(_config(tmp_path, run_dir, name, 4)), resume=run_dir)
+    rows = step_rows(run_dir)
+    assert sorted(rows) == [1, 2, 3, 4]
+    curriculum_keys = [k for k in reference[4] if k.startswith("curriculum/")]
+    assert curriculum_keys, reference[4].keys()
+    for step in (3, 4):
+        for key in (*COMPARED, *curriculum_keys):
+            assert rows[step][key] == reference[step][key], (step, key)
+
+
+def test_the_spo_advantage_needs_its_tracker(tmp_path):
+    from rlvr.config import ConfigError
+
+    cfg = tiny_config(tmp_path / "run", steps=1, algorithm={"advantage": "spo"})
+    with pytest.raises(ConfigError, match="curriculum.name: spo"):
+        train(build_config(cfg))
+
+
+def test_a_step_where_no_group_passes_the_selector_trains_on_nothing_and_says_so(tmp_path, capfd):
+    # letter_fraction rewards of 2 samples never reach the largest variance: kappa 1 keeps none
+    cfg = tiny_config(
+        tmp_path / "run",
+        steps=2,
+        algorithm={"group_selector": "variance", "params": {"group_selector": {"kappa": 1.0}}},
+        rollout={"group_size": 2},
+    )
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2]
+    assert all(r["policy/trained_samples_frac"] == 0.0 for r in rows.values())
+    captured = capfd.readouterr()
+    assert "no group passed the group selector 'variance'" in captured.out + captured.err
