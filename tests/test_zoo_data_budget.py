@@ -19,7 +19,7 @@ from rlvr.algorithms import (
     variance_band,
 )
 from rlvr.config import build_config
-from rlvr.curriculum import SaturationMemory, SPOTracker, VarianceBank
+from rlvr.curriculum import SaturationMemory, SPOTracker, VarianceBank, knapsack_sizes
 from rlvr.curriculum.spo import beta_track
 from rlvr.data import Problem
 from rlvr.trainer import train
@@ -200,3 +200,56 @@ def test_a_step_where_no_group_passes_the_selector_trains_on_nothing_and_says_so
     assert all(r["policy/trained_samples_frac"] == 0.0 for r in rows.values())
     captured = capfd.readouterr()
     assert "no group passed the group selector 'variance'" in captured.out + captured.err
+
+
+def test_knapsack_sizes_by_hand():
+    from itertools import product
+
+    from rlvr.curriculum.knapsack import knapsack_value
+
+    # never seen: G = 4; p = 0 and 1: min 2; p = 0.5 and 0.25 share the other 8 samples
+    sizes = knapsack_sizes([None, 0.0, 1.0, 0.5, 0.25], n=4, min_size=2, max_size=8)
+    # v(N, p) = (1 - p^N - (1-p)^N) p (1-p)^2: the best split of 8 extra samples is 3 + 5
+    # (0.0547 + 0.0691 = 0.1238 over 2 + 6: 0.1207, 4 + 4: 0.1214)
+    assert sizes == [4, 2, 2, 5, 7]
+    best = max(
+        product(range(2, 9), repeat=2),
+        key=lambda s: (
+            knapsack_value(s[0], 0.5) + knapsack_value(s[1], 0.25) if sum(s) == 12 else -1
+        ),
+    )
+    assert list(best) == sizes[3:]
+    assert knapsack_value(3, 0.5) == pytest.approx((1 - 2 * 0.125) * 0.5 * 0.25)
+    # every such prompt at max_size: the rest to the p = 0 prompt
+    assert knapsack_sizes([0.0, 0.5], n=4, min_size=2, max_size=4) == [4, 4]
+    assert knapsack_sizes([None, None], n=4) == [4, 4]
+    with pytest.raises(ValueError, match="min_size <= n <= max_size"):
+        knapsack_sizes([None], n=4, min_size=5)
+
+
+def test_knapsack_groups_of_different_sizes_train_and_resume_exactly(tmp_path):
+    def config(run_dir, steps):
+        cfg = tiny_config(
+            run_dir,
+            steps=steps,
+            curriculum={"name": "knapsack", "params": {"threshold": 0.4, "max_size": 6}},
+            rollout={"group_size": 4, "prompts_per_step": 2},
+        )
+        cfg["task"] = _file_task(tmp_path)  # 6 training rows: steps 4-6 revisit them
+        return cfg
+
+    straight = tmp_path / "straight"
+    train(build_config(config(straight, 6)))
+    reference = step_rows(straight)
+    sizes = [
+        (r["curriculum/group_size_min"], r["curriculum/group_size_max"]) for r in reference.values()
+    ]
+    assert sizes[:3] == [(4.0, 4.0)] * 3  # first visits: G each
+    assert any(low < high for low, high in sizes[3:]), sizes  # revisits: sized by pass rate
+    run_dir = tmp_path / "run"
+    train(build_config(config(run_dir, 2)))  # steps 1-2 train at the same rate for any length
+    train(build_config(config(run_dir, 6)), resume=run_dir)
+    rows = step_rows(run_dir)
+    for step in (3, 4, 5, 6):
+        for key in (*COMPARED, "curriculum/group_size_min", "curriculum/group_size_max"):
+            assert rows[step][key] == reference[step][key], (step, key)

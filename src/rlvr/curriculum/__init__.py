@@ -8,6 +8,8 @@
 * ``saturation``: the stream without the problems already solved (:mod:`rlvr.curriculum.saturation`).
 * ``vcrl``: the stream refilled from a bank of high reward-variance prompts (VCRL,
   :mod:`rlvr.curriculum.vcrl`).
+* ``knapsack``: the stream, each prompt's group size from its last pass rate (Knapsack RL,
+  :mod:`rlvr.curriculum.knapsack`).
 * ``spo``: the stream with SPO's per-prompt Beta value tracker, the baseline of the ``spo``
   advantage (:mod:`rlvr.curriculum.spo`).
 
@@ -29,6 +31,7 @@ from rlvr.curriculum.base import (
 )
 from rlvr.curriculum.categories import CategorySampler, softmax
 from rlvr.curriculum.dump import DUMP, ucb_scores
+from rlvr.curriculum.knapsack import KnapsackBudget, knapsack_sizes
 from rlvr.curriculum.saturation import SaturationMemory
 from rlvr.curriculum.sec import SEC, td0_update
 from rlvr.curriculum.sequential import Sequential
@@ -46,6 +49,7 @@ def make_sampler(name: str, task: Task, seed: int = 0, **params: Any) -> PromptS
 __all__ = [
     "CURRICULA",
     "DUMP",
+    "KnapsackBudget",
     "SEC",
     "CategorySampler",
     "Curriculum",
@@ -55,6 +59,7 @@ __all__ = [
     "Sequential",
     "VarianceBank",
     "absolute_advantage",
+    "knapsack_sizes",
     "make_sampler",
     "per_category",
     "register_curriculum",

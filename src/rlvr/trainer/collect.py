@@ -100,8 +100,16 @@ class Collector:
         algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
         self.phase("sampling")
         problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
-        keys = group_keys(stream_key(self.cfg.train.seed, step, draw), len(problems), n)
-        scored = self.rollouts.run(problems, n, self.sampling, keys)
+        base = stream_key(self.cfg.train.seed, step, draw)
+        allocate = getattr(self.sampler, "group_sizes", None)  # Knapsack RL's budgets
+        sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
+        if len(set(sizes)) == 1:
+            n = sizes[0]
+            scored = self.rollouts.run(
+                problems, n, self.sampling, group_keys(base, len(problems), n)
+            )
+        else:
+            problems, sizes, scored = self._run_sized(problems, sizes, base)
         if scored.episode_counts is not None:
             for key, value in scored.episode_counts.items():
                 self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
@@ -115,7 +123,7 @@ class Collector:
         if scored.group_ids is not None:  # the data's completions: as many as each problem has
             ids = torch.tensor(scored.group_ids, dtype=torch.long)
         else:
-            ids = torch.arange(len(problems)).repeat_interleave(n)
+            ids = torch.arange(len(problems)).repeat_interleave(torch.tensor(sizes))
         rewards = self.rewards(scored)
         baselines = None
         tracker = getattr(self.sampler, "baselines", None)
@@ -164,6 +172,30 @@ class Collector:
                 for i in k
             ],
         )
+
+    def _run_sized(
+        self, problems: list[Problem], sizes: list[int], base: int
+    ) -> tuple[list[Problem], list[int], Scored]:
+        """Groups of different sizes (a sampler's ``group_sizes``): the problems of each size
+        played together, smallest size first; returns the problems and sizes in that order and
+        their merged scores. Sample j of the i-th problem (in that order) is the stream
+        (base, i, j), as in a uniform draw."""
+        if self.algo.group_filter or self.algo.samples != "policy":
+            raise ValueError(
+                "group sizes by prompt (curriculum group_sizes) apply to the policy's own "
+                "groups without a group_filter"
+            )
+        order = sorted(range(len(problems)), key=lambda i: (sizes[i], i))
+        problems, sizes = [problems[i] for i in order], [sizes[i] for i in order]
+        parts, first = [], 0
+        for size in sorted(set(sizes)):
+            count = sizes.count(size)
+            keys = group_keys(base, count, size, first_prompt=first)
+            parts.append(
+                self.rollouts.run(problems[first : first + count], size, self.sampling, keys)
+            )
+            first += count
+        return problems, sizes, Scored.merge(parts)
 
     def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
         """The batch of step ``step`` (1-based): draw prompts, sample, score, tell the sampler;
