@@ -253,3 +253,44 @@ def test_knapsack_groups_of_different_sizes_train_and_resume_exactly(tmp_path):
     for step in (3, 4, 5, 6):
         for key in (*COMPARED, "curriculum/group_size_min", "curriculum/group_size_max"):
             assert rows[step][key] == reference[step][key], (step, key)
+
+
+def test_a_hint_is_a_prefix_of_the_problems_solution():
+    from rlvr.data import Demonstration
+    from rlvr.data.hints import HINT_INTRO, hinted, solution_prefix
+
+    assert solution_prefix("abcdefgh", 0.25) == "ab" and solution_prefix("abcdefgh", 0.5) == "abcd"
+    worked = Demonstration.of([{"role": "assistant", "content": "3 + 4 = 7. Answer: 7"}])
+    problem = Problem("p1", "What is 3 + 4?", "7", demonstrations=(worked,))
+    hint = hinted(problem, 0.5)
+    assert hint is not None and hint.id == "p1#hint50"
+    assert hint.prompt == "What is 3 + 4?" + HINT_INTRO + "3 + 4 = 7."
+    chat = Problem("c", "Q?", "1", chat=(("system", "S"), ("user", "Q?")), demonstrations=(worked,))
+    hinted_chat = hinted(chat, 0.25)
+    assert hinted_chat is not None and hinted_chat.chat == (
+        ("system", "S"),
+        ("user", "Q?" + HINT_INTRO + "3 + 4"),
+    )
+    assert hinted(Problem("x", "Q?", "1"), 0.5) is None  # no solution to give
+    rejected = Demonstration.of([{"role": "assistant", "content": "8"}], reward=0.0)
+    assert hinted(Problem("y", "Q?", "1", demonstrations=(rejected,)), 0.5) is None
+
+
+def test_failed_groups_are_played_again_with_hints_and_trained_hinted(tmp_path):
+    # the task's verifier: the tiny random model never answers, so every group fails; each is
+    # played with 25% of its worked solution, then 50%, and trained on the 50% one
+    cfg = tiny_config(tmp_path / "run", steps=2, rollout={"hints": [0.25, 0.5]})
+    cfg["reward"] = {}
+    cfg["logging"]["samples_per_step"] = 8
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert [rows[s]["sampling/hinted_groups"] for s in (1, 2)] == [2.0, 2.0]
+    samples = [json.loads(line) for line in (tmp_path / "run/samples.jsonl").open()]
+    assert samples and all("beginning part of the answer" in s["prompt"] for s in samples)
+
+
+def test_hints_must_be_increasing_fractions():
+    from rlvr.config import ConfigError
+
+    with pytest.raises(ConfigError, match="increasing fractions"):
+        build_config({"rollout": {"hints": [0.5, 0.25]}})

@@ -315,7 +315,8 @@ class CurriculumConfig(Section):
         "sequential",
         description="a registered curriculum: sequential (the task's stream in order), sec "
         "(Self-Evolving Curriculum), dump (UCB over categories), saturation (skip solved "
-        "prompts), vcrl (a bank of high reward-variance prompts), spo (SPO's per-prompt "
+        "prompts), vcrl (a bank of high reward-variance prompts), knapsack (group sizes by "
+        "pass rate), spo (SPO's per-prompt "
         "baseline tracker), or a plug-in's; sec and dump need task.levels or a file task's "
         "task.category_column",
     )
@@ -330,7 +331,8 @@ class CurriculumConfig(Section):
     exploration: float = Field(1.0, ge=0, description="dump: UCB exploration coefficient c")
     params: dict[str, Any] = Field(
         default_factory=dict,
-        description="keyword arguments of the curriculum (saturation, vcrl, spo, a plug-in's; "
+        description="keyword arguments of the curriculum (saturation, vcrl, knapsack, spo, a "
+        "plug-in's; "
         "checked against its signature)",
     )
 
@@ -405,6 +407,26 @@ class RolloutConfig(Section):
         "than fp32 on this machine (rlvr.precision; CUDA: bf16 where supported)",
     )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
+    hints: list[float] = Field(
+        default_factory=list,
+        description="GHPO's hint-guided rollouts: a group whose every sample scores below "
+        "hint_threshold is played again with this fraction of the problem's reference solution "
+        "(its first demonstration) after the question, then the next fraction while it still "
+        "fails, and trained on as hinted; e.g. [0.25, 0.5, 0.75]; []: off",
+    )
+    hint_threshold: float = Field(
+        1.0, description="hints: the reward a sample needs to count as solving its problem"
+    )
+
+    @model_validator(mode="after")
+    def _check_hints(self) -> RolloutConfig:
+        h = self.hints
+        if any(not 0 < f < 1 for f in h) or any(a >= b for a, b in zip(h, h[1:], strict=False)):
+            raise ValueError(
+                f"rollout.hints must be increasing fractions in (0, 1), e.g. [0.25, 0.5, 0.75]; "
+                f"got {h}"
+            )
+        return self
     max_staleness: int = Field(
         0,
         ge=0,

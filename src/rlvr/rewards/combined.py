@@ -15,6 +15,7 @@ shaping terms can be added on top of it; :class:`CombinedReward` needs the task 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import numbers
@@ -112,6 +113,17 @@ class RewardBreakdown:
     events: dict[str, int] = field(default_factory=dict)
     parts: dict[str, list[float | None]] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
+
+    def select(self, rows: list[int]) -> RewardBreakdown:
+        """The samples ``rows`` (in that order); counts and usage stay those of the whole batch
+        (the work was done)."""
+        return dataclasses.replace(
+            self,
+            total=[self.total[i] for i in rows],
+            components={k: [v[i] for i in rows] for k, v in self.components.items()},
+            reasons={k: [v[i] for i in rows] for k, v in self.reasons.items()},
+            parts={k: [v[i] for i in rows] for k, v in self.parts.items()},
+        )
 
     @staticmethod
     def concat(parts: Sequence[RewardBreakdown]) -> RewardBreakdown:

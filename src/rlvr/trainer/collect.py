@@ -23,7 +23,7 @@ import torch
 from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
-from rlvr.data import Problem
+from rlvr.data import Problem, hints
 from rlvr.envs.agent import episode_metrics
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
@@ -68,6 +68,7 @@ class Collector:
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
+    _hinted: int = 0
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (the learners') from now on, as policy ``version``; the
@@ -110,9 +111,7 @@ class Collector:
             )
         else:
             problems, sizes, scored = self._run_sized(problems, sizes, base)
-        if scored.episode_counts is not None:
-            for key, value in scored.episode_counts.items():
-                self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
+        self._count_episodes(scored)
         faults = [f for f in scored.faults or () if f is not None]
         if faults:
             self.warn(
@@ -130,6 +129,8 @@ class Collector:
         if callable(tracker):  # a persistent per-prompt baseline (SPO), read before the update
             baselines = torch.tensor(tracker(problems), dtype=torch.float)[ids]
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
+        if self.cfg.rollout.hints:  # GHPO: failed groups again, with a solution's prefix
+            problems, scored, rewards = self._hint(problems, scored, rewards, n, base)
         keep = torch.arange(len(scored.texts))
         if algo.group_filter:  # GFPO: keep G of the n samples of each group
             lengths = torch.tensor([len(c) for c in scored.completion_ids])
@@ -172,6 +173,64 @@ class Collector:
                 for i in k
             ],
         )
+
+    def _count_episodes(self, scored: Scored) -> None:
+        """Add a draw's episode counts (an environment's) to the step's."""
+        for key, value in (scored.episode_counts or {}).items():
+            self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
+
+    def _hint(
+        self, problems: list[Problem], scored: Scored, rewards: torch.Tensor, n: int, base: int
+    ) -> tuple[list[Problem], Scored, torch.Tensor]:
+        """GHPO's hint-guided rollouts (:mod:`rlvr.data.hints`): each group whose every sample
+        scored below ``rollout.hint_threshold`` is played again with the first fraction of
+        ``rollout.hints`` of its solution in the prompt, then the next while it still fails;
+        the last hinted group replaces it (its problem, now hinted, and its samples). Group i
+        hinted at its k-th fraction samples from the stream (base, P k + i, j). Returns the
+        draw's problems, scores and rewards in the original group order (the scores' counts are
+        not summed: the reward metrics and episode counts were taken as each part was played).
+        The prompt sampler has heard the unhinted rewards: the problems' own difficulty."""
+        if scored.group_ids is not None or len(rewards) != len(problems) * n:
+            raise ValueError("rollout.hints apply to the policy's own groups of one size")
+        threshold = self.cfg.rollout.hint_threshold
+        groups: dict[int, tuple[Problem, Scored, torch.Tensor]] = {}
+        failing = [
+            g
+            for g in range(len(problems))
+            if bool((rewards[g * n : (g + 1) * n] < threshold).all())
+        ]
+        for k, fraction in enumerate(self.cfg.rollout.hints, start=1):
+            hinted = {g: hints.hinted(problems[g], fraction) for g in failing}
+            todo = [g for g in failing if hinted[g] is not None]
+            if not todo:
+                break
+            keys = torch.cat(
+                [group_keys(base, 1, n, first_prompt=len(problems) * k + g) for g in todo]
+            )
+            played = self.rollouts.run([hinted[g] for g in todo], n, self.sampling, keys)
+            self._count_episodes(played)
+            scores = self.rewards(played)
+            for i, g in enumerate(todo):
+                groups[g] = (hinted[g], played.select([i], n), scores[i * n : (i + 1) * n])
+            failing = [
+                g
+                for i, g in enumerate(todo)
+                if bool((scores[i * n : (i + 1) * n] < threshold).all())
+            ]
+        self._hinted += len(groups)
+        if not groups:
+            return problems, scored, rewards
+        parts = [
+            groups[g][1] if g in groups else scored.select([g], n) for g in range(len(problems))
+        ]
+        problems = [groups[g][0] if g in groups else problems[g] for g in range(len(problems))]
+        rewards = torch.cat(
+            [
+                groups[g][2] if g in groups else rewards[g * n : (g + 1) * n]
+                for g in range(len(problems))
+            ]
+        )
+        return problems, Scored.merge(parts), rewards
 
     def _run_sized(
         self, problems: list[Problem], sizes: list[int], base: int
@@ -229,6 +288,9 @@ class Collector:
             }
         )
         metrics.update(self.sampler.metrics())
+        if self.cfg.rollout.hints:
+            metrics["sampling/hinted_groups"] = float(self._hinted)
+            self._hinted = 0
         if self._episode_counts:
             metrics.update(episode_metrics(self._episode_counts))
             self._episode_counts.clear()

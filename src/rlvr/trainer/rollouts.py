@@ -22,6 +22,7 @@ log-probs of every sampled token, computed where the samples are (a Ray rollout 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,22 @@ class Scored:
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None
     faults: list[str | None] | None = None
+
+    def select(self, groups: list[int], n: int) -> Scored:
+        """The groups ``groups`` (problem indices, in that order) of a draw of ``n`` samples per
+        problem: their prompts and samples. Timings and counts (reward errors, events, usage,
+        episode counts) stay the whole draw's: merged selections of one draw do not sum them."""
+        if self.group_ids is not None:
+            raise ValueError("Scored.select takes draws of n samples per problem")
+        rows = [g * n + j for g in groups for j in range(n)]
+        per_group = ("prompt_ids", "demonstration_ids", "demonstration_mask")
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None or not isinstance(value, list):
+                continue
+            values[field.name] = [value[i] for i in (groups if field.name in per_group else rows)]
+        return dataclasses.replace(self, breakdown=self.breakdown.select(rows), **values)
 
     @staticmethod
     def merge(parts: list[Scored]) -> Scored:

@@ -1,0 +1,51 @@
+"""Hints: a prefix of a problem's reference solution placed in its prompt (QuestA, Li et al.
+2025, "QuestA: Expanding Reasoning Capacity in LLMs via Question Augmentation",
+arXiv:2507.13266; GHPO, Liu et al. 2025, "GHPO: Adaptive Guidance for Stable and Efficient LLM
+Reinforcement Learning", arXiv:2507.10628).
+
+A group the policy fails entirely teaches GRPO nothing. GHPO plays such a group again with the
+first 25% of the reference solution in the prompt, then 50%, then 75% while it still fails, and
+trains on the hinted group (``rollout.hints``, :meth:`rlvr.trainer.collect.Collector`). The
+solution is the problem's first demonstration (a procedural task's worked solution, e.g.
+arithmetic's step-by-step evaluation; a data row's demonstration column); a problem without
+one is not hinted. The prefix is counted in characters, as in both papers' code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rlvr.data.base import Problem
+
+HINT_INTRO = (
+    "\n\nThe following text is the beginning part of the answer, which you can refer to for "
+    "solving the problem:\n"
+)
+"""What goes between the question and the solution's prefix (GHPO's wording)."""
+
+
+def solution_prefix(solution: str, fraction: float) -> str:
+    """The first round(len(solution) * fraction) characters of ``solution``."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"a hint is a fraction of the solution in (0, 1), got {fraction}")
+    return solution[: round(len(solution) * fraction)]
+
+
+def hinted(problem: Problem, fraction: float) -> Problem | None:
+    """``problem`` with ``fraction`` of its reference solution after its question (in its last
+    user turn for a chat), or None when it has no solution to give. The id gains
+    ``#hint<percent>``, so a hinted prompt is never taken for the plain one."""
+    solutions = [d for d in problem.demonstrations if d.reward >= 1.0 and d.text]
+    if not solutions:
+        return None
+    hint = HINT_INTRO + solution_prefix(solutions[0].text, fraction)
+    chat = problem.chat
+    if chat is not None:
+        last = max(i for i, (role, _) in enumerate(chat) if role == "user")
+        chat = tuple((r, c + hint if i == last else c) for i, (r, c) in enumerate(chat))
+    return dataclasses.replace(
+        problem,
+        id=f"{problem.id}#hint{round(fraction * 100)}",
+        prompt=problem.prompt + hint,
+        chat=chat,
+    )
