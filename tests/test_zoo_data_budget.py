@@ -294,3 +294,54 @@ def test_hints_must_be_increasing_fractions():
 
     with pytest.raises(ConfigError, match="increasing fractions"):
         build_config({"rollout": {"hints": [0.5, 0.25]}})
+
+
+def test_the_replay_buffer_keeps_the_newest_successes_per_prompt():
+    from rlvr.trainer.replay import ReplayBuffer
+
+    buffer = ReplayBuffer(replay=2, per_prompt=3, threshold=1.0)
+    for i, reward in enumerate([1.0, 0.0, 1.0, 1.0, 1.0]):
+        buffer.store("p", {"text": f"s{i}", "reward": reward})
+    assert [s["text"] for s in buffer.entries["p"]] == ["s2", "s3", "s4"]  # 3 kept, s1 failed
+    assert [s["text"] for s in buffer.take("p")] == ["s4", "s3"]  # the newest 2, newest first
+    assert buffer.take("q") == [] and buffer.metrics() == {"replay/buffer_samples": 3.0}
+    again = ReplayBuffer(replay=2, per_prompt=3)
+    again.load_state_dict(json.loads(json.dumps(buffer.state_dict())))
+    assert again.take("p") == buffer.take("p")
+    with pytest.raises(ValueError, match="replay <= replay_buffer"):
+        ReplayBuffer(replay=4, per_prompt=3)
+
+
+def _replay_config(tmp_path, run_dir, steps):
+    cfg = tiny_config(
+        run_dir,
+        steps=steps,
+        rollout={"group_size": 2, "prompts_per_step": 2, "replay": 2, "replay_threshold": 0.3},
+        algorithm={"tis_cap": 2.0},
+    )
+    cfg["task"] = _file_task(tmp_path)  # 6 training rows: steps 4-6 revisit them
+    return cfg
+
+
+def test_replayed_successes_join_their_groups_and_resume_exactly(tmp_path):
+    straight = tmp_path / "straight"
+    train(build_config(_replay_config(tmp_path, straight, 6)))
+    reference = step_rows(straight)
+    assert [reference[s]["sampling/replayed"] for s in (1, 2, 3)] == [0.0, 0.0, 0.0]
+    assert sum(reference[s]["sampling/replayed"] for s in (4, 5, 6)) > 0  # revisits replay
+    assert reference[3]["replay/buffer_samples"] > 0
+    run_dir = tmp_path / "run"
+    train(build_config(_replay_config(tmp_path, run_dir, 2)))
+    train(build_config(_replay_config(tmp_path, run_dir, 6)), resume=run_dir)
+    rows = step_rows(run_dir)
+    for step in (3, 4, 5, 6):
+        for key in (*COMPARED, "sampling/replayed", "replay/buffer_samples"):
+            assert rows[step][key] == reference[step][key], (step, key)
+
+
+def test_replay_needs_an_importance_weight(tmp_path):
+    from rlvr.config import ConfigError
+
+    cfg = tiny_config(tmp_path / "run", steps=1, rollout={"replay": 2})
+    with pytest.raises(ConfigError, match="needs algorithm.tis_cap"):
+        train(build_config(cfg))

@@ -417,6 +417,18 @@ class RolloutConfig(Section):
     hint_threshold: float = Field(
         1.0, description="hints: the reward a sample needs to count as solving its problem"
     )
+    replay: int = Field(
+        0,
+        ge=0,
+        description="RePO's replay: this many of a prompt's past successful samples join its "
+        "group when it is drawn again, importance-weighted (needs algorithm.tis_cap); 0: off",
+    )
+    replay_buffer: int = Field(
+        16, ge=1, description="replay: the most successful samples kept per prompt"
+    )
+    replay_threshold: float = Field(
+        1.0, description="replay: the least reward a sample needs to be kept"
+    )
 
     @model_validator(mode="after")
     def _check_hints(self) -> RolloutConfig:
@@ -427,6 +439,7 @@ class RolloutConfig(Section):
                 f"got {h}"
             )
         return self
+
     max_staleness: int = Field(
         0,
         ge=0,

@@ -21,15 +21,16 @@ from functools import partial
 import torch
 
 from rlvr import algorithms
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, hints
 from rlvr.envs.agent import episode_metrics
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Trajectories, concat
 from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
+from rlvr.trainer.replay import ReplayBuffer
 from rlvr.trainer.rollouts import Scored
 
 
@@ -69,6 +70,27 @@ class Collector:
     _reward_seconds: float = 0.0
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
     _hinted: int = 0
+    _replayed: int = 0
+    replay: ReplayBuffer | None = None
+
+    def __post_init__(self) -> None:
+        rollout = self.cfg.rollout
+        if rollout.replay == 0:
+            return
+        problems = []
+        if self.cfg.algorithm.tis_cap is None:
+            problems.append(
+                "needs algorithm.tis_cap (e.g. 2): the importance weight of a replayed sample"
+            )
+        if self.algo.samples != "policy" or self.algo.advantage in ("remax", "reverse_kl"):
+            problems.append(
+                "replays the policy's own samples (not with remax, distillation or data)"
+            )
+        if self.cfg.env.name:
+            problems.append("replays single-turn samples (not agent episodes)")
+        if problems:
+            raise ConfigError(f"rollout.replay: {'; '.join(problems)}")
+        self.replay = ReplayBuffer(rollout.replay, rollout.replay_buffer, rollout.replay_threshold)
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (the learners') from now on, as policy ``version``; the
@@ -143,7 +165,7 @@ class Collector:
             greedy = self.rollouts.run(problems, 1, self.greedy, None)
             greedy_rewards = self.rewards(greedy, record=False)[ids[keep]]
         k = keep.tolist()
-        return Trajectories(
+        batch = Trajectories(
             problems=problems,
             prompt_ids=scored.prompt_ids,
             completion_ids=[scored.completion_ids[i] for i in k],
@@ -172,6 +194,65 @@ class Collector:
                 {label: r[i] for label, r in scored.breakdown.reasons.items() if r[i] is not None}
                 for i in k
             ],
+        )
+        if self.replay is None:
+            return batch
+        return self._with_replay(batch, scored, rewards, ids, baselines)
+
+    def _with_replay(
+        self,
+        batch: Trajectories,
+        scored: Scored,
+        rewards: torch.Tensor,
+        ids: torch.Tensor,
+        baselines: torch.Tensor | None,
+    ) -> Trajectories:
+        """``batch`` with each kept group's replayed samples (:mod:`rlvr.trainer.replay`) after
+        its own, taken before this draw's successful samples (all of them, kept or not) are
+        stored."""
+        assert self.replay is not None
+        problems = batch.problems
+        groups = sorted(set(batch.group_ids.tolist()))
+        extra = [(g, s) for g in groups for s in self.replay.take(problems[g].id)]
+        components = scored.breakdown.components
+        for i in range(len(scored.texts)):
+            self.replay.store(
+                problems[int(ids[i])].id,
+                {
+                    "completion_ids": list(scored.completion_ids[i]),
+                    "logprobs": list(scored.logprobs[i]),
+                    "text": scored.texts[i],
+                    "reward": float(rewards[i]),
+                    "finished": bool(scored.finished[i]),
+                    "terms": {label: values[i] for label, values in components.items()},
+                },
+            )
+        self._replayed += len(extra)
+        if not extra:
+            return batch
+        group_ids = torch.tensor([g for g, _ in extra], dtype=torch.long)
+        part = dataclasses.replace(
+            batch,
+            completion_ids=[s["completion_ids"] for _, s in extra],
+            sampler_logprobs=[s["logprobs"] for _, s in extra],  # the behaviour policy's
+            finished=[s["finished"] for _, s in extra],
+            texts=[s["text"] for _, s in extra],
+            rewards=torch.tensor([s["reward"] for _, s in extra], dtype=batch.rewards.dtype),
+            group_ids=group_ids,
+            terms={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in batch.terms},
+            reasons=[{} for _ in extra],
+            baselines=None if baselines is None else baselines[torch.searchsorted(ids, group_ids)],
+        )
+        return concat(
+            [batch, part],
+            problems=problems,
+            prompt_ids=batch.prompt_ids,
+            tokens_per_s=batch.tokens_per_s,
+            terms={label: batch.terms[label] + part.terms[label] for label in batch.terms},
+            term_weights=batch.term_weights,
+            policy_version=batch.policy_version,
+            demonstration_ids=batch.demonstration_ids,
+            demonstration_mask=batch.demonstration_mask,
         )
 
     def _count_episodes(self, scored: Scored) -> None:
@@ -291,6 +372,10 @@ class Collector:
         if self.cfg.rollout.hints:
             metrics["sampling/hinted_groups"] = float(self._hinted)
             self._hinted = 0
+        if self.replay is not None:
+            metrics["sampling/replayed"] = float(self._replayed)
+            metrics.update(self.replay.metrics())
+            self._replayed = 0
         if self._episode_counts:
             metrics.update(episode_metrics(self._episode_counts))
             self._episode_counts.clear()

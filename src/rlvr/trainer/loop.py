@@ -281,6 +281,8 @@ class Loop:
         if self.last_saved == self.state.step:
             return
         self.state.sampler = self.collector.sampler.state_dict()
+        if self.collector.replay is not None:
+            self.state.replay = self.collector.replay.state_dict()
         keep = max(self.cfg.checkpoint.keep, 2)  # the one before the newest survives
         try:
             self.learners.save_checkpoint(

@@ -183,6 +183,8 @@ def _run(
         checkpoint, state, pending = resume_parts(
             cfg, run_dir, parts.learners, parts.collector.sampler, state, changes, warn
         )
+        if parts.collector.replay is not None:
+            parts.collector.replay.load_state_dict(state.replay)
         with parts.learners.published() as version:  # semi-online: the snapshot again
             parts.collector.publish(parts.learners.weights(), version)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)

@@ -1,0 +1,62 @@
+"""A replay buffer of past successful samples, added to their prompt's group when it is drawn
+again, importance-weighted against the policy that sampled them (Li et al. 2025, "RePO:
+Replay-Enhanced Policy Optimization", arXiv:2506.09340).
+
+On-policy GRPO throws every sample away after one step; a prompt the policy solved once and
+fails now gives a group of failures, no signal. RePO keeps each prompt's past samples and
+replays some of them into its later groups. Here (``rollout.replay`` > 0): every sample with a
+reward >= ``rollout.replay_threshold`` is stored under its problem's id (its tokens, the
+sampler's log-probs, text, reward, reward terms), the newest ``rollout.replay_buffer`` per
+prompt kept; when the prompt is drawn again, its newest ``rollout.replay`` stored samples join
+its group (taken before this draw's samples are stored), so the group's advantages are
+normalised over fresh and replayed samples together (RePO's "mixed" mode). A replayed sample's
+stored log-probs are its behaviour policy: the truncated importance weight
+min(pi_theta / pi_behaviour, tis_cap) of ``algorithm.tis_cap`` (required) corrects for its age.
+The buffer is JSON in every checkpoint (``TrainerState.replay``), so a resumed run replays what
+the uninterrupted one would; it matters where the stream revisits prompts (datasets over
+epochs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ReplayBuffer:
+    """Past successful samples by problem id (see the module docstring).
+
+    Args:
+        replay: the samples replayed into a group (>= 1).
+        per_prompt: the most samples kept per prompt (>= replay).
+        threshold: the least reward a sample needs to be stored.
+    """
+
+    def __init__(self, replay: int, per_prompt: int, threshold: float = 1.0) -> None:
+        if not 1 <= replay <= per_prompt:
+            raise ValueError(
+                f"replay needs 1 <= replay <= replay_buffer, got {replay}, {per_prompt}"
+            )
+        self.replay, self.per_prompt, self.threshold = replay, per_prompt, threshold
+        self.entries: dict[str, list[dict[str, Any]]] = {}  # oldest first
+
+    def take(self, problem_id: str) -> list[dict[str, Any]]:
+        """The newest ``replay`` stored samples of a problem, newest first (they stay stored)."""
+        return list(reversed(self.entries.get(problem_id, [])[-self.replay :]))
+
+    def store(self, problem_id: str, sample: dict[str, Any]) -> None:
+        """Keep ``sample`` (keys ``completion_ids``, ``logprobs``, ``text``, ``reward``,
+        ``finished``, ``terms``) if its reward reaches the threshold."""
+        if sample["reward"] < self.threshold:
+            return
+        kept = self.entries.setdefault(problem_id, [])
+        kept.append(sample)
+        del kept[: -self.per_prompt]
+
+    def metrics(self) -> dict[str, float]:
+        return {"replay/buffer_samples": float(sum(len(v) for v in self.entries.values()))}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"entries": {k: list(v) for k, v in self.entries.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.entries = {str(k): list(v) for k, v in state.get("entries", {}).items()}
