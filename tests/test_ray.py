@@ -173,6 +173,22 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
 
 
+# slow: ~45 s; test_zoo_advantage_variants checks the reference engine in one process
+@pytest.mark.slow
+def test_aapo_samples_the_reference_on_each_worker_as_in_one_process(cluster, tmp_path_factory):
+    """AAPO: each rollout worker keeps an engine over its initial policy and samples the
+    reference's groups there; two workers log the same steps as one process."""
+    settings = {"algorithm": {"preset": "aapo", "beta": None}, "train": {"lr": 5e-2}}
+    local_cfg = local_config(Path("unused"), steps=3, **settings)
+    local_cfg["algorithm"].pop("beta")
+    local = run_once("aapo-local", local_cfg, tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp("aapo-ray") / "run"
+    cfg = ray_config(run_dir, 2, steps=3, **settings)
+    cfg["algorithm"].pop("beta")
+    train(build_config(cfg))
+    assert comparable(step_rows(run_dir)) == local
+
+
 # slow: ~45 s; judges are built on workers like any reward (test_judges checks them in one process)
 @pytest.mark.slow
 def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):

@@ -177,3 +177,51 @@ def test_each_trains_two_steps_from_yaml(tmp_path, advantage, params, reward):
     rows = step_rows(tmp_path / "run")
     assert sorted(rows) == [1, 2]
     assert all(math.isfinite(r["policy/loss"]) for r in rows.values())
+
+
+def test_aapo_adds_the_clipped_margin_over_the_reference():
+    from rlvr.algorithms import aapo
+
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    ids = torch.tensor([0, 0, 1, 1])
+    reference = torch.tensor([0.0, 0.1, 1.0, 0.9])
+    # group 0: GRPO +-1/(std + eps), std = sqrt(0.5); margins clip(1, 0.28), clip(-0.1)
+    # group 1: GRPO 0 (equal rewards); margins 0 and 0.1: AAPO's signal where GRPO has none
+    g = 0.5 / (math.sqrt(0.5) + 1e-6)
+    expected = [g + 0.28, -g - 0.1, 0.0, 0.1]
+    assert aapo(rewards, ids, reference).tolist() == pytest.approx(expected)
+    inputs = AdvantageInputs(rewards, ids, reference_rewards=reference)
+    assert compute_advantages("aapo", inputs).advantages.tolist() == pytest.approx(expected)
+    with pytest.raises(ValueError, match="reference_rewards"):
+        compute_advantages("aapo", AdvantageInputs(rewards, ids))
+
+
+def test_the_aapo_preset_samples_the_reference_and_trains_from_yaml(tmp_path):
+    cfg = tiny_config(tmp_path / "run", steps=2, algorithm={"preset": "aapo"})
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    assert sorted(rows) == [1, 2] and all(math.isfinite(r["policy/loss"]) for r in rows.values())
+    # GRPO alone on letter_fraction rewards has mean 0 in every group; the margin moves it
+    assert rows[1]["advantages/mean"] != pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_reference_engine_keeps_the_initial_policy(tmp_path):
+    import contextlib
+
+    from rlvr.rollout.streams import group_keys
+    from rlvr.trainer.backends.local import build
+
+    cfg = build_config(tiny_config(tmp_path / "run", algorithm={"preset": "aapo"}))
+    with contextlib.ExitStack() as cleanup:
+        parts = build(cfg, None, cleanup)
+        rollouts, sampling = parts.collector.rollouts, parts.collector.sampling
+        problems = [parts.task.train_problem(i) for i in range(2)]
+        keys = group_keys(7, 2, 3)
+        before = rollouts.run_reference(problems, 3, sampling, keys).completion_ids
+        assert rollouts.run(problems, 3, sampling, keys).completion_ids == before  # step 0
+        with torch.no_grad():  # an update far from the start
+            for param in parts.learners.policy.parameters():
+                param.add_(torch.randn_like(param) * 0.5)
+        parts.collector.publish(parts.learners.weights(), 1)
+        assert rollouts.run(problems, 3, sampling, keys).completion_ids != before
+        assert rollouts.run_reference(problems, 3, sampling, keys).completion_ids == before

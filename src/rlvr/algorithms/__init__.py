@@ -3,6 +3,7 @@
 See docs/algorithms.md for the functional API with shapes and formulas.
 """
 
+from rlvr.algorithms.aapo import aapo
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageEstimator,
@@ -140,6 +141,7 @@ __all__ = [
     "PairLogps",
     "PolicyLoss",
     "Preset",
+    "aapo",
     "adapt_entropy_coef",
     "add_objective",
     "binary_kl",

@@ -404,6 +404,8 @@ class AdvantageInputs:
             remax.
         baselines: [N] a persistent baseline of each sample's prompt, kept across steps by the
             prompt sampler (SPO's tracker); needed by spo.
+        reference_rewards: [N] the reward of the reference model's completion of the same
+            prompt paired with each sample (same index in the group); needed by aapo.
         student_logp: [N, T] the sampler's log-probs of the sampled tokens; needed by
             reverse_kl (on-policy distillation).
         teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
@@ -421,6 +423,7 @@ class AdvantageInputs:
     values: torch.Tensor | None = None
     greedy_rewards: torch.Tensor | None = None
     baselines: torch.Tensor | None = None
+    reference_rewards: torch.Tensor | None = None
     student_logp: torch.Tensor | None = None
     teacher_logp: torch.Tensor | None = None
     token_entropy: torch.Tensor | None = None
@@ -445,10 +448,10 @@ class AdvantageInputs:
                     f"{tuple(tensor.shape)}"
                     + (" and no mask was given" if self.mask is None else "")
                 )
-        if self.baselines is not None and self.baselines.shape != (n,):
-            raise ValueError(
-                f"AdvantageInputs.baselines must be [{n}], got {tuple(self.baselines.shape)}"
-            )
+        for name in ("baselines", "reference_rewards"):
+            tensor = getattr(self, name)
+            if tensor is not None and tensor.shape != (n,):
+                raise ValueError(f"AdvantageInputs.{name} must be [{n}], got {tuple(tensor.shape)}")
         if self.greedy_rewards is not None and self.greedy_rewards.shape != (n,):
             raise ValueError(
                 f"AdvantageInputs.greedy_rewards must be [{n}], got "
@@ -485,6 +488,8 @@ INPUT_HINTS = {
     "reward to every sample of the prompt, [N]",
     "baselines": "each prompt's tracked baseline, [N]: give the run curriculum.name: spo (or a "
     "sampler with a baselines() method)",
+    "reference_rewards": "the reward of the reference model's completion paired with each sample, "
+    "[N]: the rollouts sample each prompt's group from the reference too (advantage aapo)",
     "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
     "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
     "token_entropy": "the [N, T] policy's entropy at each completion token (the trainer's no-grad "

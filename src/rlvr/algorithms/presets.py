@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.algorithms import distillation, dppo, gdpo, imitation, passk, sapo  # noqa: F401
+from rlvr.algorithms import aapo, distillation, dppo, gdpo, imitation, passk, sapo  # noqa: F401
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
@@ -609,6 +609,21 @@ for _preset in (
             "sigmoid(tau (rho - 1)) A, whose gradient is the vanilla one at rho = 1 and decays "
             "smoothly off-policy; tau_pos 1.0, tau_neg 1.05 (negative advantages gated faster) "
             "as in the paper, seq-mean-token-mean aggregation, no KL penalty."
+        ),
+    ),
+    Preset(
+        name="aapo",
+        advantage="aapo",
+        policy_loss="none",
+        aggregation="token-mean",
+        citation=(
+            "Xiong et al. 2025, AAPO: Enhancing the Reasoning Capabilities of LLMs with "
+            "Advantage Momentum, arXiv:2505.14264"
+        ),
+        summary=(
+            "GRPO advantages plus clip(r_i - r_ref_i, -0.2, 0.28), the margin over the frozen "
+            "reference model's completion of the same prompt (the rollouts sample each group "
+            "from the initial policy too); plain -A log pi loss, token mean, no clip, no KL."
         ),
     ),
     Preset(

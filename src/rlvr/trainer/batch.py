@@ -67,6 +67,8 @@ class Trajectories:
         greedy_rewards: [N] reward of the group's greedy completion (ReMax's baseline) or None.
         baselines: [N] the persistent baseline of each sample's prompt before this step (a
             prompt sampler's ``baselines()``: SPO's tracker), or None.
+        reference_rewards: [N] the reward of the reference model's completion paired with each
+            sample (AAPO), or None.
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
         term_weights: each reward term's weight in the reward (GDPO normalises the terms one by
@@ -108,6 +110,7 @@ class Trajectories:
     demonstration_mask: list[list[int]] | None = None
     reasons: list[dict[str, str]] | None = None
     baselines: torch.Tensor | None = None
+    reference_rewards: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.completion_ids)

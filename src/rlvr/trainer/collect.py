@@ -82,9 +82,9 @@ class Collector:
             problems.append(
                 "needs algorithm.tis_cap (e.g. 2): the importance weight of a replayed sample"
             )
-        if self.algo.samples != "policy" or self.algo.advantage in ("remax", "reverse_kl"):
+        if self.algo.samples != "policy" or self.algo.advantage in ("remax", "reverse_kl", "aapo"):
             problems.append(
-                "replays the policy's own samples (not with remax, distillation or data)"
+                "replays the policy's own samples (not with remax, aapo, distillation or data)"
             )
         if self.cfg.env.name:
             problems.append("replays single-turn samples (not agent episodes)")
@@ -160,6 +160,9 @@ class Collector:
                 rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
             )
         keep = keep[draws.add(rewards[keep], ids[keep])]
+        reference_rewards = None
+        if "reference_rewards" in algorithms.ADVANTAGES[algo.advantage].requires:  # AAPO
+            reference_rewards = self._reference_rewards(problems, sizes, n, base)[keep]
         greedy_rewards = None
         if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
             greedy = self.rollouts.run(problems, 1, self.greedy, None)
@@ -176,6 +179,7 @@ class Collector:
             group_ids=ids[keep],
             greedy_rewards=greedy_rewards,
             baselines=None if baselines is None else baselines[keep],
+            reference_rewards=reference_rewards,
             tokens_per_s=scored.tokens_per_s,
             terms={
                 label: [values[i] for i in k]
@@ -254,6 +258,18 @@ class Collector:
             demonstration_ids=batch.demonstration_ids,
             demonstration_mask=batch.demonstration_mask,
         )
+
+    def _reference_rewards(
+        self, problems: list[Problem], sizes: list[int], n: int, base: int
+    ) -> torch.Tensor:
+        """[N] the reward of the reference model's completion paired with each sample: the
+        reference plays each group too (sample j of problem i from the stream
+        (base, 10^6 + i, j)), scored like the policy's (AAPO)."""
+        if len(set(sizes)) != 1:
+            raise ValueError("advantage aapo pairs groups of one size (not a knapsack curriculum)")
+        keys = group_keys(base, len(problems), n, first_prompt=10**6)
+        played = self.rollouts.run_reference(problems, n, self.sampling, keys)
+        return self.rewards(played, record=False)
 
     def _count_episodes(self, scored: Scored) -> None:
         """Add a draw's episode counts (an environment's) to the step's."""

@@ -853,6 +853,9 @@ class Learner:
             values=old_values,
             greedy_rewards=None if greedy is None else greedy.to(device),
             baselines=None if data.baselines is None else data.baselines.to(device),
+            reference_rewards=None
+            if data.reference_rewards is None
+            else data.reference_rewards.to(device),
             student_logp=sampler_logp,
             teacher_logp=teacher_logp,
             token_entropy=old_entropy,

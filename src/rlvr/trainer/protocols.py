@@ -42,6 +42,12 @@ class Rollouts(Protocol):
         """Play and score ``n`` episodes of each problem (:class:`~rlvr.trainer.rollouts.Player`),
         episode i from the stream ``keys[i]``."""
 
+    def run_reference(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        """As :meth:`run`, sampled from the initial (reference) policy: an engine kept for it when
+        the advantage needs the reference's rewards (AAPO)."""
+
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (what :meth:`Learners.weights` returns) as policy ``version``;
         statistics of the publication (Ray: ``rollout/publish_bytes``), else empty."""

@@ -13,6 +13,7 @@ from functools import partial
 
 import torch
 
+from rlvr.algorithms import ADVANTAGES
 from rlvr.config import Config
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.engines import build_engine, close_engine
@@ -45,11 +46,19 @@ class LocalRollouts:
     engine: RolloutEngine
     player: Player
     judge_name: str
+    reference: RolloutEngine | None = None
 
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Scored:
         return self.player.play(self.engine, problems, n, sampling, keys)
+
+    def run_reference(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        if self.reference is None:
+            raise RuntimeError("this run keeps no reference engine (advantage aapo keeps one)")
+        return self.player.play(self.reference, problems, n, sampling, keys)
 
     def publish(self, weights: torch.nn.Module, version: int) -> dict[str, float]:
         self.engine.update_weights(weights)
@@ -96,7 +105,14 @@ def local_rollouts(
     engine = build_engine(cfg, served, tokenizer, rollout_dtype(cfg, policy), decode)
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
-    return LocalRollouts(engine, build_player(cfg, front, tokenizer, policy), front.judge.name)
+    reference = None
+    if "reference_rewards" in ADVANTAGES[front.algo.advantage].requires:  # AAPO
+        frozen = copy.deepcopy(policy).requires_grad_(False)  # the initial policy, before any step
+        reference = build_engine(cfg, frozen, tokenizer, rollout_dtype(cfg, policy), decode)
+        if cleanup is not None:
+            cleanup.callback(close_engine, reference)
+    player = build_player(cfg, front, tokenizer, policy)
+    return LocalRollouts(engine, player, front.judge.name, reference)
 
 
 def build(

@@ -320,12 +320,28 @@ class RayRollouts:
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Scored:
+        return self._run("run", problems, n, sampling, keys)
+
+    def run_reference(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        """The reference's groups, on each worker's engine over its initial policy."""
+        return self._run("run_reference", problems, n, sampling, keys)
+
+    def _run(
+        self,
+        method: str,
+        problems: list[Problem],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor | None,
+    ) -> Scored:
         parts = shards(len(problems), len(self.workers))
         args = {
             i: (problems[lo:hi], n, sampling, None if keys is None else keys[lo * n : hi * n])
             for i, (lo, hi) in enumerate(parts)
         }
-        results = self._call("run", args)
+        results = self._call(method, args)
         scored = [results[i] for i in range(len(parts))]
         self._stats = {
             f"rollout/worker{i}/tokens_per_s": s.tokens_per_s for i, s in enumerate(scored)

@@ -78,6 +78,11 @@ class RolloutWorker:
     ) -> Scored:
         return self.rollouts.run(problems, n, sampling, keys)
 
+    def run_reference(
+        self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
+    ) -> Scored:
+        return self.rollouts.run_reference(problems, n, sampling, keys)
+
     def records(
         self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int
     ) -> AccuracyRecords:
