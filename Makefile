@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 UV     := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-.PHONY: install demo demo-agent test test-all bench gpu-check lint clean
+.PHONY: install demo demo-agent repro test test-all bench gpu-check lint clean
 
 install: $(STAMP)
 
@@ -44,6 +44,11 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(BIN)/rlvr train configs/demo.yaml
+
+# the papers' claims reproduced (repro/README.md): `make repro CLAIM=name` runs one; prints the
+# estimated time first; finished runs are skipped, so it can be stopped and started again
+repro: $(STAMP)
+	$(BIN)/rlvr repro $(or $(CLAIM),all)
 
 # the agent job: SmolLM2 learns to call a calculator tool (docs/agents.md)
 demo-agent: $(STAMP)

@@ -239,6 +239,8 @@ def test_compute_advantages_uniform_convention() -> None:
         student_logp=torch.zeros(4, 2, dtype=torch.float64),
         teacher_logp=torch.zeros(4, 2, dtype=torch.float64),
         token_entropy=torch.ones(4, 2, dtype=torch.float64),
+        baselines=torch.full((4,), 0.5, dtype=torch.float64),
+        reference_rewards=torch.zeros(4, dtype=torch.float64),
         reward_terms=rewards[:, None],
         term_weights=torch.ones(1, dtype=torch.float64),
     )
@@ -635,6 +637,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "rebel",
         "on_policy_distillation",
         "sapo",
+        "aapo",
     }
     assert set(PRESETS) == expected
     for name, preset in PRESETS.items():

@@ -84,7 +84,7 @@ def test_curricula_lists_samplers(monkeypatch) -> None:
     result = run("curricula")
     assert result.exit_code == 0, result.output
     names = re.findall(r"^│ (\w+)", result.clean, flags=re.M)
-    assert sorted(names) == ["dump", "saturation", "sec", "sequential", "spo", "vcrl"]
+    assert sorted(names) == ["dump", "knapsack", "saturation", "sec", "sequential", "spo", "vcrl"]
     assert "Self-Evolving Curriculum" in result.flat
 
 
@@ -243,6 +243,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
         "skipped_nonfinite": 0,
         "data_sha256": None,  # a procedural task: its config fixes its data
         "policy_version": 2,
+        "replay": {},  # no replay buffer (rollout.replay: 0)
     }
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")

@@ -588,6 +588,45 @@ def compare(
 
 
 @app.command()
+def repro(
+    name: Annotated[str, typer.Argument(help="a claim folder's name, or all")] = "all",
+    directory: Annotated[
+        Path, typer.Option("--dir", help="the folder of the claims (repro/<claim>/claim.yaml)")
+    ] = Path("repro"),
+    root: Annotated[Path, typer.Option(help="where the runs go")] = Path("runs/repro"),
+    table_only: Annotated[
+        bool, typer.Option(help="only write RESULTS.md from the run directories")
+    ] = False,
+) -> None:
+    """Reproduce the papers' claims: run every arm x seed of a claim (finished runs skipped,
+    interrupted ones resumed), evaluate, compare, and write DIR/RESULTS.md from the run
+    directories (docs: repro/README.md).
+
+    Examples:
+
+      rlvr repro negative_samples
+
+      rlvr repro all
+
+      rlvr repro --table-only
+    """
+    from rlvr.repro import estimate_minutes, find_claims, pending_runs, results_table, run_claims
+
+    claims = find_claims(directory, name)
+    todo = sum(len(pending_runs(c, root)) for c in claims)
+    console.print(
+        f"{len(claims)} claim(s), {todo} run(s) to do: about "
+        f"{estimate_minutes(claims, root):.0f} min on this machine (each claim.yaml's "
+        "minutes_per_run)"
+    )
+    if not table_only:
+        run_claims(claims, root, say=console.print)
+    out = directory / "RESULTS.md"
+    out.write_text(results_table(find_claims(directory), root))
+    console.print(f"table: [bold]{out}[/]")
+
+
+@app.command()
 def report(
     run: Annotated[Path, typer.Argument(help="run directory")],
     out: Annotated[Path | None, typer.Option(help="HTML file; default RUN/report.html")] = None,

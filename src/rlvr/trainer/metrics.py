@@ -47,6 +47,10 @@ def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:
         **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
         "rollout/tokens_per_s": data.tokens_per_s,
     }
+    right = rewards >= 1.0  # as reward/accuracy: the lengths of right and wrong answers apart
+    for name, rows in (("right", right), ("wrong", ~right)):
+        if bool(rows.any()):  # Dr. GRPO: length normalisation lets wrong answers grow
+            metrics[f"response/length_{name}_mean"] = lengths[rows].mean().item()
     for category, values in per_category(data.problems, rewards, group_ids).items():
         if category:  # a task with categories: what each one gets and scores
             metrics[f"category/{category}/reward"] = sum(values) / len(values)

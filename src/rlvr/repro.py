@@ -1,0 +1,375 @@
+"""Reproductions of the papers' claims: arms x seeds, run, evaluated, compared, one table
+(``rlvr repro``, ``make repro``; the claims live in ``repro/<claim>/claim.yaml``).
+
+A claim folder holds ``claim.yaml`` and the configs of its arms::
+
+    title: RL lifts pass@1, the base model catches up at large k
+    paper: 'Yue et al. 2025, "Does Reinforcement Learning Really Incentivize ...", arXiv:2504.13837'
+    claim: one sentence, what the paper reports
+    seeds: [1, 2, 3]
+    arms:
+      rl: {config: rl.yaml}                           # trained: rlvr train, then evaluated
+      base: {model: smollm2-135m-instruct, like: rl}  # not trained: evaluated like arm rl's runs
+    eval: {n: 16, k: [1, 16]}      # rlvr eval of every run (omit: the metric comes from the
+                                   # run's metrics.jsonl, its last logged value)
+    compare: [rl, base]            # the paired difference a - b, seed by seed
+    tests:                         # each: a summary metric of the eval (or a metrics.jsonl
+      - {metric: pass@1, direction: greater}    # key, averaged over its `last: N` values),
+      - {metric: pass@16, direction: less}      # the side of `margin` (0) the claim puts a - b
+                                                # on, and its own `compare: [x, y]` if any
+    rule: the decision rule in words, written before running
+    minutes_per_run: 4             # this machine's cost of one run, for the estimate
+
+Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``); a run whose
+``repro.json`` exists is finished and skipped, a run directory without it is resumed. The
+verdict of each test: with d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
+interval of mean(d) (:func:`rlvr.evaluation.stats.bootstrap_mean_ci`) decides: *reproduced*
+when it lies above 0 in the claimed direction, *opposite* when it lies beyond 0 the other
+way, else *inconclusive*. With three seeds the bootstrap interval of a mean is narrow and
+coarse (it resamples three numbers): the table shows the per-seed values beside it. The table
+(``RESULTS.md``) is written from the run directories alone (:func:`results_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from rlvr.errors import RlvrError
+
+DONE = "repro.json"
+"""A finished run's record: its metric values and wall time."""
+
+
+class ReproError(RlvrError, ValueError):
+    """A claim folder that cannot be run as written."""
+
+
+@dataclass
+class Arm:
+    """One arm of a claim: a config to train (``config``), or a model evaluated like another
+    arm's runs (``model`` and ``like``)."""
+
+    name: str
+    config: Path | None = None
+    model: str | None = None
+    like: str | None = None
+    overrides: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Test:
+    """One measured part of a claim: the metric, the arms compared (a, b), and the side of
+    ``margin`` the claim puts a - b on (``greater``: a - b > margin; ``less``: a - b < margin;
+    a negative margin with ``greater`` is a non-inferiority claim: "matches"). ``last``: a
+    metrics.jsonl key is averaged over its last ``last`` logged values."""
+
+    metric: str
+    direction: str
+    compare: tuple[str, str]
+    margin: float = 0.0
+    last: int = 1
+
+
+@dataclass
+class Claim:
+    """A claim folder's ``claim.yaml`` (see the module docstring)."""
+
+    name: str
+    folder: Path
+    title: str
+    paper: str
+    claim: str
+    seeds: list[int]
+    arms: dict[str, Arm]
+    tests: list[Test]
+    compare: tuple[str, str]
+    rule: str
+    minutes_per_run: float
+    eval: dict[str, Any] | None = None
+
+    def run_dir(self, root: Path, arm: str, seed: int) -> Path:
+        return Path(root) / self.name / arm / f"seed{seed}"
+
+
+def load_claim(folder: Path) -> Claim:
+    """Read and check ``folder/claim.yaml``."""
+    path = Path(folder) / "claim.yaml"
+    if not path.is_file():
+        raise ReproError(f"{folder} has no claim.yaml")
+    data = yaml.safe_load(path.read_text()) or {}
+    needed = ("title", "paper", "claim", "seeds", "arms", "tests", "compare", "rule")
+    missing = [key for key in needed if key not in data]
+    if missing:
+        raise ReproError(f"{path}: missing {', '.join(missing)}")
+    arms: dict[str, Arm] = {}
+    for name, spec in data["arms"].items():
+        arm = Arm(name, overrides=list(spec.get("set", [])))
+        if "config" in spec:
+            arm.config = Path(folder) / spec["config"]
+            if not arm.config.is_file():
+                raise ReproError(f"{path}: arm {name}'s config {arm.config} does not exist")
+        elif "model" in spec and "like" in spec:
+            arm.model, arm.like = str(spec["model"]), str(spec["like"])
+        else:
+            raise ReproError(f"{path}: arm {name} needs config: FILE, or model: and like: ARM")
+        arms[name] = arm
+    for arm in arms.values():
+        if arm.like is not None and (arm.like not in arms or arms[arm.like].config is None):
+            raise ReproError(
+                f"{path}: arm {arm.name} is evaluated like {arm.like!r}, a trained arm"
+            )
+    pair = tuple(data["compare"])  # the tests' arms unless a test names its own
+    if len(pair) != 2 or any(a not in arms for a in pair):
+        raise ReproError(f"{path}: compare must name two arms of {sorted(arms)}, got {list(pair)}")
+    tests = [
+        Test(
+            str(t["metric"]),
+            str(t.get("direction", "greater")),
+            tuple(t.get("compare", pair)),  # type: ignore[arg-type]
+            float(t.get("margin", 0.0)),
+            int(t.get("last", 1)),
+        )
+        for t in data["tests"]
+    ]
+    for test in tests:
+        if test.direction not in ("greater", "less") or len(test.compare) != 2:
+            raise ReproError(f"{path}: a test needs direction greater or less and two arms")
+        if any(arm not in arms for arm in test.compare) or test.last < 1:
+            raise ReproError(f"{path}: test {test.metric} compares {list(test.compare)}: not arms")
+    if any(arm.model is not None for arm in arms.values()) and not data.get("eval"):
+        raise ReproError(f"{path}: an untrained arm is compared by its evaluation: give eval:")
+    return Claim(
+        name=Path(folder).name,
+        folder=Path(folder),
+        title=str(data["title"]),
+        paper=str(data["paper"]),
+        claim=str(data["claim"]),
+        seeds=[int(s) for s in data["seeds"]],
+        arms=arms,
+        tests=tests,
+        compare=(pair[0], pair[1]),
+        rule=str(data["rule"]),
+        minutes_per_run=float(data.get("minutes_per_run", 5)),
+        eval=data.get("eval"),
+    )
+
+
+def find_claims(directory: Path, name: str = "all") -> list[Claim]:
+    """The claims of ``directory`` (each sub-folder with a claim.yaml), or the one named."""
+    folders = sorted(p.parent for p in Path(directory).glob("*/claim.yaml"))
+    if name != "all":
+        folders = [f for f in folders if f.name == name]
+        if not folders:
+            known = ", ".join(sorted(p.parent.name for p in Path(directory).glob("*/claim.yaml")))
+            raise ReproError(f"no claim {name!r} in {directory} (claims: {known or 'none'})")
+    return [load_claim(f) for f in folders]
+
+
+def pending_runs(claim: Claim, root: Path) -> list[tuple[str, int]]:
+    """The (arm, seed) runs of ``claim`` not finished yet, trained arms first."""
+    order = sorted(claim.arms.values(), key=lambda arm: arm.config is None)
+    return [
+        (arm.name, seed)
+        for arm in order
+        for seed in claim.seeds
+        if not (claim.run_dir(root, arm.name, seed) / DONE).is_file()
+    ]
+
+
+def estimate_minutes(claims: list[Claim], root: Path) -> float:
+    """The estimated minutes of the runs still to do."""
+    return sum(c.minutes_per_run * len(pending_runs(c, root)) for c in claims)
+
+
+def _metric(claim: Claim, test: Test, run_dir: Path, summary: dict[str, Any] | None) -> float:
+    metric = test.metric
+    if summary is not None and not metric.startswith(("eval/", "policy/", "reward/", "response/")):
+        metrics = summary["metrics"]
+        if metric not in metrics:
+            raise ReproError(
+                f"claim {claim.name}: metric {metric!r} is not in the evaluation's summary "
+                f"(it has {', '.join(sorted(metrics))})"
+            )
+        return float(metrics[metric])
+    from rlvr.logging import read_metrics
+
+    values = [r[metric] for r in read_metrics(run_dir) if metric in r]
+    if not values:
+        raise ReproError(f"claim {claim.name}: {run_dir}'s metrics.jsonl never logged {metric}")
+    tail = values[-test.last :]
+    return float(sum(tail) / len(tail))
+
+
+def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any]:
+    """Train (or resume) and evaluate one run; write and return its ``repro.json``."""
+    from rlvr.config import load_config
+
+    arm = claim.arms[arm_name]
+    run_dir = claim.run_dir(root, arm_name, seed)
+    start = time.perf_counter()
+    summary = None
+    if arm.config is not None:
+        from rlvr.trainer import train
+
+        sets = [*arm.overrides, f"train.seed={seed}", f"logging.run_dir={run_dir}"]
+        cfg = load_config(arm.config, sets)
+        resume = run_dir if (run_dir / "config.yaml").is_file() else None
+        if resume is not None:
+            cfg = load_config(run_dir / "config.yaml", sets)
+        train(cfg, resume=resume)
+        if claim.eval:
+            summary = _evaluate(claim, str(run_dir), run_dir / "eval-repro", seed, like=None)
+    else:
+        assert arm.like is not None and arm.model is not None
+        like = claim.run_dir(root, arm.like, seed)
+        if not (like / DONE).is_file():
+            raise ReproError(f"arm {arm_name} is evaluated like {like}, which has not finished")
+        summary = _evaluate(claim, arm.model, run_dir, seed, like=like)
+    record = {
+        "claim": claim.name,
+        "arm": arm_name,
+        "seed": seed,
+        "values": {t.metric: _metric(claim, t, run_dir, summary) for t in claim.tests},
+        "seconds": time.perf_counter() - start,
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / DONE).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _evaluate(claim: Claim, model: str, out: Path, seed: int, like: Path | None) -> dict[str, Any]:
+    from rlvr.evaluation.api import evaluate
+
+    spec = dict(claim.eval or {})
+    return evaluate(
+        model,
+        n=int(spec.get("n", 1)),
+        k=spec.get("k"),
+        sampling_seed=1234 + seed,
+        out=out,
+        like=like,
+        overrides=list(spec.get("set", [])),
+        progress=False,
+    )
+
+
+def run_claims(
+    claims: list[Claim],
+    root: Path,
+    say: Callable[[str], None] = print,
+) -> None:
+    """Run every pending run of ``claims`` (finished ones are skipped), one at a time."""
+    for claim in claims:
+        todo = pending_runs(claim, root)
+        total = len(claim.arms) * len(claim.seeds)
+        say(f"{claim.name}: {total - len(todo)} of {total} runs finished, {len(todo)} to run")
+        for arm, seed in todo:
+            say(f"{claim.name}: arm {arm}, seed {seed}")
+            record = run_one(claim, arm, seed, root)
+            shown = ", ".join(f"{k} = {v:.4g}" for k, v in record["values"].items())
+            say(f"{claim.name}: arm {arm}, seed {seed}: {shown}")
+
+
+def verdict(claim: Claim, root: Path, reps: int = 10_000) -> dict[str, Any]:
+    """The claim's result from its run directories alone: each arm's values by metric and
+    seed, and per test the paired difference's mean, its 95% bootstrap interval and the
+    verdict; the wall time and the run directories."""
+    from rlvr.evaluation.stats import bootstrap_mean_ci
+
+    values: dict[str, dict[str, dict[int, float]]] = {t.metric: {} for t in claim.tests}
+    seconds, dirs = 0.0, []
+    for arm in claim.arms:
+        for metric in values:
+            values[metric][arm] = {}
+        for seed in claim.seeds:
+            run_dir = claim.run_dir(root, arm, seed)
+            if not (run_dir / DONE).is_file():
+                continue
+            record = json.loads((run_dir / DONE).read_text())
+            for metric in values:
+                values[metric][arm][seed] = float(record["values"][metric])
+            seconds += float(record["seconds"])
+            dirs.append(str(run_dir))
+    result: dict[str, Any] = {"values": values, "seconds": seconds, "run_dirs": dirs, "tests": []}
+    for test in claim.tests:
+        a, b = test.compare
+        v = values[test.metric]
+        seeds = [s for s in claim.seeds if s in v[a] and s in v[b]]
+        row: dict[str, Any] = {
+            "metric": test.metric,
+            "direction": test.direction,
+            "compare": [a, b],
+            "margin": test.margin,
+        }
+        if len(seeds) < len(claim.seeds):
+            row["verdict"] = f"pending ({len(seeds)} of {len(claim.seeds)} seeds)"
+        else:
+            diffs = np.array([v[a][s] - v[b][s] for s in seeds])
+            low, high = bootstrap_mean_ci(diffs, reps=reps, confidence=0.95, seed=0)
+            sign = 1.0 if test.direction == "greater" else -1.0
+            lo, hi = sign * (low - test.margin), sign * (high - test.margin)
+            if lo > 0 and hi > 0:
+                row["verdict"] = "reproduced"
+            elif lo < 0 and hi < 0:
+                row["verdict"] = "opposite"
+            else:
+                row["verdict"] = "inconclusive"
+            row["diff"] = [float(diffs.mean()), low, high]
+        result["tests"].append(row)
+    return result
+
+
+def results_table(claims: list[Claim], root: Path) -> str:
+    """``RESULTS.md``: one row per claim and test, then each claim's rule and run directories."""
+    lines = [
+        "# What the papers claim, and what rlvr reproduces",
+        "",
+        "Written by `rlvr repro` from the run directories alone (`repro.json` of each run);",
+        "every number below is one of theirs. A test's verdict compares the 95% bootstrap",
+        "interval of the paired difference a - b (seed by seed) with 0 in the claimed direction:",
+        "reproduced (the interval on the claimed side), opposite (on the other), inconclusive.",
+        "",
+        "| claim | paper | metric | a - b claimed | a by seed | b by seed "
+        "| mean a - b [95% CI] | verdict | wall time |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    details = []
+    for claim in claims:
+        r = verdict(claim, root)
+        for i, test in enumerate(r["tests"]):
+            a, b = test["compare"]
+            got = r["values"][test["metric"]]
+            by_seed = [
+                ", ".join(f"{got[arm][s]:.3f}" if s in got[arm] else "-" for s in claim.seeds)
+                for arm in (a, b)
+            ]
+            diff = "-"
+            if "diff" in test:
+                est, low, high = test["diff"]
+                diff = f"{est:+.3f} [{low:+.3f}, {high:+.3f}]"
+            sign = f"{'>' if test['direction'] == 'greater' else '<'} {test['margin']:g}"
+            title, paper = (claim.title, claim.paper) if i == 0 else ("", "")
+            wall = f"{r['seconds'] / 60:.1f} min" if i == 0 else ""
+            lines.append(
+                f"| {title} | {paper} | {test['metric']} | {a} - {b} {sign} | {by_seed[0]} "
+                f"| {by_seed[1]} | {diff} | {test['verdict']} | {wall} |"
+            )
+        details += [
+            "",
+            f"## {claim.title} (`repro/{claim.name}`)",
+            "",
+            f"Claim: {claim.claim}",
+            "",
+            f"Decision rule (committed before the runs): {claim.rule}",
+            "",
+            "Run directories: " + (", ".join(f"`{d}`" for d in r["run_dirs"]) or "none yet"),
+        ]
+    return "\n".join(lines + details) + "\n"

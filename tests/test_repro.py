@@ -1,0 +1,163 @@
+"""The reproduction driver (rlvr repro, issue 30): claims read from their folders, arms x seeds
+run on the tiny model and skipped once finished, the verdict by hand, the table rebuilt from
+the run directories alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_trainer import tiny_config
+
+from rlvr.repro import (
+    DONE,
+    ReproError,
+    find_claims,
+    load_claim,
+    pending_runs,
+    results_table,
+    run_claims,
+    verdict,
+)
+
+
+def _claim(folder: Path, **extra) -> Path:
+    folder.mkdir(parents=True)
+    for arm, lr in (("trained", 1e-2), ("frozen", 1e-12)):
+        cfg = tiny_config(Path("unused"), steps=2)
+        cfg["train"]["lr"] = lr
+        cfg["checkpoint"] = {"every": 0, "save_final": True}
+        del cfg["logging"]["run_dir"]
+        (folder / f"{arm}.yaml").write_text(yaml.safe_dump(cfg))
+    spec = {
+        "title": "Training moves the reward",
+        "paper": "a test",
+        "claim": "a trained policy's reward differs from a frozen one's",
+        "seeds": [1, 2],
+        "arms": {"trained": {"config": "trained.yaml"}, "frozen": {"config": "frozen.yaml"}},
+        "tests": [{"metric": "reward/mean", "direction": "greater"}],
+        "compare": ["trained", "frozen"],
+        "rule": "reproduced if the 95% CI of the paired difference lies above 0",
+        "minutes_per_run": 0.1,
+        **extra,
+    }
+    (folder / "claim.yaml").write_text(yaml.safe_dump(spec))
+    return folder
+
+
+def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_run_dirs(
+    tmp_path, monkeypatch
+):
+    claims_dir, root = tmp_path / "repro", tmp_path / "runs"
+    _claim(claims_dir / "moves")
+    claims = find_claims(claims_dir)
+    assert len(pending_runs(claims[0], root)) == 4
+    run_claims(claims, root, say=lambda text: None)
+    assert pending_runs(claims[0], root) == []
+    for arm in ("trained", "frozen"):
+        for seed in (1, 2):
+            record = json.loads((root / "moves" / arm / f"seed{seed}" / DONE).read_text())
+            rows = [
+                json.loads(x) for x in (root / "moves" / arm / f"seed{seed}/metrics.jsonl").open()
+            ]
+            last = [r["reward/mean"] for r in rows if "reward/mean" in r][-1]
+            assert record["values"] == {"reward/mean": last} and record["seed"] == seed
+    table = results_table(claims, root)
+    assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
+    assert str(root / "moves" / "trained" / "seed1") in table
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr("rlvr.trainer.train", no_training)
+    run_claims(find_claims(claims_dir), root, say=lambda text: None)  # everything skipped
+    assert results_table(find_claims(claims_dir), root) == table  # the run dirs alone
+
+
+def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
+    claims_dir, root = tmp_path / "repro", tmp_path / "runs"
+    folder = _claim(
+        claims_dir / "base",
+        arms={
+            "trained": {"config": "trained.yaml"},
+            "base": {"model": "tiny-random-llama", "like": "trained"},
+        },
+        compare=["trained", "base"],
+        eval={"n": 2, "k": [1, 2]},
+        tests=[{"metric": "pass@2"}, {"metric": "pass@1", "direction": "less"}],
+        seeds=[1],
+    )
+    claim = load_claim(folder)
+    run_claims([claim], root, say=lambda text: None)
+    base = json.loads((root / "base" / "base" / "seed1" / DONE).read_text())
+    summary = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
+    assert base["values"] == {m: summary["metrics"][m] for m in ("pass@2", "pass@1")}
+    trained = root / "base" / "trained" / "seed1"
+    assert (trained / "eval-repro" / "summary.json").is_file()
+    assert (
+        summary["problems"]["sha256"]
+        == json.loads((trained / "eval-repro" / "summary.json").read_text())["problems"]["sha256"]
+    )  # the same problems
+
+
+def _done(root: Path, claim: str, arm: str, seed: int, value: float) -> None:
+    run_dir = root / claim / arm / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    record = {"arm": arm, "seed": seed, "values": {"reward/mean": value}, "seconds": 60.0}
+    (run_dir / DONE).write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "direction", "expected"),
+    [
+        ([0.5, 0.6, 0.7], [0.4, 0.4, 0.4], "greater", "reproduced"),  # d = 0.1, 0.2, 0.3
+        ([0.5, 0.6, 0.7], [0.4, 0.4, 0.4], "less", "opposite"),
+        ([0.5, 0.3, 0.7], [0.4, 0.4, 0.4], "greater", "inconclusive"),  # d = 0.1, -0.1, 0.3
+    ],
+)
+def test_the_verdict_by_hand(tmp_path, a, b, direction, expected):
+    folder = _claim(
+        tmp_path / "repro" / "c",
+        seeds=[1, 2, 3],
+        tests=[{"metric": "reward/mean", "direction": direction}],
+    )
+    claim = load_claim(folder)
+    root = tmp_path / "runs"
+    for seed, (x, y) in enumerate(zip(a, b, strict=True), start=1):
+        _done(root, "c", "trained", seed, x)
+        _done(root, "c", "frozen", seed, y)
+    result = verdict(claim, root)
+    (test,) = result["tests"]
+    mean = sum(x - y for x, y in zip(a, b, strict=True)) / 3
+    assert test["diff"][0] == pytest.approx(mean)
+    low, high = test["diff"][1:]
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    assert min(diffs) - 1e-12 <= low <= high <= max(diffs) + 1e-12  # a bootstrap of 3 values
+    assert test["verdict"] == expected and result["seconds"] == 360.0
+
+
+def test_a_claim_with_seeds_missing_is_pending(tmp_path):
+    claim = load_claim(_claim(tmp_path / "repro" / "c"))
+    _done(tmp_path / "runs", "c", "trained", 1, 0.5)
+    assert verdict(claim, tmp_path / "runs")["tests"][0]["verdict"] == "pending (0 of 2 seeds)"
+    # arms in claim.yaml's order (yaml.safe_dump sorted them), trained arms before untrained
+    assert pending_runs(claim, tmp_path / "runs") == [("frozen", 1), ("frozen", 2), ("trained", 2)]
+
+
+def test_claim_folders_are_checked(tmp_path):
+    with pytest.raises(ReproError, match="no claim.yaml"):
+        load_claim(tmp_path)
+    folder = _claim(tmp_path / "repro" / "c", compare=["trained", "nope"])
+    with pytest.raises(ReproError, match="compare must name two arms"):
+        load_claim(folder)
+    with pytest.raises(ReproError, match="no claim 'missing'"):
+        find_claims(tmp_path / "repro", "missing")
+
+
+def test_every_shipped_claim_folder_loads():
+    claims = find_claims(Path(__file__).resolve().parent.parent / "repro")
+    assert len(claims) >= 9
+    for claim in claims:
+        assert claim.rule and claim.paper and len(claim.seeds) >= 3
