@@ -93,6 +93,8 @@ def test_local_and_ray_with_one_worker_log_the_same_steps(cluster, tmp_path_fact
     assert "eval/sampled_accuracy" in local[2] and local[3]["staleness/max"] == 0.0
 
 
+# slow: ~55 s; test_ray_nodes loses a node mid-run (also slow); the one-worker test checks the equality
+@pytest.mark.slow
 def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     cluster, tmp_path_factory, monkeypatch, capfd
 ):

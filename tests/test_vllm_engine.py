@@ -146,6 +146,8 @@ def test_greedy_evaluation_settings_reach_vllm(smollm, engine):
         assert done == (ids[-1] in sampling.stop_token_ids)
 
 
+# slow: ~27 s; agent episodes are token-exact on the torch engine (tests/test_envs_*)
+@pytest.mark.slow
 def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, engine):
     """Multi-turn calculator episodes go through vLLM token ids in, token ids out (the history
     re-sent each turn, its prefix cache reusing it): greedy, they equal the torch engine's

@@ -93,18 +93,18 @@ def test_rl_zvp_shapes_zero_variance_groups_by_token_entropy():
 
 
 def test_bnpo_fits_a_beta_to_the_pass_rates_and_divides_by_its_density():
-    # pass rates 1/4, 1/2, 3/4: mu = 1/2, population variance 1/24, c = (1/4)/(1/24) - 1 = 5,
-    # a = b = 2.5, alpha = beta = 1 + 2.5/3
-    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0], dtype=torch.float64)
-    ids = torch.arange(3).repeat_interleave(4)
-    alpha, beta = beta_parameters(torch.tensor([0.25, 0.5, 0.75]))
+    # pass rates 1/4, 1/2, 3/4, 1/2: mu = 1/2, unbiased variance (2/16) / 3 = 1/24,
+    # c = (1/4)/(1/24) - 1 = 5, a = b = 2.5, alpha = beta = 1 + 2.5/3
+    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0], dtype=torch.float64)
+    ids = torch.arange(4).repeat_interleave(4)
+    alpha, beta = beta_parameters(torch.tensor([0.25, 0.5, 0.75, 0.5]))
     assert alpha == pytest.approx(1 + 2.5 / 3) and beta == pytest.approx(1 + 2.5 / 3)
     b_fn = math.gamma(alpha) ** 2 / math.gamma(2 * alpha)  # B(alpha, alpha)
 
     def f(p: float) -> float:
         return p ** (alpha - 1) * (1 - p) ** (alpha - 1) / b_fn
 
-    out = bnpo(rewards, ids, eps=0.0)
+    out = bnpo(rewards, ids)
     assert out[0].item() == pytest.approx(0.75 / f(0.25))  # r = 1, p = 1/4
     assert out[1].item() == pytest.approx(-0.25 / f(0.25))
     assert out[4].item() == pytest.approx(0.5 / f(0.5))
@@ -115,7 +115,9 @@ def test_bnpo_limits_reinforce_and_grpo():
     # equal pass rates: no spread, alpha = beta = 1, f = 1: A = r - p (REINFORCE, group baseline)
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0])
     ids = torch.tensor([0, 0, 1, 1])
-    assert bnpo(rewards, ids, eps=0.0).tolist() == [0.5, -0.5, -0.5, 0.5]
+    assert bnpo(rewards, ids).tolist() == [0.5, -0.5, -0.5, 0.5]
+    # a spread too wide for a Beta (c <= 0: a, b < 0): alpha = beta = 1, clamped as in the code
+    assert beta_parameters(torch.tensor([0.0, 1.0])) == (1.0, 1.0)
     # alpha = beta = 3/2: f(p) = (8 / pi) sqrt(p (1 - p)), GRPO's Bernoulli std up to 8 / pi
     p = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
     expected = 8 / math.pi * torch.sqrt(p * (1 - p))

@@ -286,7 +286,7 @@ def test_failed_groups_are_played_again_with_hints_and_trained_hinted(tmp_path):
     rows = step_rows(tmp_path / "run")
     assert [rows[s]["sampling/hinted_groups"] for s in (1, 2)] == [2.0, 2.0]
     samples = [json.loads(line) for line in (tmp_path / "run/samples.jsonl").open()]
-    assert samples and all("beginning part of the answer" in s["prompt"] for s in samples)
+    assert samples and all("a worked solution begins as follows" in s["prompt"] for s in samples)
 
 
 def test_hints_must_be_increasing_fractions():

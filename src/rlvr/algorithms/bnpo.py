@@ -8,10 +8,13 @@ whose parameters track that distribution:
     A_i = (r_i - p_g) / f(p_g; alpha, beta),   f(p; alpha, beta) = p^(alpha-1) (1-p)^(beta-1) / B(alpha, beta)
 
 with p_g the mean reward of sample i's group g and (alpha, beta) = (1 + a/3, 1 + b/3), the
-paper's variance-minimising choice for p ~ Beta(a, b). (a, b) are fitted to the batch's group
-pass rates by the method of moments (mean mu, population variance s^2):
+paper's variance-minimising choice for p ~ Beta(a, b), at least 1. (a, b) are fitted to the
+batch's group pass rates by the method of moments (mean mu, unbiased variance s^2), as in the
+authors' code (github.com/changyi7231/BNPO, ``compute_bnpo_outcome_advantage``):
 
-    c = mu (1 - mu) / s^2 - 1,   a = mu c,   b = (1 - mu) c      (a = b = 0 where c <= 0 or s^2 = 0)
+    c = mu (1 - mu) / s^2 - 1,   a = mu c,   b = (1 - mu) c      (alpha = beta = 1 where s^2 = 0)
+
+and the weight 1 / f is capped at 1e6 (``max_weight``), as there.
 
 alpha = beta = 1 gives f = 1 (REINFORCE with the group mean as baseline); alpha = beta = 3/2
 gives f proportional to sqrt(p (1 - p)), Bernoulli's std (GRPO): BNPO moves between the two as
@@ -42,10 +45,9 @@ def beta_parameters(pass_rates: torch.Tensor) -> tuple[float, float]:
     if p.numel() == 0:
         return 1.0, 1.0
     mu = p.mean().item()
-    var = p.var(unbiased=False).item() if p.numel() > 1 else 0.0
+    var = p.var().item() if p.numel() > 1 else 0.0  # unbiased, as torch.var in the paper's code
     c = mu * (1 - mu) / var - 1 if var > 0 else 0.0
-    a, b = (mu * c, (1 - mu) * c) if c > 0 else (0.0, 0.0)
-    return 1 + a / 3, 1 + b / 3
+    return max(1 + mu * c / 3, 1.0), max(1 + (1 - mu) * c / 3, 1.0)  # clamped at 1, as there
 
 
 def beta_density(p: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
@@ -56,13 +58,13 @@ def beta_density(p: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
     return torch.exp(torch.xlogy(alpha_t, p) + torch.xlogy(beta_t, 1 - p) - log_b)
 
 
-def bnpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def bnpo(rewards: torch.Tensor, group_ids: torch.Tensor, max_weight: float = 1e6) -> torch.Tensor:
     """BNPO advantages [N] (see the module docstring).
 
     Args:
         rewards: [N] rewards in [0, 1] (binary in the paper).
         group_ids: [N] the group (prompt) of each sample.
-        eps: added to the density, so a pass rate near 0 or 1 does not divide by ~0.
+        max_weight: the cap of 1 / f(p) (a pass rate where the density is ~0).
     Returns:
         [N] advantages.
     """
@@ -74,8 +76,8 @@ def bnpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> t
         )
     p = total / count  # [K] each group's pass rate
     alpha, beta = beta_parameters(p[count > 1])
-    f = beta_density(p.double(), alpha, beta).to(r.dtype)
-    normalised = (r - p[inverse]) / (f[inverse] + eps)  # (r_i - p_g) / f(p_g)
+    weight = (1 / beta_density(p.double(), alpha, beta)).clamp(max=max_weight).to(r.dtype)
+    normalised = (r - p[inverse]) * weight[inverse]  # (r_i - p_g) / f(p_g)
     return torch.where(count[inverse] > 1, normalised, r)
 
 
@@ -83,5 +85,5 @@ def bnpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> t
     "bnpo",
     paper='Xiao et al. 2025, "BNPO: Beta Normalization Policy Optimization", arXiv:2506.02864',
 )
-def _bnpo_estimator(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutput:
-    return AdvantageOutput(bnpo(inputs.rewards, inputs.group_ids, eps))
+def _bnpo_estimator(inputs: AdvantageInputs, max_weight: float = 1e6) -> AdvantageOutput:
+    return AdvantageOutput(bnpo(inputs.rewards, inputs.group_ids, max_weight))

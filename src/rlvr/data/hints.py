@@ -17,11 +17,8 @@ import dataclasses
 
 from rlvr.data.base import Problem
 
-HINT_INTRO = (
-    "\n\nThe following text is the beginning part of the answer, which you can refer to for "
-    "solving the problem:\n"
-)
-"""What goes between the question and the solution's prefix (GHPO's wording)."""
+HINT_INTRO = "\n\nHint: a worked solution begins as follows; you may continue from it.\n"
+"""What goes between the question and the solution's prefix."""
 
 
 def solution_prefix(solution: str, fraction: float) -> str:
