@@ -91,41 +91,15 @@ def dppo_kl_policy_loss(
     return _dppo(logp, old_logp, advantages, valid_pos, valid_neg, ratio_cap)
 
 
-@register_policy_loss(
+register_policy_loss(
     "dppo_tv",
     paper='Sea AI Lab 2026, "Rethinking the Trust Region in LLM RL", arXiv:2602.04879',
     clip_space="probability",
     summary="DPPO: trust region on pi - pi_old (TV)",
-)
-def _dppo_tv_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    ratio_cap: float = RATIO_CAP,
-) -> LossOutput:
-    return dppo_tv_policy_loss(logp, old_logp, advantages, clip_low, clip_high, ratio_cap)
-
-
-@register_policy_loss(
+)(dppo_tv_policy_loss)
+register_policy_loss(
     "dppo_kl",
     paper='Sea AI Lab 2026, "Rethinking the Trust Region in LLM RL", arXiv:2602.04879',
     clip_space="divergence",
     summary="DPPO: trust region on the binary KL",
-)
-def _dppo_kl_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    ratio_cap: float = RATIO_CAP,
-) -> LossOutput:
-    return dppo_kl_policy_loss(logp, old_logp, advantages, clip_low, clip_high, ratio_cap)
+)(dppo_kl_policy_loss)

@@ -133,48 +133,16 @@ def kl_cov_policy_loss(
     return loss, info
 
 
-@register_policy_loss(
+register_policy_loss(
     "clip_cov",
     paper='Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617',
     batch_statistics=True,
     summary="Clip-Cov: high-covariance tokens' gradient out",
-)
-def _clip_cov_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    ratio: float = 2e-4,
-    cov_low: float = 1.0,
-    cov_high: float = 5.0,
-    seed: int = 0,
-) -> LossOutput:
-    return clip_cov_policy_loss(
-        logp, old_logp, advantages, mask, clip_low, clip_high, ratio, cov_low, cov_high, seed
-    )
-
-
-@register_policy_loss(
+)(clip_cov_policy_loss)
+register_policy_loss(
     "kl_cov",
     paper='Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv:2505.22617',
     clip_space=None,
     batch_statistics=True,
     summary="KL-Cov: |log ratio| penalty on the top-covariance tokens",
-)
-def _kl_cov_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    ratio: float = 2e-4,
-    coef: float = 1.0,
-) -> LossOutput:
-    return kl_cov_policy_loss(logp, old_logp, advantages, mask, ratio, coef)
+)(kl_cov_policy_loss)

@@ -21,6 +21,7 @@ Masked-out positions must hold finite values: they are zeroed by multiplication 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -320,9 +321,11 @@ def register_policy_loss(
     batch_statistics: bool = False,
     paper: str = "",
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator: add ``fn(logp, old_logp, advantages, mask, *, clip_low, clip_high,
-    dual_clip) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
-    :class:`PolicyLoss`)."""
+    """Decorator: add ``fn(logp, old_logp, advantages, [mask, clip_low, clip_high,
+    dual_clip,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
+    :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``, ``clip_low``,
+    ``clip_high`` and ``dual_clip`` its signature names (as keywords), so a plain loss function
+    registers as it is; ``algorithm.params.policy_loss`` fills its other arguments."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSSES.add(
@@ -336,100 +339,46 @@ def register_policy_loss(
     return decorator
 
 
-@register_policy_loss(
+register_policy_loss(
     "token",
     paper='Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347',
     dual_clip=True,
     summary="PPO / GRPO clip on the token ratio",
-)
-def _token_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> LossOutput:
-    return clipped_policy_loss(logp, old_logp, advantages, clip_low, clip_high, dual_clip)
-
-
-@register_policy_loss(
+)(clipped_policy_loss)
+register_policy_loss(
     "sequence",
     paper='Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071',
     sequence_level=True,
     dual_clip=True,
     summary="GSPO: clip on the sequence ratio",
-)
-def _sequence_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> LossOutput:
-    return gspo_policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high, dual_clip)
-
-
-@register_policy_loss(
+)(gspo_policy_loss)
+register_policy_loss(
     "geometric",
     paper='Zhao et al. 2025, "Geometric-Mean Policy Optimization", arXiv:2507.20673',
     sequence_level=True,
     clip_space="log",
     summary="GMPO: geometric mean of log-space-clipped token ratios",
-)
-def _geometric_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> LossOutput:
-    return gmpo_policy_loss(logp, old_logp, advantages, mask, clip_low, clip_high)
-
-
-@register_policy_loss(
+)(gmpo_policy_loss)
+register_policy_loss(
     "cispo",
     paper='MiniMax 2025, "MiniMax-M1", arXiv:2506.13585',
     summary="CISPO: clipped, detached IS weight times log pi",
-)
-def _cispo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> LossOutput:
-    return cispo_policy_loss(logp, old_logp, advantages, clip_low, clip_high)
-
-
-@register_policy_loss(
+)(cispo_policy_loss)
+register_policy_loss(
     "none",
     paper='Williams 1992, "Simple Statistical Gradient-Following Algorithms"',
     clip_space=None,
     summary="REINFORCE / GPG: -A log pi, no ratio",
-)
-def _no_ratio_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-) -> LossOutput:
-    return reinforce_policy_loss(logp, old_logp, advantages)
+)(reinforce_policy_loss)
+
+
+def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
+    """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
+    ``clip_low``, ``clip_high``, ``dual_clip`` (None: all, it takes ``**kwargs``)."""
+    parameters = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters) & {"mask", "clip_low", "clip_high", "dual_clip"}
 
 
 def policy_loss(
@@ -474,16 +423,10 @@ def policy_loss(
             f"logp, old_logp and mask must all be [B, T], got {tuple(logp.shape)}, "
             f"{tuple(old_logp.shape)} and {tuple(mask.shape)}"
         )
-    return spec.fn(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        dual_clip=dual_clip,
-        **params,
-    )
+    standard = {"mask": mask, "clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
+    takes = _standard_arguments(spec.fn)
+    given = standard if takes is None else {k: v for k, v in standard.items() if k in takes}
+    return spec.fn(logp, old_logp, advantages, **given, **params)
 
 
 def value_loss(

@@ -21,6 +21,12 @@ import torch
 from rlvr.algorithms.losses import LossOutput, _per_token, loss_info, register_policy_loss
 
 
+@register_policy_loss(
+    "sapo",
+    paper='Qwen Team 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347',
+    clip_space=None,
+    summary="SAPO: soft sigmoid gate on the ratio",
+)
 def sapo_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -39,24 +45,3 @@ def sapo_policy_loss(
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)  # f_tau(rho)
     loss = -gate * adv  # L = -f_tau(rho) A
     return loss, loss_info(ratio, logp, old_logp)
-
-
-@register_policy_loss(
-    "sapo",
-    paper='Qwen Team 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347',
-    clip_space=None,
-    summary="SAPO: soft sigmoid gate on the ratio",
-)
-def _sapo_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-) -> LossOutput:
-    return sapo_policy_loss(logp, old_logp, advantages, tau_pos, tau_neg)
