@@ -51,7 +51,7 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_run_dir
     tmp_path, monkeypatch
 ):
     claims_dir, root = tmp_path / "repro", tmp_path / "runs"
-    _claim(claims_dir / "moves")
+    _claim(claims_dir / "moves", figure="reward/mean")
     claims = find_claims(claims_dir)
     assert len(pending_runs(claims[0], root)) == 4
     run_claims(claims, root, say=lambda text: None)
@@ -67,6 +67,8 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_run_dir
     table = results_table(claims, root)
     assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
     assert str(root / "moves" / "trained" / "seed1") in table
+    assert "![reward/mean by step](moves/figure.png)" in table  # each arm's curve by step
+    assert (claims_dir / "moves" / "figure.png").read_bytes()[:4] == b"\x89PNG"
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")

@@ -19,6 +19,8 @@ A claim folder holds ``claim.yaml`` and the configs of its arms::
                                                 # on, and its own `compare: [x, y]` if any
     rule: the decision rule in words, written before running
     minutes_per_run: 4             # this machine's cost of one run, for the estimate
+    figure: policy/entropy         # optional: a metrics.jsonl key drawn per step, each trained
+                                   # arm's seeds and their mean (RESULTS.md links the PNG)
 
 Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``); a run whose
 ``repro.json`` exists is finished and skipped, a run directory without it is resumed. The
@@ -94,6 +96,7 @@ class Claim:
     rule: str
     minutes_per_run: float
     eval: dict[str, Any] | None = None
+    figure: str | None = None
 
     def run_dir(self, root: Path, arm: str, seed: int) -> Path:
         return Path(root) / self.name / arm / f"seed{seed}"
@@ -159,6 +162,7 @@ def load_claim(folder: Path) -> Claim:
         rule=str(data["rule"]),
         minutes_per_run=float(data.get("minutes_per_run", 5)),
         eval=data.get("eval"),
+        figure=data.get("figure"),
     )
 
 
@@ -327,6 +331,47 @@ def verdict(claim: Claim, root: Path, reps: int = 10_000) -> dict[str, Any]:
     return result
 
 
+def claim_figure(claim: Claim, root: Path, out: Path) -> bool:
+    """Draw ``claim.figure`` (a metrics.jsonl key) per step for each trained arm: every
+    finished seed thin, their mean thick; write the PNG to ``out``. False when no finished run
+    logged it."""
+    if claim.figure is None:
+        return False
+    from matplotlib.figure import Figure
+
+    from rlvr.evaluation.plots import png_bytes
+    from rlvr.logging import read_metrics
+
+    fig = Figure(figsize=(6, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = False
+    for i, arm in enumerate(a for a in claim.arms.values() if a.config is not None):
+        curves = []
+        for seed in claim.seeds:
+            run_dir = claim.run_dir(root, arm.name, seed)
+            if not (run_dir / DONE).is_file():
+                continue
+            rows = [r for r in read_metrics(run_dir) if claim.figure in r]
+            steps = [r["step"] for r in rows]
+            values = [r[claim.figure] for r in rows]
+            ax.plot(steps, values, color=f"C{i}", alpha=0.3, linewidth=0.8)
+            curves.append(dict(zip(steps, values, strict=True)))
+        if curves:
+            common = sorted(set.intersection(*(set(c) for c in curves)))
+            mean = [sum(c[s] for c in curves) / len(curves) for s in common]
+            ax.plot(common, mean, color=f"C{i}", linewidth=2, label=f"{arm.name} ({len(curves)})")
+            drawn = True
+    if not drawn:
+        return False
+    ax.set_xlabel("step")
+    ax.set_ylabel(claim.figure)
+    ax.set_title(claim.title, fontsize=9)
+    ax.legend(fontsize=8)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(png_bytes(fig))
+    return True
+
+
 def results_table(claims: list[Claim], root: Path) -> str:
     """``RESULTS.md``: one row per claim and test, then each claim's rule and run directories."""
     lines = [
@@ -372,4 +417,6 @@ def results_table(claims: list[Claim], root: Path) -> str:
             "",
             "Run directories: " + (", ".join(f"`{d}`" for d in r["run_dirs"]) or "none yet"),
         ]
+        if claim.figure is not None and claim_figure(claim, root, claim.folder / "figure.png"):
+            details += ["", f"![{claim.figure} by step]({claim.name}/figure.png)"]
     return "\n".join(lines + details) + "\n"
