@@ -5,10 +5,12 @@ step", steps 1-3).
 A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
 prompt, sample: :mod:`rlvr.rollout.streams`), hands the groups to its
 :class:`~rlvr.trainer.protocols.Rollouts` (in this process, or on Ray rollout workers), and
-turns the scored groups into the step's batch: DAPO's overlong penalty, the sampler's update,
-GFPO's sample filter, the group selector (DAPO's dynamic sampling refills the batch), ReMax's
-greedy baseline. It never touches the optimizer: the learner trains on what it returns and
-publishes new weights back (:meth:`Collector.publish`).
+turns the scored groups into the step's batch: a sampler's group sizes (Knapsack RL) and
+per-prompt baselines (SPO), DAPO's overlong penalty, the sampler's update, GHPO's hints for the
+groups that failed, GFPO's sample filter, the group selector (DAPO's dynamic sampling refills
+the batch), ReMax's greedy baseline, AAPO's reference groups, RePO's replayed samples. It never
+touches the optimizer: the learner trains on what it returns and publishes new weights back
+(:meth:`Collector.publish`).
 """
 
 from __future__ import annotations
