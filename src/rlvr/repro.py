@@ -193,9 +193,16 @@ def estimate_minutes(claims: list[Claim], root: Path) -> float:
     return sum(c.minutes_per_run * len(pending_runs(c, root)) for c in claims)
 
 
+_LOGGED = ("eval/", "policy/", "reward/", "response/", "sampling/", "groups/")
+"""Prefixes of the metrics.jsonl keys a test reads from the run's log (the others, e.g.
+``accuracy`` or ``pass@16``, from its evaluation's summary)."""
+
+
 def _metric(claim: Claim, test: Test, run_dir: Path, summary: dict[str, Any] | None) -> float:
+    """A test's value for one run: from the evaluation's summary, or (a key of :data:`_LOGGED`
+    or no evaluation) the mean of the last ``test.last`` values in its metrics.jsonl."""
     metric = test.metric
-    if summary is not None and not metric.startswith(("eval/", "policy/", "reward/", "response/")):
+    if summary is not None and not metric.startswith(_LOGGED):
         metrics = summary["metrics"]
         if metric not in metrics:
             raise ReproError(
