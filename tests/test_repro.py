@@ -1,10 +1,11 @@
 """The reproduction driver (rlvr repro, issue 30): claims read from their folders, arms x seeds
 run on the tiny model and skipped once finished, the verdict by hand, the table rebuilt from
-the run directories alone."""
+the runs' records alone (the run directories deleted)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,6 @@ import yaml
 from test_trainer import tiny_config
 
 from rlvr.repro import (
-    DONE,
     ReproError,
     find_claims,
     load_claim,
@@ -47,35 +47,39 @@ def _claim(folder: Path, **extra) -> Path:
     return folder
 
 
-def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_run_dirs(
+def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records(
     tmp_path, monkeypatch
 ):
     claims_dir, root = tmp_path / "repro", tmp_path / "runs"
     _claim(claims_dir / "moves", figure="reward/mean")
     claims = find_claims(claims_dir)
-    assert len(pending_runs(claims[0], root)) == 4
+    assert len(pending_runs(claims[0])) == 4
     run_claims(claims, root, say=lambda text: None)
-    assert pending_runs(claims[0], root) == []
+    assert pending_runs(claims[0]) == []
     for arm in ("trained", "frozen"):
         for seed in (1, 2):
-            record = json.loads((root / "moves" / arm / f"seed{seed}" / DONE).read_text())
-            rows = [
-                json.loads(x) for x in (root / "moves" / arm / f"seed{seed}/metrics.jsonl").open()
-            ]
-            last = [r["reward/mean"] for r in rows if "reward/mean" in r][-1]
-            assert record["values"] == {"reward/mean": last} and record["seed"] == seed
-    table = results_table(claims, root)
+            record = json.loads((claims_dir / f"moves/results/{arm}/seed{seed}.json").read_text())
+            run_dir = root / "moves" / arm / f"seed{seed}"
+            rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").open()]
+            logged = [[r["step"], r["reward/mean"]] for r in rows if "reward/mean" in r]
+            assert record["values"] == {"reward/mean": logged[-1][1]} and record["seed"] == seed
+            assert record["curve"] == logged and record["run_dir"] == str(run_dir)
+            assert record["machine"].startswith("cpu (") and record["seconds"] > 0
+    table = results_table(claims, claims_dir)
     assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
-    assert str(root / "moves" / "trained" / "seed1") in table
+    assert "[moves/results/trained/seed1.json](moves/results/trained/seed1.json)" in table
     assert "![reward/mean by step](moves/figure.png)" in table  # each arm's curve by step
-    assert (claims_dir / "moves" / "figure.png").read_bytes()[:4] == b"\x89PNG"
+    figure = (claims_dir / "moves" / "figure.png").read_bytes()
+    assert figure[:4] == b"\x89PNG"
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr("rlvr.trainer.train", no_training)
+    shutil.rmtree(root)  # a new checkout: the run directories are gone, the records are not
     run_claims(find_claims(claims_dir), root, say=lambda text: None)  # everything skipped
-    assert results_table(find_claims(claims_dir), root) == table  # the run dirs alone
+    assert results_table(find_claims(claims_dir), claims_dir) == table  # the records alone
+    assert (claims_dir / "moves" / "figure.png").read_bytes() == figure
 
 
 def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
@@ -93,22 +97,29 @@ def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
     )
     claim = load_claim(folder)
     run_claims([claim], root, say=lambda text: None)
-    base = json.loads((root / "base" / "base" / "seed1" / DONE).read_text())
+    base = json.loads((folder / "results" / "base" / "seed1.json").read_text())
     summary = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
     assert base["values"] == {m: summary["metrics"][m] for m in ("pass@2", "pass@1")}
+    assert base["eval"] == summary["metrics"] and "curve" not in base
     trained = root / "base" / "trained" / "seed1"
-    assert (trained / "eval-repro" / "summary.json").is_file()
-    assert (
-        summary["problems"]["sha256"]
-        == json.loads((trained / "eval-repro" / "summary.json").read_text())["problems"]["sha256"]
-    )  # the same problems
+    problems = json.loads((trained / "eval-repro" / "summary.json").read_text())["problems"]
+    assert summary["problems"]["sha256"] == problems["sha256"]  # the same problems
+
+    # the trained run's directory lost (a new checkout, its record kept): the base model is
+    # evaluated with the trained arm's config for that seed, on the same problems
+    shutil.rmtree(root)
+    (folder / "results" / "base" / "seed1.json").unlink()
+    run_claims([claim], root, say=lambda text: None)
+    again = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
+    assert again["problems"]["sha256"] == problems["sha256"]
+    assert again["metrics"] == summary["metrics"]
 
 
-def _done(root: Path, claim: str, arm: str, seed: int, value: float) -> None:
-    run_dir = root / claim / arm / f"seed{seed}"
-    run_dir.mkdir(parents=True)
+def _done(folder: Path, arm: str, seed: int, value: float) -> None:
+    path = folder / "results" / arm / f"seed{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"arm": arm, "seed": seed, "values": {"reward/mean": value}, "seconds": 60.0}
-    (run_dir / DONE).write_text(json.dumps(record))
+    path.write_text(json.dumps(record))
 
 
 @pytest.mark.parametrize(
@@ -126,11 +137,10 @@ def test_the_verdict_by_hand(tmp_path, a, b, direction, expected):
         tests=[{"metric": "reward/mean", "direction": direction}],
     )
     claim = load_claim(folder)
-    root = tmp_path / "runs"
     for seed, (x, y) in enumerate(zip(a, b, strict=True), start=1):
-        _done(root, "c", "trained", seed, x)
-        _done(root, "c", "frozen", seed, y)
-    result = verdict(claim, root)
+        _done(folder, "trained", seed, x)
+        _done(folder, "frozen", seed, y)
+    result = verdict(claim)
     (test,) = result["tests"]
     mean = sum(x - y for x, y in zip(a, b, strict=True)) / 3
     assert test["diff"][0] == pytest.approx(mean)
@@ -142,10 +152,10 @@ def test_the_verdict_by_hand(tmp_path, a, b, direction, expected):
 
 def test_a_claim_with_seeds_missing_is_pending(tmp_path):
     claim = load_claim(_claim(tmp_path / "repro" / "c"))
-    _done(tmp_path / "runs", "c", "trained", 1, 0.5)
-    assert verdict(claim, tmp_path / "runs")["tests"][0]["verdict"] == "pending (0 of 2 seeds)"
+    _done(claim.folder, "trained", 1, 0.5)
+    assert verdict(claim)["tests"][0]["verdict"] == "pending (0 of 2 seeds)"
     # arms in claim.yaml's order (yaml.safe_dump sorted them), trained arms before untrained
-    assert pending_runs(claim, tmp_path / "runs") == [("frozen", 1), ("frozen", 2), ("trained", 2)]
+    assert pending_runs(claim) == [("frozen", 1), ("frozen", 2), ("trained", 2)]
 
 
 def test_claim_folders_are_checked(tmp_path):
@@ -163,3 +173,13 @@ def test_every_shipped_claim_folder_loads():
     assert len(claims) >= 9
     for claim in claims:
         assert claim.rule and claim.paper and len(claim.seeds) >= 3
+
+
+def test_every_shipped_record_belongs_to_its_claim():
+    for claim in find_claims(Path(__file__).resolve().parent.parent / "repro"):
+        for path in (claim.folder / "results").glob("*/*.json"):
+            record = json.loads(path.read_text())
+            assert (record["claim"], record["arm"]) == (claim.name, path.parent.name)
+            assert path.name == f"seed{record['seed']}.json" and record["seed"] in claim.seeds
+            assert {t.metric for t in claim.tests} <= set(record["values"])
+            assert record["seconds"] > 0 and record["machine"] and record["run_dir"]

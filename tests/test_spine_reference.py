@@ -1,6 +1,7 @@
 """The training spine trains exactly as before its reorganisation (issue 24): the per-step
 metrics and sampled completions of small runs recorded from the old code
-(:mod:`spine_reference`) are reproduced, bitwise on the machine that recorded them."""
+(:mod:`spine_reference`) are reproduced: bitwise on the machine that recorded them (CPU
+model and flags), to within float rounding on another."""
 
 from __future__ import annotations
 

@@ -595,12 +595,12 @@ def repro(
     ] = Path("repro"),
     root: Annotated[Path, typer.Option(help="where the runs go")] = Path("runs/repro"),
     table_only: Annotated[
-        bool, typer.Option(help="only write RESULTS.md from the run directories")
+        bool, typer.Option(help="only write RESULTS.md from the runs' records")
     ] = False,
 ) -> None:
     """Reproduce the papers' claims: run every arm x seed of a claim (finished runs skipped,
-    interrupted ones resumed), evaluate, compare, and write DIR/RESULTS.md from the run
-    directories (docs: repro/README.md).
+    interrupted ones resumed), evaluate, compare, and write DIR/RESULTS.md from the runs'
+    records, DIR/<claim>/results/<arm>/seed<s>.json (docs: repro/README.md).
 
     Examples:
 
@@ -613,16 +613,16 @@ def repro(
     from rlvr.repro import estimate_minutes, find_claims, pending_runs, results_table, run_claims
 
     claims = find_claims(directory, name)
-    todo = sum(len(pending_runs(c, root)) for c in claims)
+    todo = sum(len(pending_runs(c)) for c in claims)
     console.print(
         f"{len(claims)} claim(s), {todo} run(s) to do: about "
-        f"{estimate_minutes(claims, root):.0f} min on this machine (each claim.yaml's "
+        f"{estimate_minutes(claims):.0f} min on this machine (each claim.yaml's "
         "minutes_per_run)"
     )
     if not table_only:
         run_claims(claims, root, say=console.print)
     out = directory / "RESULTS.md"
-    out.write_text(results_table(find_claims(directory), root))
+    out.write_text(results_table(find_claims(directory), directory))
     console.print(f"table: [bold]{out}[/]")
 
 

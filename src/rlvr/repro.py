@@ -22,19 +22,23 @@ A claim folder holds ``claim.yaml`` and the configs of its arms::
     figure: policy/entropy         # optional: a metrics.jsonl key drawn per step, each trained
                                    # arm's seeds and their mean (RESULTS.md links the PNG)
 
-Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``); a run whose
-``repro.json`` exists is finished and skipped, a run directory without it is resumed. The
-verdict of each test: with d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
+Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``, its checkpoints
+and logs, not kept in git). A finished run writes its *record*,
+``repro/<claim>/results/<arm>/seed<s>.json``: the tests' metric values, the wall time, the
+figure's curve, the machine, the commit and the run directory. Records are small and committed
+with the claim, so the table survives the run directories: a run with a record is finished and
+skipped, a run directory without one is resumed. The verdict of each test: with d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
 interval of mean(d) (:func:`rlvr.evaluation.stats.bootstrap_mean_ci`) decides: *reproduced*
 when it lies above 0 in the claimed direction, *opposite* when it lies beyond 0 the other
 way, else *inconclusive*. With three seeds the bootstrap interval of a mean is narrow and
 coarse (it resamples three numbers): the table shows the per-seed values beside it. The table
-(``RESULTS.md``) is written from the run directories alone (:func:`results_table`).
+(``RESULTS.md``) and the figures are written from the records alone (:func:`results_table`).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,8 +50,8 @@ import yaml
 
 from rlvr.errors import RlvrError
 
-DONE = "repro.json"
-"""A finished run's record: its metric values and wall time."""
+RECORDS = "results"
+"""The folder of a claim's run records (``results/<arm>/seed<s>.json``), kept in git."""
 
 
 class ReproError(RlvrError, ValueError):
@@ -99,7 +103,17 @@ class Claim:
     figure: str | None = None
 
     def run_dir(self, root: Path, arm: str, seed: int) -> Path:
+        """Where the run trains and evaluates (checkpoints, logs): not kept in git."""
         return Path(root) / self.name / arm / f"seed{seed}"
+
+    def record(self, arm: str, seed: int) -> Path:
+        """The finished run's record, kept in git beside ``claim.yaml``."""
+        return self.folder / RECORDS / arm / f"seed{seed}.json"
+
+    def finished(self, arm: str, seed: int) -> dict[str, Any] | None:
+        """The run's record, or None while it has not finished."""
+        path = self.record(arm, seed)
+        return json.loads(path.read_text()) if path.is_file() else None
 
 
 def load_claim(folder: Path) -> Claim:
@@ -177,20 +191,20 @@ def find_claims(directory: Path, name: str = "all") -> list[Claim]:
     return [load_claim(f) for f in folders]
 
 
-def pending_runs(claim: Claim, root: Path) -> list[tuple[str, int]]:
+def pending_runs(claim: Claim) -> list[tuple[str, int]]:
     """The (arm, seed) runs of ``claim`` not finished yet, trained arms first."""
     order = sorted(claim.arms.values(), key=lambda arm: arm.config is None)
     return [
         (arm.name, seed)
         for arm in order
         for seed in claim.seeds
-        if not (claim.run_dir(root, arm.name, seed) / DONE).is_file()
+        if not claim.record(arm.name, seed).is_file()
     ]
 
 
-def estimate_minutes(claims: list[Claim], root: Path) -> float:
+def estimate_minutes(claims: list[Claim]) -> float:
     """The estimated minutes of the runs still to do."""
-    return sum(c.minutes_per_run * len(pending_runs(c, root)) for c in claims)
+    return sum(c.minutes_per_run * len(pending_runs(c)) for c in claims)
 
 
 _LOGGED = ("eval/", "policy/", "reward/", "response/", "sampling/", "groups/")
@@ -220,8 +234,9 @@ def _metric(claim: Claim, test: Test, run_dir: Path, summary: dict[str, Any] | N
 
 
 def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any]:
-    """Train (or resume) and evaluate one run; write and return its ``repro.json``."""
-    from rlvr.config import load_config
+    """Train (or resume) and evaluate one run; write and return its record."""
+    from rlvr.config import load_config, save_config
+    from rlvr.rollout.torch_engine import describe_device
 
     arm = claim.arms[arm_name]
     run_dir = claim.run_dir(root, arm_name, seed)
@@ -240,20 +255,60 @@ def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any
             summary = _evaluate(claim, str(run_dir), run_dir / "eval-repro", seed, like=None)
     else:
         assert arm.like is not None and arm.model is not None
+        trained = claim.arms[arm.like]
+        if claim.finished(arm.like, seed) is None:
+            raise ReproError(f"arm {arm_name} is evaluated like {arm.like}'s seed {seed}: not run")
         like = claim.run_dir(root, arm.like, seed)
-        if not (like / DONE).is_file():
-            raise ReproError(f"arm {arm_name} is evaluated like {like}, which has not finished")
+        if not (like / "config.yaml").is_file():  # its run directory is gone: the same config
+            assert trained.config is not None
+            like = run_dir / "like.yaml"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            sets = [*trained.overrides, f"train.seed={seed}"]
+            save_config(load_config(trained.config, sets), like)
         summary = _evaluate(claim, arm.model, run_dir, seed, like=like)
-    record = {
+    record: dict[str, Any] = {
         "claim": claim.name,
         "arm": arm_name,
         "seed": seed,
         "values": {t.metric: _metric(claim, t, run_dir, summary) for t in claim.tests},
         "seconds": time.perf_counter() - start,
+        "run_dir": str(run_dir),
+        "machine": describe_device("cpu"),
+        "commit": _commit(),
+        "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / DONE).write_text(json.dumps(record, indent=2) + "\n")
+    if summary is not None:
+        record["eval"] = summary["metrics"]
+    if claim.figure is not None and arm.config is not None:
+        from rlvr.logging import read_metrics
+
+        record["curve"] = [
+            [r["step"], r[claim.figure]] for r in read_metrics(run_dir) if claim.figure in r
+        ]
+    path = claim.record(arm_name, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _commit() -> str | None:
+    """The git commit rlvr runs from (with ``+`` when the work tree has changes), or None."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "")
 
 
 def _evaluate(claim: Claim, model: str, out: Path, seed: int, like: Path | None) -> dict[str, Any]:
@@ -279,7 +334,7 @@ def run_claims(
 ) -> None:
     """Run every pending run of ``claims`` (finished ones are skipped), one at a time."""
     for claim in claims:
-        todo = pending_runs(claim, root)
+        todo = pending_runs(claim)
         total = len(claim.arms) * len(claim.seeds)
         say(f"{claim.name}: {total - len(todo)} of {total} runs finished, {len(todo)} to run")
         for arm, seed in todo:
@@ -289,27 +344,26 @@ def run_claims(
             say(f"{claim.name}: arm {arm}, seed {seed}: {shown}")
 
 
-def verdict(claim: Claim, root: Path, reps: int = 10_000) -> dict[str, Any]:
-    """The claim's result from its run directories alone: each arm's values by metric and
-    seed, and per test the paired difference's mean, its 95% bootstrap interval and the
-    verdict; the wall time and the run directories."""
+def verdict(claim: Claim, reps: int = 10_000) -> dict[str, Any]:
+    """The claim's result from its records alone: each arm's values by metric and seed, and
+    per test the paired difference's mean, its 95% bootstrap interval and the verdict; the
+    wall time and the records."""
     from rlvr.evaluation.stats import bootstrap_mean_ci
 
     values: dict[str, dict[str, dict[int, float]]] = {t.metric: {} for t in claim.tests}
-    seconds, dirs = 0.0, []
+    seconds, records = 0.0, []
     for arm in claim.arms:
         for metric in values:
             values[metric][arm] = {}
         for seed in claim.seeds:
-            run_dir = claim.run_dir(root, arm, seed)
-            if not (run_dir / DONE).is_file():
+            record = claim.finished(arm, seed)
+            if record is None:
                 continue
-            record = json.loads((run_dir / DONE).read_text())
             for metric in values:
                 values[metric][arm][seed] = float(record["values"][metric])
             seconds += float(record["seconds"])
-            dirs.append(str(run_dir))
-    result: dict[str, Any] = {"values": values, "seconds": seconds, "run_dirs": dirs, "tests": []}
+            records.append(claim.record(arm, seed))
+    result: dict[str, Any] = {"values": values, "seconds": seconds, "records": records, "tests": []}
     for test in claim.tests:
         a, b = test.compare
         v = values[test.metric]
@@ -338,16 +392,15 @@ def verdict(claim: Claim, root: Path, reps: int = 10_000) -> dict[str, Any]:
     return result
 
 
-def claim_figure(claim: Claim, root: Path, out: Path) -> bool:
-    """Draw ``claim.figure`` (a metrics.jsonl key) per step for each trained arm: every
-    finished seed thin, their mean thick; write the PNG to ``out``. False when no finished run
-    logged it."""
+def claim_figure(claim: Claim, out: Path) -> bool:
+    """Draw ``claim.figure`` (a metrics.jsonl key) per step for each trained arm from the
+    records' curves: every finished seed thin, their mean thick; write the PNG to ``out``.
+    False (and ``out`` removed) when no finished run logged it."""
     if claim.figure is None:
         return False
     from matplotlib.figure import Figure
 
     from rlvr.evaluation.plots import png_bytes
-    from rlvr.logging import read_metrics
 
     fig = Figure(figsize=(6, 3.6), layout="constrained")
     ax = fig.add_subplot()
@@ -355,12 +408,11 @@ def claim_figure(claim: Claim, root: Path, out: Path) -> bool:
     for i, arm in enumerate(a for a in claim.arms.values() if a.config is not None):
         curves = []
         for seed in claim.seeds:
-            run_dir = claim.run_dir(root, arm.name, seed)
-            if not (run_dir / DONE).is_file():
+            record = claim.finished(arm.name, seed)
+            if record is None or not record.get("curve"):
                 continue
-            rows = [r for r in read_metrics(run_dir) if claim.figure in r]
-            steps = [r["step"] for r in rows]
-            values = [r[claim.figure] for r in rows]
+            steps = [step for step, _ in record["curve"]]
+            values = [value for _, value in record["curve"]]
             ax.plot(steps, values, color=f"C{i}", alpha=0.3, linewidth=0.8)
             curves.append(dict(zip(steps, values, strict=True)))
         if curves:
@@ -369,6 +421,7 @@ def claim_figure(claim: Claim, root: Path, out: Path) -> bool:
             ax.plot(common, mean, color=f"C{i}", linewidth=2, label=f"{arm.name} ({len(curves)})")
             drawn = True
     if not drawn:
+        out.unlink(missing_ok=True)  # no record draws it any more: no stale figure
         return False
     ax.set_xlabel("step")
     ax.set_ylabel(claim.figure)
@@ -379,13 +432,15 @@ def claim_figure(claim: Claim, root: Path, out: Path) -> bool:
     return True
 
 
-def results_table(claims: list[Claim], root: Path) -> str:
-    """``RESULTS.md``: one row per claim and test, then each claim's rule and run directories."""
+def results_table(claims: list[Claim], directory: Path) -> str:
+    """``RESULTS.md`` of the claims folder ``directory``: one row per claim and test, then each
+    claim's rule and records (paths relative to ``directory``)."""
     lines = [
         "# What the papers claim, and what rlvr reproduces",
         "",
-        "Written by `rlvr repro` from the run directories alone (`repro.json` of each run);",
-        "every number below is one of theirs. A test's verdict compares the 95% bootstrap",
+        "Written by `rlvr repro` from the runs' records alone (`<claim>/results/<arm>/seed<s>.json`,",
+        "each naming its run directory, machine and commit); every number below is one of",
+        "theirs. A test's verdict compares the 95% bootstrap",
         "interval of the paired difference a - b (seed by seed) with 0 in the claimed direction:",
         "reproduced (the interval on the claimed side), opposite (on the other), inconclusive.",
         "",
@@ -395,7 +450,7 @@ def results_table(claims: list[Claim], root: Path) -> str:
     ]
     details = []
     for claim in claims:
-        r = verdict(claim, root)
+        r = verdict(claim)
         for i, test in enumerate(r["tests"]):
             a, b = test["compare"]
             got = r["values"][test["metric"]]
@@ -422,8 +477,15 @@ def results_table(claims: list[Claim], root: Path) -> str:
             "",
             f"Decision rule (committed before the runs): {claim.rule}",
             "",
-            "Run directories: " + (", ".join(f"`{d}`" for d in r["run_dirs"]) or "none yet"),
+            "Records: "
+            + (
+                ", ".join(
+                    f"[{p.relative_to(directory)}]({p.relative_to(directory)})"
+                    for p in r["records"]
+                )
+                or "none yet"
+            ),
         ]
-        if claim.figure is not None and claim_figure(claim, root, claim.folder / "figure.png"):
+        if claim.figure is not None and claim_figure(claim, claim.folder / "figure.png"):
             details += ["", f"![{claim.figure} by step]({claim.name}/figure.png)"]
     return "\n".join(lines + details) + "\n"
