@@ -65,10 +65,14 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
             assert record["values"] == {"reward/mean": logged[-1][1]} and record["seed"] == seed
             assert record["curve"] == logged and record["run_dir"] == str(run_dir)
             assert record["machine"].startswith("cpu (") and record["seconds"] > 0
+            assert record["precision"] == {"rollout.dtype": "fp32", "train.autocast": "fp32"}
     table = results_table(claims, claims_dir)
     assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
     assert "[moves/results/trained/seed1.json](moves/results/trained/seed1.json)" in table
     assert "![reward/mean by step](moves/figure.png)" in table  # each arm's curve by step
+    assert (
+        f"Machines: {record['machine']}, rollout.dtype fp32 / train.autocast fp32 (4 runs)" in table
+    )
     figure = (claims_dir / "moves" / "figure.png").read_bytes()
     assert figure[:4] == b"\x89PNG"
 

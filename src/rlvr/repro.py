@@ -279,6 +279,9 @@ def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any
     }
     if summary is not None:
         record["eval"] = summary["metrics"]
+    if (run_dir / "precision.json").is_file():  # what `auto` chose on this machine
+        chosen = json.loads((run_dir / "precision.json").read_text())
+        record["precision"] = {k: chosen[k] for k in ("rollout.dtype", "train.autocast")}
     if claim.figure is not None and arm.config is not None:
         from rlvr.logging import read_metrics
 
@@ -432,6 +435,21 @@ def claim_figure(claim: Claim, out: Path) -> bool:
     return True
 
 
+def _machines(claim: Claim) -> str:
+    """Where the claim's finished runs ran, and how many on each: the CPU (and the precision
+    ``auto`` chose there), so a claim whose arms ran on different machines shows it."""
+    counts: dict[str, int] = {}
+    for arm in claim.arms:
+        for seed in claim.seeds:
+            record = claim.finished(arm, seed)
+            if record is not None:
+                where = record["machine"]
+                if "precision" in record:
+                    where += ", " + " / ".join(f"{k} {v}" for k, v in record["precision"].items())
+                counts[where] = counts.get(where, 0) + 1
+    return "; ".join(f"{where} ({n} runs)" for where, n in counts.items())
+
+
 def results_table(claims: list[Claim], directory: Path) -> str:
     """``RESULTS.md`` of the claims folder ``directory``: one row per claim and test, then each
     claim's rule and records (paths relative to ``directory``)."""
@@ -476,6 +494,8 @@ def results_table(claims: list[Claim], directory: Path) -> str:
             f"Claim: {claim.claim}",
             "",
             f"Decision rule (committed before the runs): {claim.rule}",
+            "",
+            "Machines: " + (_machines(claim) or "none yet"),
             "",
             "Records: "
             + (
