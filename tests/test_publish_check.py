@@ -1,6 +1,6 @@
 """The publish check's tolerance (trainer/publish_check.py): fixed floors by dtype, calibrated
-on the rounding measured before training, and an engine that serves another model from the
-start stopped before the first step."""
+on the rounding measured before training, a spike on one probe stream confirmed on the others,
+and an engine that serves another model from the start stopped before the first step."""
 
 from __future__ import annotations
 
@@ -20,30 +20,36 @@ PROBE = Probe(prompt=[5, 6], sampling=None, keys=torch.zeros(1, 2))  # type: ign
 
 
 class Rollouts:
-    """One engine whose probe completion has the given log-probs."""
+    """One engine whose probe completion has the given log-probs (``by_stream``: other ones on
+    the streams it names, keys [s, 0] = s)."""
 
-    def __init__(self, logprobs: list[float], dtype: torch.dtype = torch.bfloat16) -> None:
-        self.logprobs, self.dtype = logprobs, dtype
+    def __init__(
+        self, logprobs: list[float], dtype: torch.dtype = torch.bfloat16, by_stream=None
+    ) -> None:
+        self.logprobs, self.dtype, self.by_stream = logprobs, dtype, by_stream or {}
+        self.streams: list[int] = []
 
     def probe(self, prompt, sampling, keys) -> list[EngineProbe]:
-        ids = list(range(len(self.logprobs)))
-        return [EngineProbe("torch engine", self.dtype, ids, self.logprobs)]
+        (stream,) = keys[:, 0].tolist()
+        self.streams.append(int(stream))
+        logprobs = self.by_stream.get(int(stream), self.logprobs)
+        return [EngineProbe("torch engine", self.dtype, list(range(len(logprobs))), logprobs)]
 
 
 class Learners:
-    """The learner's scores of the same tokens."""
+    """The learner's scores of the same tokens: ``logprobs``, as many as each has."""
 
     def __init__(self, logprobs: list[float], dtype: torch.dtype = torch.bfloat16) -> None:
         self.logprobs, self.dtype = logprobs, dtype
 
     def score(self, prompt, completions):
-        return [self.logprobs for _ in completions], self.dtype
+        return [self.logprobs[: len(ids)] for ids in completions], self.dtype
 
 
 def test_fixed_floors_by_dtype_and_the_calibrated_margin():
     bf16, fp32 = torch.bfloat16, torch.float32
     assert tolerance(None, fp32, fp32) == 1e-3
-    assert tolerance(None, bf16, fp32) == 0.05 and tolerance(None, fp32, bf16) == 0.05
+    assert tolerance(None, bf16, fp32) == 0.08 and tolerance(None, fp32, bf16) == 0.08
     assert tolerance(None, fp32, fp32, rounding=1e-7) == 1e-3  # the floor holds
     # the H100's measured rounding (0.051 per token on SmolLM2, bf16): twice that
     assert tolerance(None, bf16, bf16, rounding=0.051) == pytest.approx(0.102)
@@ -64,7 +70,7 @@ def test_an_engine_that_serves_another_model_from_the_start_is_stopped(off):
 
 def test_a_publish_is_checked_against_twice_the_measured_rounding():
     learner = Learners([-1.0, -2.0])
-    rounding = 0.06  # accepted up to 0.12 per token, above the fixed 0.05
+    rounding = 0.06  # accepted up to 0.12 per token, above the fixed 0.08
     ok = check_publish(Rollouts([-1.1, -2.1]), learner, PROBE, 3, None, rounding)
     assert ok["rollout/publish_check_diff"] == pytest.approx(0.1)
     with pytest.raises(PublishMismatch, match="policy version 3") as err:
@@ -74,3 +80,24 @@ def test_a_publish_is_checked_against_twice_the_measured_rounding():
     fp32 = Learners([-1.0, -2.0], torch.float32)
     with pytest.raises(PublishMismatch, match="tolerance 0.001"):
         check_publish(Rollouts([-1.01, -2.01], torch.float32), fp32, PROBE, 1, None, 0.0)
+
+
+def test_a_spike_on_the_first_stream_is_confirmed_on_the_others():
+    probe = Probe(prompt=[5, 6], sampling=None, keys=torch.arange(4)[:, None].repeat(1, 2))  # type: ignore[arg-type]
+    learner = Learners([-1.0, -2.0])
+    # rounding's spike: 0.3 per token on stream 0's two tokens, 0.02 on streams 1-3: the mean
+    # over all 8 tokens, (2 * 0.3 + 6 * 0.02) / 8 = 0.09, is within 0.12
+    spike = Rollouts([-1.02, -2.02], by_stream={0: [-1.3, -2.3]})
+    out = check_publish(spike, learner, probe, 5, None, rounding=0.06)
+    assert out["rollout/publish_check_diff"] == pytest.approx(0.3)  # the first stream's
+    assert spike.streams == [0, 1, 2, 3]
+    # within the tolerance on the first stream: the others are not probed
+    calm = Rollouts([-1.02, -2.02])
+    check_publish(calm, learner, probe, 5, None, rounding=0.06)
+    assert calm.streams == [0]
+    # off on every stream: stopped, the message giving the mean over all 8 tokens
+    stale = Rollouts([-1.3, -2.3])
+    with pytest.raises(PublishMismatch, match="by 0.3 per token \\(mean over 8 tokens"):
+        check_publish(stale, learner, probe, 5, None, rounding=0.06)
+    # the rounding before training is measured on all four streams
+    assert rounding_floor(spike, learner, probe) == pytest.approx(0.09)

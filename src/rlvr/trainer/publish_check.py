@@ -8,17 +8,23 @@ astray the same way (a publish skipped, a worker that missed a broadcast).
 After every publish (``rollout.publish_check``) each engine (every Ray rollout worker's) samples
 a short completion of a fixed probe prompt from a fixed stream, and the learner scores the same
 tokens. Their mean absolute log-prob difference per token must be within the tolerance
-(``rollout.publish_check_tolerance``), else the run stops with a :class:`PublishMismatch`
-naming the engine. It costs one short generation per engine and one forward of the learner per
-step; the difference is logged as ``rollout/publish_check_diff``.
+(``rollout.publish_check_tolerance``). An engine over it is probed again on
+``PROBE_STREAMS - 1`` more streams, and the mean over all its probe tokens decides: rounding
+makes sporadic spikes on a few low-probability tokens of one short completion (up to 0.19 per
+token over 2 tokens, bf16 on an AMD EPYC CPU, in runs whose engine was in sync), an engine that
+serves another model differs on every stream. Over the tolerance still, the run stops with a
+:class:`PublishMismatch` naming the engine. It costs one short generation per engine and one
+forward of the learner per step (more only after a spike); the first stream's difference is
+logged as ``rollout/publish_check_diff``.
 
 The default tolerance is calibrated on the run itself: before the first update, engine and
 learner hold the same weights, so the difference they show on the probe then is rounding alone
-(:func:`rounding_floor`). The tolerance is the larger of a fixed floor (1e-3 where both compute
-in fp32, 0.05 where either runs in bf16/fp16) and twice that measured rounding. Rounding depends
-on the kernels: SmolLM2-135M on an H100 (bf16 engine, bf16-autocast learner) differed by 0.051
-per token after the first publish, above the 0.05 that a CPU never reached, and fell below 1e-3
-as the policy sharpened.
+(:func:`rounding_floor`, over all ``PROBE_STREAMS`` streams). The tolerance is the larger of a
+fixed floor (1e-3 where both compute in fp32, 0.08 where either runs in bf16/fp16) and twice
+that measured rounding. Rounding depends on the kernels: SmolLM2-135M on an H100 (bf16 engine,
+bf16-autocast learner) differed by 0.051 per token after the first publish and fell below 1e-3
+as the policy sharpened; on an AMD EPYC CPU with bf16 on both sides, single probes of in-sync
+runs reached 0.083 per token over 8-16 tokens (the floor was 0.05 until they stopped six runs).
 """
 
 from __future__ import annotations
@@ -35,8 +41,11 @@ from rlvr.rollout.streams import group_keys, stream_key
 
 PROBE_TOKENS = 16
 """Tokens sampled on the probe prompt."""
+PROBE_STREAMS = 4
+"""Streams of the probe: the first after every publish, all of them to measure the rounding and
+to confirm a difference over the tolerance."""
 FP32_TOLERANCE = 1e-3
-LOW_PRECISION_TOLERANCE = 0.05
+LOW_PRECISION_TOLERANCE = 0.08
 ROUNDING_MARGIN = 2.0
 """The default tolerance is at least this multiple of the rounding measured before training."""
 MAX_ROUNDING = 0.25
@@ -62,7 +71,7 @@ class EngineProbe:
 @dataclass(frozen=True)
 class Probe:
     """The fixed probe: a prompt's ids, the run's sampling settings (``PROBE_TOKENS`` tokens)
-    and the one stream key [1] it is sampled from."""
+    and the keys [S] of the streams it is sampled from (the first after every publish)."""
 
     prompt: list[int]
     sampling: SamplingParams
@@ -71,9 +80,9 @@ class Probe:
 
 def make_probe(prompt: list[int], sampling: SamplingParams, seed: int) -> Probe:
     """The probe of a run: ``prompt`` (its first problem's) sampled with the run's settings
-    from a stream of its own (seed, -1)."""
+    from ``PROBE_STREAMS`` streams of its own (seed, -1)."""
     short = dataclasses.replace(sampling, max_new_tokens=PROBE_TOKENS, stop=())
-    return Probe(list(prompt), short, group_keys(stream_key(seed, -1), 1, 1))
+    return Probe(list(prompt), short, group_keys(stream_key(seed, -1), 1, PROBE_STREAMS))
 
 
 def tolerance(
@@ -89,32 +98,40 @@ def tolerance(
 
 
 def _differences(
-    rollouts: Any, learners: Any, probe: Probe
-) -> tuple[list[tuple[EngineProbe, float]], torch.dtype]:
-    """Each engine's probe completion with its mean |log-prob difference| per token from the
-    learner's (engines that sampled nothing left out), and the learner's dtype."""
-    probes: list[EngineProbe] = rollouts.probe(probe.prompt, probe.sampling, probe.keys)
-    scored, learner_dtype = learners.score(probe.prompt, [p.ids for p in probes])
-    out = []
-    for engine, learner_logp in zip(probes, scored, strict=True):
-        if engine.ids:
-            diff = (torch.tensor(engine.logprobs) - torch.tensor(learner_logp)).abs().mean()
-            out.append((engine, diff.item()))
-    return out, learner_dtype
+    rollouts: Any, learners: Any, probe: Probe, streams: range
+) -> tuple[list[tuple[str, torch.dtype, torch.Tensor]], torch.dtype]:
+    """Each engine's name, dtype and the |log-prob difference| [N] from the learner's of each of
+    the N tokens it sampled on the probe's ``streams`` (indices into ``probe.keys``; engines
+    that sampled nothing left out), and the learner's dtype."""
+    pooled: dict[str, tuple[torch.dtype, list[torch.Tensor]]] = {}
+    learner_dtype = torch.float32
+    for s in streams:
+        probes: list[EngineProbe] = rollouts.probe(
+            probe.prompt, probe.sampling, probe.keys[s : s + 1]
+        )
+        scored, learner_dtype = learners.score(probe.prompt, [p.ids for p in probes])
+        for engine, learner_logp in zip(probes, scored, strict=True):
+            diff = (torch.tensor(engine.logprobs) - torch.tensor(learner_logp)).abs()
+            pooled.setdefault(engine.engine, (engine.dtype, []))[1].append(diff.reshape(-1))
+    out = [(name, dtype, torch.cat(diffs)) for name, (dtype, diffs) in pooled.items()]
+    return [(name, dtype, d) for name, dtype, d in out if d.numel()], learner_dtype
 
 
 def rounding_floor(rollouts: Any, learners: Any, probe: Probe) -> float:
-    """The largest probe difference while engines and learner hold the same weights (call it
-    before the first update): what rounding alone makes them differ by. Raises
-    :class:`PublishMismatch` where it exceeds ``MAX_ROUNDING`` or is not finite: that engine
-    does not serve the model being trained from the start."""
+    """The largest probe difference (the mean over the tokens of all the probe's streams) while
+    engines and learner hold the same weights (call it before the first update): what rounding
+    alone makes them differ by. Raises :class:`PublishMismatch` where it exceeds
+    ``MAX_ROUNDING`` or is not finite: that engine does not serve the model being trained from
+    the start."""
     worst = 0.0
-    for engine, diff in _differences(rollouts, learners, probe)[0]:
+    streams = range(len(probe.keys))
+    for engine, _, diffs in _differences(rollouts, learners, probe, streams)[0]:
+        diff = diffs.mean().item()
         if not diff <= MAX_ROUNDING:  # NaN too
             raise PublishMismatch(
-                f"before training, on the same weights, the {engine.engine}'s log-probs of a "
-                f"probe completion differ from the learner's by {diff:.3g} per token (mean over "
-                f"{len(engine.ids)} tokens; rounding alone stays under {MAX_ROUNDING:g}): the "
+                f"before training, on the same weights, the {engine}'s log-probs of the probe "
+                f"completions differ from the learner's by {diff:.3g} per token (mean over "
+                f"{diffs.numel()} tokens; rounding alone stays under {MAX_ROUNDING:g}): the "
                 "engine does not serve the model being trained. Set rollout.publish_check: "
                 "false to train anyway, or rollout.publish_check_tolerance to skip this "
                 "calibration."
@@ -131,24 +148,30 @@ def check_publish(
     setting: float | None,
     rounding: float = 0.0,
 ) -> dict[str, float]:
-    """Probe every engine of ``rollouts`` and score their tokens with ``learners`` (see the
-    module docstring); raises :class:`PublishMismatch` naming the first engine off by more
-    than the tolerance (``rounding``: :func:`rounding_floor` of the run). Returns
-    ``rollout/publish_check_diff``: the largest mean difference."""
+    """Probe every engine of ``rollouts`` on the probe's first stream and score their tokens
+    with ``learners`` (see the module docstring); an engine over the tolerance (``rounding``:
+    :func:`rounding_floor` of the run) is probed on the other streams too, and
+    :class:`PublishMismatch` names the first engine whose mean over all its tokens is over it.
+    Returns ``rollout/publish_check_diff``: the largest first-stream mean difference."""
     worst = 0.0
-    differences, learner_dtype = _differences(rollouts, learners, probe)
-    for engine, diff in differences:
-        limit = tolerance(setting, engine.dtype, learner_dtype, rounding)
+    differences, learner_dtype = _differences(rollouts, learners, probe, range(1))
+    for engine, dtype, diffs in differences:
+        diff = diffs.mean().item()
+        worst = max(worst, diff)
+        limit = tolerance(setting, dtype, learner_dtype, rounding)
+        if diff == diff and diff > limit and len(probe.keys) > 1:  # rounding's spike, or off?
+            again = _differences(rollouts, learners, probe, range(1, len(probe.keys)))[0]
+            diffs = torch.cat([diffs, *(d for name, _, d in again if name == engine)])
+            diff = diffs.mean().item()
         if not diff <= limit:  # NaN too
             raise PublishMismatch(
-                f"after publishing policy version {version}, the {engine.engine}'s log-probs of "
-                f"a probe completion differ from the learner's by {diff:.3g} per token (mean "
-                f"over {len(engine.ids)} tokens; tolerance {limit:g}, {str(engine.dtype)[6:]} "
-                f"engine, {str(learner_dtype)[6:]} learner; {rounding:.3g} on the same weights before "
-                "training): the engine is not sampling from the policy being trained (for a LoRA "
-                "run: the adapter did not reach it). The run stops rather than train on its "
-                "samples. Set rollout.publish_check: false to train anyway, or "
+                f"after publishing policy version {version}, the {engine}'s log-probs of its "
+                f"probe completions differ from the learner's by {diff:.3g} per token (mean "
+                f"over {diffs.numel()} tokens; tolerance {limit:g}, {str(dtype)[6:]} "
+                f"engine, {str(learner_dtype)[6:]} learner; {rounding:.3g} on the same weights "
+                "before training): the engine is not sampling from the policy being trained "
+                "(for a LoRA run: the adapter did not reach it). The run stops rather than "
+                "train on its samples. Set rollout.publish_check: false to train anyway, or "
                 "rollout.publish_check_tolerance for engines that round differently."
             )
-        worst = max(worst, diff)
     return {"rollout/publish_check_diff": worst}
