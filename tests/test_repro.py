@@ -187,3 +187,24 @@ def test_every_shipped_record_belongs_to_its_claim():
             assert path.name == f"seed{record['seed']}.json" and record["seed"] in claim.seeds
             assert {t.metric for t in claim.tests} <= set(record["values"])
             assert record["seconds"] > 0 and record["machine"] and record["run_dir"]
+
+
+def test_a_failed_run_is_reported_and_the_others_go_on(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    claims_dir = tmp_path / "repro"
+    folder = _claim(claims_dir / "c", seeds=[1])
+    broken = yaml.safe_load((folder / "frozen.yaml").read_text())
+    broken["reward"] = {"function": "rewards_for_tests:no_such_function"}
+    (folder / "frozen.yaml").write_text(yaml.safe_dump(broken))
+    result = CliRunner().invoke(
+        app, ["repro", "c", "--dir", str(claims_dir), "--root", str(tmp_path / "runs")]
+    )
+    assert result.exit_code == 1, result.output
+    assert "1 run(s) failed" in result.output and "c: arm frozen, seed 1:" in result.output
+    assert "no_such_function" in result.output
+    assert (folder / "results" / "trained" / "seed1.json").is_file()  # the other arm ran
+    assert not (folder / "results" / "frozen").exists()
+    assert "pending (0 of 1 seeds)" in (claims_dir / "RESULTS.md").read_text()

@@ -619,11 +619,15 @@ def repro(
         f"{estimate_minutes(claims):.0f} min on this machine (each claim.yaml's "
         "minutes_per_run)"
     )
-    if not table_only:
-        run_claims(claims, root, say=console.print)
+    failures = [] if table_only else run_claims(claims, root, say=console.print)
     out = directory / "RESULTS.md"
     out.write_text(results_table(find_claims(directory), directory))
     console.print(f"table: [bold]{out}[/]")
+    if failures:
+        console.print(f"[red]{len(failures)} run(s) failed:[/]")
+        for line in failures:
+            console.print(f"  {line}", markup=False, highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -334,17 +334,26 @@ def run_claims(
     claims: list[Claim],
     root: Path,
     say: Callable[[str], None] = print,
-) -> None:
-    """Run every pending run of ``claims`` (finished ones are skipped), one at a time."""
+) -> list[str]:
+    """Run every pending run of ``claims`` (finished ones are skipped), one at a time. A run
+    that fails is reported and the others go on (hours of runs are not lost to one); returns
+    the failures, one line each (``claim: arm A, seed S: message``)."""
+    failures = []
     for claim in claims:
         todo = pending_runs(claim)
         total = len(claim.arms) * len(claim.seeds)
         say(f"{claim.name}: {total - len(todo)} of {total} runs finished, {len(todo)} to run")
         for arm, seed in todo:
             say(f"{claim.name}: arm {arm}, seed {seed}")
-            record = run_one(claim, arm, seed, root)
+            try:
+                record = run_one(claim, arm, seed, root)
+            except Exception as err:  # noqa: BLE001 - reported, and the next run goes on
+                failures.append(f"{claim.name}: arm {arm}, seed {seed}: {err}")
+                say(f"{failures[-1]} (failed; its run directory is kept, a rerun resumes it)")
+                continue
             shown = ", ".join(f"{k} = {v:.4g}" for k, v in record["values"].items())
             say(f"{claim.name}: arm {arm}, seed {seed}: {shown}")
+    return failures
 
 
 def verdict(claim: Claim, reps: int = 10_000) -> dict[str, Any]:
