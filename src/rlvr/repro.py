@@ -27,7 +27,8 @@ and logs, not kept in git). A finished run writes its *record*,
 ``repro/<claim>/results/<arm>/seed<s>.json``: the tests' metric values, the wall time, the
 figure's curve, the machine, the commit and the run directory. Records are small and committed
 with the claim, so the table survives the run directories: a run with a record is finished and
-skipped, a run directory without one is resumed. The verdict of each test: with d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
+skipped, a run directory without one is resumed. The verdict of each test: with
+d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
 interval of mean(d) (:func:`rlvr.evaluation.stats.bootstrap_mean_ci`) decides: *reproduced*
 when it lies above 0 in the claimed direction, *opposite* when it lies beyond 0 the other
 way, else *inconclusive*. With three seeds the bootstrap interval of a mean is narrow and
