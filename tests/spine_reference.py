@@ -12,10 +12,8 @@ recorded them, within 1e-6 relative elsewhere (other kernels sum in another orde
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,19 +77,12 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
 
 def machine() -> str:
     """The CPU and torch build that computed the numbers (bitwise equality is asked only there):
-    the model name and a digest of the CPU's flags, since one name ("AMD EPYC") covers CPUs
-    whose kernels round differently."""
-    model, flags = platform.processor(), ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model == platform.processor():
-                model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = " ".join(sorted(value.split()))
-    digest = hashlib.sha256(flags.encode()).hexdigest()[:12]
-    return f"{model} (flags {digest}) | torch {torch.__version__}"
+    the model name and a digest of the CPU's flags (:func:`rlvr.precision.cpu_identity`), since
+    one name ("AMD EPYC") covers CPUs whose kernels round differently."""
+    from rlvr.precision import cpu_identity
+
+    cpu = cpu_identity()
+    return f"{cpu['cpu']} (flags {cpu['flags']}) | torch {torch.__version__}"
 
 
 def run(name: str, run_dir: Path) -> list[dict[str, Any]]:

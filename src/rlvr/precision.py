@@ -258,7 +258,7 @@ def measure(shapes: Shapes, repeats: int = 3) -> Timings:
     )
 
 
-def _cpu_identity() -> dict[str, Any]:
+def cpu_identity() -> dict[str, Any]:
     """What makes one CPU's timings differ from another's: model, flags, threads, torch."""
     fields: dict[str, str] = {}
     try:
@@ -280,7 +280,7 @@ def _cpu_identity() -> dict[str, Any]:
 
 
 def _cache_file(shapes: Shapes, root: Path) -> tuple[Path, dict[str, Any]]:
-    key = {**_cpu_identity(), "shapes": asdict(shapes)}
+    key = {**cpu_identity(), "shapes": asdict(shapes)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     return root / "precision" / f"{digest}.json", key
 

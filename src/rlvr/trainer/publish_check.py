@@ -114,7 +114,7 @@ def _differences(
             diff = (torch.tensor(engine.logprobs) - torch.tensor(learner_logp)).abs()
             pooled.setdefault(engine.engine, (engine.dtype, []))[1].append(diff.reshape(-1))
     out = [(name, dtype, torch.cat(diffs)) for name, (dtype, diffs) in pooled.items()]
-    return [(name, dtype, d) for name, dtype, d in out if d.numel()], learner_dtype
+    return [entry for entry in out if entry[2].numel()], learner_dtype
 
 
 def rounding_floor(rollouts: Any, learners: Any, probe: Probe) -> float:
