@@ -457,7 +457,7 @@ def _machines(claim: Claim) -> str:
                 if "precision" in record:
                     where += ", " + " / ".join(f"{k} {v}" for k, v in record["precision"].items())
                 counts[where] = counts.get(where, 0) + 1
-    return "; ".join(f"{where} ({n} runs)" for where, n in counts.items())
+    return "; ".join(f"{where} ({n} run{'s' * (n != 1)})" for where, n in counts.items())
 
 
 def results_table(claims: list[Claim], directory: Path) -> str:
