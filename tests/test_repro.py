@@ -66,6 +66,7 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
             assert record["curve"] == logged and record["run_dir"] == str(run_dir)
             assert record["machine"].startswith("cpu (") and record["seconds"] > 0
             assert record["precision"] == {"rollout.dtype": "fp32", "train.autocast": "fp32"}
+            assert not (run_dir / "checkpoints").exists()  # removed once the record is written
     table = results_table(claims, claims_dir)
     assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
     assert "[moves/results/trained/seed1.json](moves/results/trained/seed1.json)" in table
@@ -100,7 +101,8 @@ def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
         seeds=[1],
     )
     claim = load_claim(folder)
-    run_claims([claim], root, say=lambda text: None)
+    run_claims([claim], root, say=lambda text: None, keep_checkpoints=True)
+    assert list((root / "base" / "trained" / "seed1" / "checkpoints").glob("step_*"))  # kept
     base = json.loads((folder / "results" / "base" / "seed1.json").read_text())
     summary = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
     assert base["values"] == {m: summary["metrics"][m] for m in ("pass@2", "pass@1")}

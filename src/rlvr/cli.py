@@ -597,6 +597,13 @@ def repro(
     table_only: Annotated[
         bool, typer.Option(help="only write RESULTS.md from the runs' records")
     ] = False,
+    keep_checkpoints: Annotated[
+        bool,
+        typer.Option(
+            help="keep each finished run's checkpoints (~1.6 GB a SmolLM2 run); by default "
+            "they are removed once its record is written"
+        ),
+    ] = False,
 ) -> None:
     """Reproduce the papers' claims: run every arm x seed of a claim (finished runs skipped,
     interrupted ones resumed), evaluate, compare, and write DIR/RESULTS.md from the runs'
@@ -619,7 +626,11 @@ def repro(
         f"{estimate_minutes(claims):.0f} min on this machine (each claim.yaml's "
         "minutes_per_run)"
     )
-    failures = [] if table_only else run_claims(claims, root, say=console.print)
+    failures = (
+        []
+        if table_only
+        else run_claims(claims, root, say=console.print, keep_checkpoints=keep_checkpoints)
+    )
     out = directory / "RESULTS.md"
     out.write_text(results_table(find_claims(directory), directory))
     console.print(f"table: [bold]{out}[/]")

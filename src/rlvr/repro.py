@@ -23,7 +23,8 @@ A claim folder holds ``claim.yaml`` and the configs of its arms::
                                    # arm's seeds and their mean (RESULTS.md links the PNG)
 
 Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``, its checkpoints
-and logs, not kept in git). A finished run writes its *record*,
+and logs, not kept in git; the checkpoints are removed once the run's record is written, unless
+``keep_checkpoints``). A finished run writes its *record*,
 ``repro/<claim>/results/<arm>/seed<s>.json``: the tests' metric values, the wall time, the
 figure's curve, the machine, the commit and the run directory. Records are small and committed
 with the claim, so the table survives the run directories: a run with a record is finished and
@@ -39,6 +40,7 @@ coarse (it resamples three numbers): the table shows the per-seed values beside 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -234,8 +236,13 @@ def _metric(claim: Claim, test: Test, run_dir: Path, summary: dict[str, Any] | N
     return float(sum(tail) / len(tail))
 
 
-def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any]:
-    """Train (or resume) and evaluate one run; write and return its record."""
+def run_one(
+    claim: Claim, arm_name: str, seed: int, root: Path, keep_checkpoints: bool = False
+) -> dict[str, Any]:
+    """Train (or resume) and evaluate one run; write and return its record. Once the record is
+    written the run's ``checkpoints/`` (weights and AdamW state, ~1.6 GB for SmolLM2: only a
+    resume or a later evaluation needs them) is removed unless ``keep_checkpoints``; its
+    config, metrics, samples and evaluation stay."""
     from rlvr.config import load_config, save_config
     from rlvr.rollout.torch_engine import describe_device
 
@@ -292,6 +299,8 @@ def run_one(claim: Claim, arm_name: str, seed: int, root: Path) -> dict[str, Any
     path = claim.record(arm_name, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
+    if not keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     return record
 
 
@@ -335,6 +344,7 @@ def run_claims(
     claims: list[Claim],
     root: Path,
     say: Callable[[str], None] = print,
+    keep_checkpoints: bool = False,
 ) -> list[str]:
     """Run every pending run of ``claims`` (finished ones are skipped), one at a time. A run
     that fails is reported and the others go on (hours of runs are not lost to one); returns
@@ -347,7 +357,7 @@ def run_claims(
         for arm, seed in todo:
             say(f"{claim.name}: arm {arm}, seed {seed}")
             try:
-                record = run_one(claim, arm, seed, root)
+                record = run_one(claim, arm, seed, root, keep_checkpoints)
             except Exception as err:  # noqa: BLE001 - reported, and the next run goes on
                 failures.append(f"{claim.name}: arm {arm}, seed {seed}: {err}")
                 say(f"{failures[-1]} (failed; its run directory is kept, a rerun resumes it)")
