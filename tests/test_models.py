@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 
 import pytest
 import torch
+from filelock import FileLock
 
+import rlvr.models
 from rlvr.config import build_config
 from rlvr.models import (
     ModelSpecError,
@@ -43,6 +47,27 @@ def test_local_directory_spec(tmp_path):
     source = resolve("tiny-random-llama")
     model = load_model(str(source))
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_a_model_being_built_by_another_process_is_waited_for_not_built_again(
+    tmp_path, monkeypatch
+):
+    built_elsewhere = resolve("tiny-random-llama")  # the shared test cache's copy
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path))
+    builds = []
+    monkeypatch.setattr(rlvr.models, "_build_tiny", lambda *args: builds.append(args))
+    out = tmp_path / "models" / "tiny-random-llama"
+    out.parent.mkdir(parents=True)
+    result = []
+    with FileLock(str(out.parent / "tiny-random-llama.lock")):  # "another process" builds
+        waiter = threading.Thread(target=lambda: result.append(resolve("tiny-random-llama")))
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert waiter.is_alive() and not result  # it waits for the lock
+        shutil.copytree(built_elsewhere, out)
+    waiter.join(timeout=10)
+    assert result == [out] and builds == []  # the finished copy is loaded, not rebuilt
+    assert load_model(str(out)).config.model_type == "llama"
 
 
 def test_unknown_alias_names_the_accepted_specs():

@@ -14,6 +14,7 @@ from test_trainer import tiny_config
 
 from rlvr.repro import (
     ReproError,
+    estimate_minutes,
     find_claims,
     load_claim,
     pending_runs,
@@ -162,6 +163,9 @@ def test_a_claim_with_seeds_missing_is_pending(tmp_path):
     assert verdict(claim)["tests"][0]["verdict"] == "pending (0 of 2 seeds)"
     # arms in claim.yaml's order (yaml.safe_dump sorted them), trained arms before untrained
     assert pending_runs(claim) == [("frozen", 1), ("frozen", 2), ("trained", 2)]
+    # the estimate: trained's seed 2 at its seed 1's measured minute; frozen's two runs, which
+    # have no finished run, at claim.yaml's minutes_per_run (0.1)
+    assert estimate_minutes([claim]) == pytest.approx(1.0 + 2 * 0.1)
 
 
 def test_claim_folders_are_checked(tmp_path):

@@ -623,8 +623,8 @@ def repro(
     todo = sum(len(pending_runs(c)) for c in claims)
     console.print(
         f"{len(claims)} claim(s), {todo} run(s) to do: about "
-        f"{estimate_minutes(claims):.0f} min on this machine (each claim.yaml's "
-        "minutes_per_run)"
+        f"{estimate_minutes(claims):.0f} min (an arm's finished runs' mean wall time, else "
+        "its claim.yaml's minutes_per_run)"
     )
     failures = (
         []

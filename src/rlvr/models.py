@@ -18,15 +18,18 @@ A model spec is one of:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
@@ -150,9 +153,11 @@ def _package_file(alias: Alias) -> Path:
 
 def _convert_gguf(gguf: Path, name: str) -> Path:
     """Dequantise a GGUF checkpoint with transformers and cache it as safetensors (once)."""
-    out = cache_dir() / "models" / name
-    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
-        return out
+    return _build_once(cache_dir() / "models" / name, functools.partial(_dequantise, gguf))
+
+
+def _dequantise(gguf: Path, out: Path) -> None:
+    """Dequantise ``gguf`` with transformers; save it as fp32 safetensors at ``out``."""
     try:
         model = AutoModelForCausalLM.from_pretrained(
             gguf.parent, gguf_file=gguf.name, dtype=torch.float32
@@ -166,6 +171,21 @@ def _convert_gguf(gguf: Path, name: str) -> Path:
     clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     clean.load_state_dict(model.state_dict())
     _save_atomically(clean, tokenizer, out)
+
+
+def _build_once(out: Path, build: Callable[[Path], None]) -> Path:
+    """``out``, built by ``build(out)`` unless the cache has it. Processes that start together on
+    an empty cache (pytest-xdist workers, Ray workers, two runs) build it once: ``<out>.lock`` is
+    held while one builds, and the others wait, then load the finished copy."""
+
+    def built() -> bool:
+        return (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+    if not built():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(out.parent / f"{out.name}.lock")):
+            if not built():  # another process may have built it while this one waited
+                build(out)
     return out
 
 
@@ -176,7 +196,7 @@ def _save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     tokenizer.save_pretrained(tmp)
     try:
         tmp.replace(out)
-    except OSError:  # another process finished first; its copy is identical
+    except OSError:  # another process finished first (a cache where file locks do not hold)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -204,9 +224,12 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def _build_tiny_random(name: str, architecture: str, heads: int) -> Path:
-    out = cache_dir() / "models" / name
-    if (out / "config.json").is_file():
-        return out
+    return _build_once(
+        cache_dir() / "models" / name, functools.partial(_build_tiny, architecture, heads)
+    )
+
+
+def _build_tiny(architecture: str, heads: int, out: Path) -> None:
     tok = byte_tokenizer()
     config = AutoConfig.for_model(
         architecture,
@@ -226,7 +249,6 @@ def _build_tiny_random(name: str, architecture: str, heads: int) -> Path:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     _save_atomically(model, tok, out)
-    return out
 
 
 # Files a saved Hugging Face tokenizer has at least one of.

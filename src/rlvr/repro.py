@@ -206,8 +206,14 @@ def pending_runs(claim: Claim) -> list[tuple[str, int]]:
 
 
 def estimate_minutes(claims: list[Claim]) -> float:
-    """The estimated minutes of the runs still to do."""
-    return sum(c.minutes_per_run * len(pending_runs(c)) for c in claims)
+    """The estimated minutes of the runs still to do: a run of an arm with finished runs costs
+    their mean wall time (measured), any other the claim's ``minutes_per_run``."""
+    total = 0.0
+    for claim in claims:
+        for arm, _ in pending_runs(claim):
+            done = [r["seconds"] / 60 for s in claim.seeds if (r := claim.finished(arm, s))]
+            total += sum(done) / len(done) if done else claim.minutes_per_run
+    return total
 
 
 _LOGGED = ("eval/", "policy/", "reward/", "response/", "sampling/", "groups/")
