@@ -36,6 +36,8 @@ XDIST_GROUPS = {
     "test_trainer.py": "trainer",
     "test_reward_model.py": "reward_model",
     "test_eval_judge.py": "eval_judge",
+    # checks that the groups above are applied (pytest-xdist 3.8 and pytest 9.2 do not)
+    "test_xdist_groups.py": "self_check",
 }
 
 
