@@ -14,6 +14,7 @@ from rlvr.data.base import Problem  # noqa: E402
 from rlvr.data.textarena import TextArenaTask  # noqa: E402
 from rlvr.envs.adapters import TextArenaEnv  # noqa: E402
 from rlvr.envs.base import EnvError, Environment, StepResult, load_environment_class  # noqa: E402
+from rlvr.envs.registry import env_factory  # noqa: E402
 
 GUESS = "GuessTheNumber-v0-raw"  # numbers 1..20, 10 turns
 PROBLEM = Problem("textarena-test-0", "", "")
@@ -156,6 +157,14 @@ def test_errors_name_the_problem(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "textarena", None)
     with pytest.raises(EnvError, match=re.escape("pip install 'rlvr[envs]'")):
         TextArenaEnv(GUESS)
+
+
+def test_the_runs_system_prompt_comes_first() -> None:
+    task = TextArenaTask(GUESS, n_eval=1)
+    make = env_factory("textarena", {"env_id": GUESS}, task, "Answer as [N].")
+    first = make().reset(task.train_problem(0), seed=1)
+    assert first[0] == {"role": "system", "content": "Answer as [N]."}
+    assert first[1:] == TextArenaEnv(GUESS).reset(task.train_problem(0), seed=1)
 
 
 def test_loadable_by_spec_and_task_labels() -> None:

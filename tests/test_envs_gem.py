@@ -22,6 +22,7 @@ from rlvr.config import ConfigError, build_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.gem import GemEnv  # noqa: E402
+from rlvr.envs.registry import env_factory  # noqa: E402
 
 GAME = "game:GuessTheNumber-v0-easy"
 PROBLEM = Problem("p", "label", "")
@@ -42,6 +43,13 @@ def test_a_game_maps_observations_rewards_and_flags():
     assert step.terminated and not step.truncated and 0.0 <= step.reward <= 1.0
     with pytest.raises(EnvError, match="no episode in progress"):
         env.step("\\boxed{4}")
+
+
+def test_the_runs_system_prompt_comes_first():
+    make = env_factory(f"gem:{GAME}", {}, None, "Reply as \\boxed{N}.")
+    first = make().reset(PROBLEM, seed=3)
+    assert first[0] == {"role": "system", "content": "Reply as \\boxed{N}."}
+    assert first[1:] == GemEnv(GAME).reset(PROBLEM, seed=3)  # GEM's own first message
 
 
 def test_a_gem_episode_is_the_chat_template_of_its_conversation(smol_tok):

@@ -32,7 +32,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
+from rlvr.envs.base import (
+    EnvError,
+    Message,
+    StepResult,
+    unknown_environment,
+    with_system_prompt,
+)
 
 INSTALL_HINT = "pip install 'rlvr[envs]'"
 _PLAYER = 0  # the policy plays textarena's player 0 of a one-player game
@@ -83,16 +89,17 @@ class TextArenaEnv:
 
     Args:
         env_id: a textarena id, e.g. "GuessTheNumber-v0-raw".
+        system_prompt: the run's ``model.system_prompt`` (first in the chat, as for every task).
         **env_kwargs: the game's own options, overriding the registered ones, e.g.
             ``max_number=50`` for GuessTheNumber.
     """
 
-    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, system_prompt: str | None = None, **env_kwargs: Any) -> None:
         self._ta = _import_textarena()
         registry = self._ta.envs.registration.ENV_REGISTRY
         if env_id not in registry:
             raise unknown_environment("textarena", env_id, registry)
-        self.env_id = env_id
+        self.env_id, self.system_prompt = env_id, system_prompt
         self.env_kwargs = dict(env_kwargs)
         self._random_state = random.getstate()
         self._env = self._make()
@@ -142,7 +149,7 @@ class TextArenaEnv:
                 f"(TextArenaEnv plays one player): {err}"
             ) from err
         self._done = False
-        return self._observation()
+        return with_system_prompt(self._observation(), self.system_prompt)
 
     def step(self, action_text: str) -> StepResult:
         """Play ``action_text`` as player 0's move (see the class docstring for the result)."""

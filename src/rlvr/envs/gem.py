@@ -30,7 +30,13 @@ import logging
 from typing import Any
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
+from rlvr.envs.base import (
+    EnvError,
+    Message,
+    StepResult,
+    unknown_environment,
+    with_system_prompt,
+)
 
 INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
 """gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins
@@ -60,15 +66,16 @@ class GemEnv:
 
     Args:
         env_id: a GEM id, e.g. "game:GuessTheNumber-v0-easy" or "rg:basic_arithmetic".
+        system_prompt: the run's ``model.system_prompt`` (first in the chat, as for every task).
         **env_kwargs: options of ``gem.make`` overriding the registered ones.
     """
 
-    def __init__(self, env_id: str, **env_kwargs: Any) -> None:
+    def __init__(self, env_id: str, system_prompt: str | None = None, **env_kwargs: Any) -> None:
         self._gem = import_gem()
         registry = self._gem.envs.registration.ENV_REGISTRY
         if env_id not in registry:
             raise unknown_environment("GEM", env_id, registry)
-        self.env_id = env_id
+        self.env_id, self.system_prompt = env_id, system_prompt
         self.env_kwargs = dict(env_kwargs)
         self._env: Any = None
         self._done = True
@@ -88,7 +95,7 @@ class GemEnv:
         self._env = self._make()
         observation, _ = self._env.reset(seed=seed)  # its instructions end with the first ask
         self._done = False
-        return _messages(observation, None)
+        return with_system_prompt(_messages(observation, None), self.system_prompt)
 
     def step(self, action_text: str) -> StepResult:
         """GEM's step on the policy's text (see the module docstring for the mapping)."""

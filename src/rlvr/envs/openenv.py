@@ -45,7 +45,7 @@ from functools import cache
 from typing import Any
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult
+from rlvr.envs.base import EnvError, Message, StepResult, with_system_prompt
 from rlvr.envs.parsers import parse_hermes
 from rlvr.envs.tools import Tool
 
@@ -229,9 +229,7 @@ class OpenEnvEnv:
         self._client.connect()
         result = self._client.reset(seed=seed, **self.reset_kwargs)
         first = [{"role": "user", "content": self._text(result.observation)}]
-        if self.system_prompt is not None:
-            first.insert(0, {"role": "system", "content": self.system_prompt})
-        return first
+        return with_system_prompt(first, self.system_prompt)
 
     def step(self, action_text: str) -> StepResult:
         """The server's step on ``{action_field: action_text}`` (see the module docstring)."""
