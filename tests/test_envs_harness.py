@@ -6,6 +6,7 @@ are faults, and a program trains and is evaluated from a config."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -15,9 +16,10 @@ from test_envs_episodes import PROBLEMS, assert_trains_and_evaluates
 from test_trainer import tiny_config
 
 from rlvr.data import Problem
+from rlvr.envs.base import EnvError
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
-from rlvr.envs.harness import play_recorded
+from rlvr.envs.harness import RecordingEndpoint, play_recorded
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.recorded import Call, Session
 from rlvr.logging import read_metrics
@@ -180,3 +182,9 @@ def make_tool_from(schema):
 
     f = schema["function"]
     return Tool(f["name"], f["description"], f["parameters"], fn=lambda **kw: None)
+
+
+def test_the_endpoint_without_fastapi_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # `import uvicorn` raises ImportError
+    with pytest.raises(EnvError, match=r"needs fastapi and uvicorn \(uvicorn is missing\).*serve"):
+        RecordingEndpoint(renderer=None, decode=str)

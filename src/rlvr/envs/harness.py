@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import torch
 
 from rlvr.data.base import Problem
-from rlvr.envs.base import Message
+from rlvr.envs.base import EnvError, Message
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Episode, Faults
 from rlvr.envs.parsers import parse_hermes, tools_prompt
@@ -102,9 +102,15 @@ class RecordingEndpoint:
     episodes being played; requests go to :attr:`requests` for the engine's thread."""
 
     def __init__(self, renderer: ChatRenderer, decode: Callable[[list[int]], str]) -> None:
-        import uvicorn
+        try:
+            import uvicorn
 
-        from rlvr.envs.endpoint import make_app
+            from rlvr.envs.endpoint import make_app
+        except ImportError as err:
+            raise EnvError(
+                f"the recording endpoint needs fastapi and uvicorn ({err.name} is missing): "
+                "pip install 'rlvr[serve]'"
+            ) from err
 
         self.renderer, self.decode = renderer, decode
         self.episodes: dict[str, _Episode] = {}
