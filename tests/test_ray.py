@@ -345,3 +345,27 @@ def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
     assert "turn 1: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
     err = capfd.readouterr().err
     assert "failed" not in err and "recreated" not in err and "Traceback" not in err, err
+
+
+def test_a_worker_playing_episodes_is_given_their_time_limits_before_it_counts_as_dead():
+    """distributed.timeout_s (60 s here) plus one env.step_timeout_s per episode under
+    end_episode: 16 episodes that each hang 10 s once must not pass for a dead worker."""
+    from types import SimpleNamespace
+
+    from rlvr.trainer.backends.ray import RayRollouts
+
+    env = {"name": "guess_number", "step_timeout_s": 10.0}
+    cfg = build_config(
+        ray_config(
+            Path("unused"), env=env, task={"name": "guess_number"}, reward={"function": None}
+        )
+    )
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 60 + 16 * 10
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 0) == 60  # a probe, a weight load
+    env["on_error"] = "raise"  # the first fault stops the run at once
+    cfg = build_config(
+        ray_config(
+            Path("unused"), env=env, task={"name": "guess_number"}, reward={"function": None}
+        )
+    )
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 60

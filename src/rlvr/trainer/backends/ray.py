@@ -10,7 +10,9 @@
 * :class:`RayLearners`: ``distributed.learners`` actors (:class:`LearnerWorker`) forming one
   data-parallel group; rank 0 writes checkpoints and publishes weights to the workers.
 
-Faults: every wait has a timeout (``distributed.timeout_s``). A rollout worker that dies or
+Faults: every wait has a timeout (``distributed.timeout_s``; a worker playing environment
+episodes is given one ``env.step_timeout_s`` more per episode, the most its hanging
+environments can cost it under ``env.on_error: end_episode``). A rollout worker that dies or
 stops answering (its process killed, its node gone) is replaced, given the weights it served
 (the policy version of the batch being sampled) and its shard is sent again: no group is lost
 or sampled twice, and the step's metrics equal an undisturbed run's. At most
@@ -299,9 +301,21 @@ class RayRollouts:
             f"work sent again ({self.restarts}/{limit} restarts)"
         )
 
-    def _call(self, method: str, args: dict[int, tuple]) -> dict[int, Any]:
-        """``worker.method(*args[i])`` on the workers ``args`` names, side by side; a worker
-        that fails is replaced and its call made again."""
+    def _wait_s(self, episodes: int) -> float:
+        """How long a worker playing ``episodes`` episodes may take before it counts as dead:
+        ``distributed.timeout_s``, plus one ``env.step_timeout_s`` per episode under
+        ``env.on_error: end_episode`` (each episode may hang once before it is ended): a worker
+        whose environments hang is never taken for a dead one and retried."""
+        env = self.cfg.env
+        hangs = episodes if env.name is not None and env.on_error == "end_episode" else 0
+        return self.cfg.distributed.timeout_s + hangs * env.step_timeout_s
+
+    def _call(
+        self, method: str, args: dict[int, tuple], episodes: dict[int, int] | None = None
+    ) -> dict[int, Any]:
+        """``worker.method(*args[i])`` on the workers ``args`` names, side by side (worker i
+        plays ``episodes[i]`` episodes, none when not given); a worker that fails is replaced
+        and its call made again."""
         refs = {i: getattr(self.workers[i], method).remote(*a) for i, a in args.items()}
         out: dict[int, Any] = {}
         for i in list(refs):
@@ -309,7 +323,9 @@ class RayRollouts:
                 self.before_get(self, i)
             while i not in out:
                 try:
-                    out[i] = self._ray.get(refs[i], timeout=self.cfg.distributed.timeout_s)
+                    out[i] = self._ray.get(
+                        refs[i], timeout=self._wait_s((episodes or {}).get(i, 0))
+                    )
                 except _fault_types(self._ray) as err:
                     self._replace(i, err)
                     refs[i] = getattr(self.workers[i], method).remote(*args[i])
@@ -341,7 +357,7 @@ class RayRollouts:
             i: (problems[lo:hi], n, sampling, None if keys is None else keys[lo * n : hi * n])
             for i, (lo, hi) in enumerate(parts)
         }
-        results = self._call(method, args)
+        results = self._call(method, args, {i: (hi - lo) * n for i, (lo, hi) in enumerate(parts)})
         scored = [results[i] for i in range(len(parts))]
         self._stats = {
             f"rollout/worker{i}/tokens_per_s": s.tokens_per_s for i, s in enumerate(scored)
@@ -355,7 +371,7 @@ class RayRollouts:
         named by its place in the whole list: the same samples as one process)."""
         parts = shards(len(problems), len(self.workers))
         args = {i: (problems[lo:hi], sampling, seed, lo) for i, (lo, hi) in enumerate(parts)}
-        results = self._call("records", args)
+        results = self._call("records", args, {i: hi - lo for i, (lo, hi) in enumerate(parts)})
         records = AccuracyRecords.concat([results[i] for i in range(len(parts))])
         return accuracy_metrics(records, problems, self.judge_name)
 
