@@ -363,6 +363,10 @@ def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
     train(build_config(tiny_config(run, steps=1, env=env, reward={"function": None})))
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert rows and all(len(r["turn_rewards"]) >= 1 for r in rows)
+    # each step's info as the environment gave it (CountdownEnv: its anchor, the action's validity)
+    assert all(len(r["step_infos"]) == len(r["turn_rewards"]) for r in rows)
+    first = rows[0]["step_infos"][0]
+    assert first["anchor"] == 1 and isinstance(first["action_valid"], bool)
     assert [m["role"] for m in rows[0]["transcript"][:2]] == ["user", "assistant"]
     summary = evaluate(run, n=2, k=[1, 2], progress=False)
     metrics = summary["metrics"]
@@ -432,3 +436,18 @@ def test_tools_go_through_the_template_when_it_renders_them(smol_tok):
     assert native.first_messages([{"role": "user", "content": "Hi"}])[0]["role"] == "user"
     assert "Tools: calc" in native.render([{"role": "user", "content": "Hi"}], True)
     native.check("tool")
+
+
+def test_step_infos_become_json_data_whatever_the_environment_put_in_them():
+    import numpy as np
+
+    from rlvr.envs.base import plain
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    info = {"pair": (1, np.float32(2.5)), 3: Opaque(), "t": torch.tensor(4), "ok": True, "n": None}
+    assert plain(info) == {"pair": [1, 2.5], "3": "opaque", "t": 4, "ok": True, "n": None}
+    assert plain(np.arange(3)) == str(np.arange(3))  # not a scalar: its text
+    json.dumps(plain(info))

@@ -86,6 +86,23 @@ def with_system_prompt(messages: list[Message], system_prompt: str | None) -> li
     return [{"role": "system", "content": system_prompt}, *messages]
 
 
+def plain(value: Any) -> Any:
+    """``value`` (a step's ``info``, whatever an environment put in it) as JSON data: dicts,
+    lists, strings, numbers, bools and None as they are (tuples as lists, keys as strings),
+    numpy/torch scalars as numbers, anything else as its ``str``. It can then be logged and sent
+    between processes whatever the environment returned."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return plain(item())
+    return str(value)
+
+
 def unknown_environment(ecosystem: str, env_id: str, known: Iterable[str]) -> EnvError:
     """The error for an id an ecosystem (textarena, GEM) does not register, with close
     matches."""

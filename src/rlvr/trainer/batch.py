@@ -82,6 +82,7 @@ class Trajectories:
         turn_rewards: [N] an episode's reward of each turn (None: one-step episodes).
         anchors: [N] an episode's anchor state of each turn (GiGPO's step groups), or None.
         transcripts: [N] an episode's whole chat (messages), for the logs, or None.
+        infos: [N] an episode's step infos as JSON data (one per step), for the logs, or None.
         teacher_logprobs: [N] a teacher's log-prob of each completion token (on-policy
             distillation), or None.
         demonstration_ids, demonstration_mask: [P] each problem's demonstration (token ids
@@ -105,6 +106,7 @@ class Trajectories:
     turn_rewards: list[list[float]] | None = None
     anchors: list[list[Hashable | None]] | None = None
     transcripts: list[list[dict[str, Any]]] | None = None
+    infos: list[list[dict[str, Any]]] | None = None
     teacher_logprobs: list[list[float]] | None = None
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None

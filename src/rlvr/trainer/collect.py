@@ -193,6 +193,7 @@ class Collector:
             turn_rewards=_kept(scored.turn_rewards, k),
             anchors=_kept(scored.anchors, k),
             transcripts=_kept(scored.transcripts, k),
+            infos=_kept(scored.infos, k),
             teacher_logprobs=_kept(scored.teacher_logprobs, k),
             demonstration_ids=scored.demonstration_ids,
             demonstration_mask=scored.demonstration_mask,

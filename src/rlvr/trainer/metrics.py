@@ -75,6 +75,8 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
         if data.transcripts is not None:  # agent episodes: the whole chat, reward per turn
             row["transcript"] = data.transcripts[i]
             row["turn_rewards"] = data.turn_rewards[i] if data.turn_rewards else []
+            if data.infos is not None:  # each step's info: the environment's own details
+                row["step_infos"] = data.infos[i]
         rows.append(row)
     return rows
 

@@ -32,6 +32,7 @@ import torch
 
 from rlvr.data import Problem, Task
 from rlvr.envs.agent import Agent, counts, succeeded
+from rlvr.envs.base import plain
 from rlvr.envs.chat import encode_demonstration
 from rlvr.envs.episodes import Episode
 from rlvr.errors import DataError
@@ -59,7 +60,8 @@ class Scored:
             :class:`~rlvr.trainer.batch.Trajectories`.
         breakdown: the reward's unweighted terms and error counts per sample.
         seconds, tokens_per_s: the engine's time and throughput; ``reward_seconds``: scoring.
-        action_mask, turn_rewards, anchors, transcripts: [N] per multi-turn episode, else None.
+        action_mask, turn_rewards, anchors, transcripts, infos: [N] per multi-turn episode, else
+            None (infos: each step's ``info`` as JSON data, :func:`rlvr.envs.base.plain`).
         episode_counts: the episodes' summed counts (:func:`rlvr.envs.agent.counts`) or None.
         group_ids: [N] the problem of each sample, or None (i // n).
         teacher_logprobs: [N] a teacher's log-prob of each completion token (on-policy
@@ -84,6 +86,7 @@ class Scored:
     turn_rewards: list[list[float]] | None = None
     anchors: list[list[Any]] | None = None
     transcripts: list[list[dict[str, Any]]] | None = None
+    infos: list[list[dict[str, Any]]] | None = None
     episode_counts: dict[str, float] | None = None
     group_ids: list[int] | None = None
     teacher_logprobs: list[list[float]] | None = None
@@ -438,6 +441,7 @@ class MultiTurn:
             turn_rewards=[e.turn_rewards for e in episodes],
             anchors=[e.anchors for e in episodes],
             transcripts=[e.messages for e in episodes],
+            infos=[[plain(info) for info in e.infos] for e in episodes],
             episode_counts=counts(episodes),
             faults=[e.fault for e in episodes],
         )
