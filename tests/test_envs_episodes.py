@@ -375,6 +375,14 @@ def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
     records = load_records(Path(summary["out_dir"]))
     assert len(records) == 2 * summary["n_prompts"]
     assert json.loads(records[0]["transcript"])[1]["role"] == "assistant"
+    infos = json.loads(records[0]["step_infos"])
+    assert len(infos) == records[0]["turns"] and infos[0]["anchor"] == 1
+    # an eval dir written before step_infos existed still loads
+    import pyarrow.parquet as pq
+
+    samples = Path(summary["out_dir"]) / "samples.parquet"
+    pq.write_table(pq.read_table(samples).drop_columns(["step_infos"]), samples)
+    assert "step_infos" not in load_records(Path(summary["out_dir"]))[0]
     html = build_report(run)
     assert "assistant, turn 1, reward" in html and "turns left." in html
 

@@ -70,10 +70,12 @@ EPISODE_SCHEMA = pa.schema(
         ("tool_errors", pa.int32()),
         ("invalid_actions", pa.int32()),
         ("transcript", pa.string()),
+        ("step_infos", pa.string()),
     ]
 )
 """The columns of an agent evaluation: a record per episode (``completion`` is its last action,
-``correct`` its success, ``score`` its return; ``transcript`` the whole chat as JSON)."""
+``correct`` its success, ``score`` its return; ``transcript`` the whole chat and ``step_infos``
+each step's info, as JSON; eval dirs written before ``step_infos`` existed load without it)."""
 
 
 class EvalError(RlvrError, ValueError):
@@ -258,6 +260,7 @@ def episode_records(
     (:func:`rlvr.envs.agent.succeeded`); the extracted answer is the task's reading of its last
     action (maj@k votes on it)."""
     from rlvr.envs.agent import succeeded
+    from rlvr.envs.base import plain
 
     extract = answer_extractor(task)
     records = []
@@ -276,6 +279,7 @@ def episode_records(
                 tool_errors=e.tool_errors,
                 invalid_actions=e.invalid_actions,
                 transcript=json.dumps(e.messages, ensure_ascii=False),
+                step_infos=json.dumps([plain(info) for info in e.infos], ensure_ascii=False),
             )
             records.append(record)
     return records
@@ -516,8 +520,8 @@ def load_records(out_dir: Path) -> list[dict[str, Any]]:
     missing = [name for name in SCHEMA.names if name not in table.column_names]
     if missing:
         raise EvalError(f"{path}: missing columns {missing}")
-    episodes = "transcript" in table.column_names
-    return table.select((EPISODE_SCHEMA if episodes else SCHEMA).names).to_pylist()
+    names = (EPISODE_SCHEMA if "transcript" in table.column_names else SCHEMA).names
+    return table.select([n for n in names if n in table.column_names]).to_pylist()
 
 
 def build_eval_task(section: Any) -> Task:
