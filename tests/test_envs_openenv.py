@@ -7,6 +7,8 @@ killed mid-episode (an environment fault)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -188,4 +190,44 @@ def test_a_server_killed_mid_episode_is_an_environment_fault(servers):
         "env KilledBeforeItsSecondStep, problem 'p0', turn 1: step() raised Connection"
     )
     assert "\n" not in killed.fault
+    assert alive.fault is None and alive.num_turns == 2 and alive.terminated
+
+
+def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_fault(servers):
+    """The server's process frozen (SIGSTOP) before the episode's second step: the connection
+    stays open and nothing answers; the step ends at env.step_timeout_s with a one-line fault,
+    the other episode of the group plays on."""
+    proc, url = _serve("echo")
+    tok = load_tokenizer(SMOL)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+
+    class FrozenBeforeItsSecondStep(OpenEnvEnv):
+        def step(self, action_text):
+            if self.url == url and getattr(self, "stepped", False):
+                os.kill(proc.pid, signal.SIGSTOP)
+            self.stepped = True
+            return super().step(action_text)
+
+    urls = iter([url, servers["echo"]])
+    start = time.monotonic()
+    try:
+        _, _, episodes = _play(
+            tok,
+            [[[end]] * 3, [[end]] * 3],
+            lambda: FrozenBeforeItsSecondStep(next(urls)),
+            Budget(3, 512, 256),
+            n=2,
+            faults=Faults(timeout_s=1.0),
+        )
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+    frozen, alive = episodes
+    assert time.monotonic() - start < 30  # the time limit, not a hang
+    assert frozen.num_turns == 2 and frozen.truncated and frozen.turn_rewards[-1] == 0.0
+    assert frozen.fault == (
+        "env FrozenBeforeItsSecondStep, problem 'p0', turn 1: step() did not answer within 1 s "
+        "(env.step_timeout_s)"
+    )
     assert alive.fault is None and alive.num_turns == 2 and alive.terminated
