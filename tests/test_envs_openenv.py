@@ -156,35 +156,50 @@ def test_an_openenv_env_trains_two_steps_and_is_evaluated(servers, tmp_path, nam
     assert roles.index("assistant") == roles.index("user") + 1  # after a system prompt or not
 
 
-def test_a_server_killed_mid_episode_is_an_environment_fault(servers):
-    """Two episodes of a group, the first on a server killed before its second step, the other
-    on a live one: the first ends with the fault (one line naming the environment, problem and
-    turn), the other plays on."""
+def _server_fails_before_the_second_step(servers, name: str, fail, timeout_s: float) -> list:
+    """Two episodes of a group: the first on a server of its own, on which ``fail(proc)`` is
+    done just before the episode's second step (an environment class called ``name``), the
+    other on a live server. Returns the two episodes."""
     proc, url = _serve("echo")
     tok = load_tokenizer(SMOL)
     end = tok.convert_tokens_to_ids("<|im_end|>")
 
-    class KilledBeforeItsSecondStep(OpenEnvEnv):
-        def step(self, action_text):
-            if self.url == url and getattr(self, "stepped", False):
-                proc.kill()
-                proc.wait()
-            self.stepped = True
-            return super().step(action_text)
+    def step(self, action_text):
+        if self.url == url and getattr(self, "stepped", False):
+            fail(proc)
+        self.stepped = True
+        return OpenEnvEnv.step(self, action_text)
 
+    env_class = type(name, (OpenEnvEnv,), {"step": step})
     urls = iter([url, servers["echo"]])
     try:
         _, _, episodes = _play(
             tok,
             [[[end]] * 3, [[end]] * 3],
-            lambda: KilledBeforeItsSecondStep(next(urls)),
+            lambda: env_class(next(urls)),
             Budget(3, 512, 256),
             n=2,
-            faults=Faults(timeout_s=20),
+            faults=Faults(timeout_s=timeout_s),
         )
     finally:
+        if proc.poll() is None:  # not killed by ``fail``: thawed if frozen, then killed
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+    return episodes
+
+
+def test_a_server_killed_mid_episode_is_an_environment_fault(servers):
+    """The first episode's server killed before its second step: that episode ends with the
+    fault (one line naming the environment, problem and turn), the other plays on."""
+
+    def kill(proc):
         proc.kill()
-    killed, alive = episodes
+        proc.wait()
+
+    killed, alive = _server_fails_before_the_second_step(
+        servers, "KilledBeforeItsSecondStep", kill, timeout_s=20
+    )
     assert killed.num_turns == 2 and killed.truncated and killed.turn_rewards[-1] == 0.0
     assert killed.fault.startswith(
         "env KilledBeforeItsSecondStep, problem 'p0', turn 1: step() raised Connection"
@@ -197,33 +212,13 @@ def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_f
     """The server's process frozen (SIGSTOP) before the episode's second step: the connection
     stays open and nothing answers; the step ends at env.step_timeout_s with a one-line fault,
     the other episode of the group plays on."""
-    proc, url = _serve("echo")
-    tok = load_tokenizer(SMOL)
-    end = tok.convert_tokens_to_ids("<|im_end|>")
-
-    class FrozenBeforeItsSecondStep(OpenEnvEnv):
-        def step(self, action_text):
-            if self.url == url and getattr(self, "stepped", False):
-                os.kill(proc.pid, signal.SIGSTOP)
-            self.stepped = True
-            return super().step(action_text)
-
-    urls = iter([url, servers["echo"]])
     start = time.monotonic()
-    try:
-        _, _, episodes = _play(
-            tok,
-            [[[end]] * 3, [[end]] * 3],
-            lambda: FrozenBeforeItsSecondStep(next(urls)),
-            Budget(3, 512, 256),
-            n=2,
-            faults=Faults(timeout_s=1.0),
-        )
-    finally:
-        os.kill(proc.pid, signal.SIGCONT)
-        proc.kill()
-        proc.wait()
-    frozen, alive = episodes
+    frozen, alive = _server_fails_before_the_second_step(
+        servers,
+        "FrozenBeforeItsSecondStep",
+        lambda proc: os.kill(proc.pid, signal.SIGSTOP),
+        timeout_s=1.0,
+    )
     assert time.monotonic() - start < 30  # the time limit, not a hang
     assert frozen.num_turns == 2 and frozen.truncated and frozen.turn_rewards[-1] == 0.0
     assert frozen.fault == (

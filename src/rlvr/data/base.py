@@ -77,9 +77,18 @@ class Problem:
         ``system_prompt`` goes first unless the chat has its own system turn."""
         turns = self.chat if self.chat is not None else (("user", self.prompt),)
         chat = [{"role": role, "content": content} for role, content in turns]
-        if system_prompt is not None and chat[0]["role"] != "system":
-            chat.insert(0, {"role": "system", "content": system_prompt})
-        return chat
+        return with_system_prompt(chat, system_prompt)
+
+
+def with_system_prompt(
+    messages: list[dict[str, str]], system_prompt: str | None
+) -> list[dict[str, str]]:
+    """``messages`` with the run's ``model.system_prompt`` first, unless it is None or the
+    messages begin with their own system turn (a problem's chat, an environment's first
+    observation)."""
+    if system_prompt is None or (messages and messages[0]["role"] == "system"):
+        return messages
+    return [{"role": "system", "content": system_prompt}, *messages]
 
 
 class Task(Protocol):

@@ -31,14 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from rlvr.data.base import Problem
-from rlvr.envs.base import (
-    EnvError,
-    Message,
-    StepResult,
-    unknown_environment,
-    with_system_prompt,
-)
+from rlvr.data.base import Problem, with_system_prompt
+from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
 
 INSTALL_HINT = "pip install 'rlvr[envs]'"
 _PLAYER = 0  # the policy plays textarena's player 0 of a one-player game

@@ -78,14 +78,6 @@ class Environment(Protocol):
         """Take the policy's text of one turn; answer with a :class:`StepResult`."""
 
 
-def with_system_prompt(messages: list[Message], system_prompt: str | None) -> list[Message]:
-    """An episode's first ``messages`` with the run's ``model.system_prompt`` first (as every
-    task's prompt has it), unless it is None or the environment gave its own system turn."""
-    if system_prompt is None or (messages and messages[0]["role"] == "system"):
-        return messages
-    return [{"role": "system", "content": system_prompt}, *messages]
-
-
 def plain(value: Any) -> Any:
     """``value`` (a step's ``info``, whatever an environment put in it) as JSON data: dicts,
     lists, strings, numbers, bools and None as they are (tuples as lists, keys as strings),

@@ -29,14 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rlvr.data.base import Problem
-from rlvr.envs.base import (
-    EnvError,
-    Message,
-    StepResult,
-    unknown_environment,
-    with_system_prompt,
-)
+from rlvr.data.base import Problem, with_system_prompt
+from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
 
 INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
 """gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins

@@ -44,8 +44,8 @@ import json
 from functools import cache
 from typing import Any
 
-from rlvr.data.base import Problem
-from rlvr.envs.base import EnvError, Message, StepResult, with_system_prompt
+from rlvr.data.base import Problem, with_system_prompt
+from rlvr.envs.base import EnvError, Message, StepResult
 from rlvr.envs.parsers import parse_hermes
 from rlvr.envs.tools import Tool
 
