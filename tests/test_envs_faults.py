@@ -93,7 +93,7 @@ def test_a_hanging_step_ends_only_its_episode_with_a_one_line_message(smol_tok):
     assert all(e.fault is None and e.num_turns == 3 for e in ok)
     for e in hung:
         assert e.fault == (
-            "env FaultyEnv, problem 'p1', turn 1: step() did not answer within 0.3 s "
+            "env FaultyEnv, problem 'p1', turn 2: step() did not answer within 0.3 s "
             "(env.step_timeout_s)"
         )
         assert e.num_turns == 2 and e.turn_rewards[-1] == 0.0 and e.truncated
@@ -115,8 +115,8 @@ def test_crashes_and_malformed_data_end_the_episode_or_stop_the_run(smol_tok, fa
     make = _faulty(fault=fault, at=1, problems=("p0",))
     _, _, episodes = _play(smol_tok, actions, make, problems=PROBLEMS, n=2)
     assert [e.fault is not None for e in episodes] == [True, True, False, False]
-    assert episodes[0].fault == f"env FaultyEnv, problem 'p0', turn 0: {message}"
-    with pytest.raises(EnvFault, match=re.escape(f"problem 'p0', turn 0: {message}")):
+    assert episodes[0].fault == f"env FaultyEnv, problem 'p0', turn 1: {message}"
+    with pytest.raises(EnvFault, match=re.escape(f"problem 'p0', turn 1: {message}")):
         _play(smol_tok, actions, make, problems=PROBLEMS, n=2, faults=Faults(on_error="raise"))
 
 
@@ -181,7 +181,7 @@ def test_a_run_with_a_hanging_environment_goes_on_and_counts_it(tmp_path, capfd)
     assert "episodes ended in an environment fault" in err
     assert "env FaultyEnv, problem '" in err and "did not answer within 0.5 s" in err
     assert all(f % 4 == 0 for f in faulted)  # whole groups (4 episodes each)
-    with pytest.raises(EnvFault, match="turn 1: step\\(\\) did not answer within 0.5 s"):
+    with pytest.raises(EnvFault, match="turn 2: step\\(\\) did not answer within 0.5 s"):
         raising = {**env, "on_error": "raise", "params": {"fault": "hang", "at": 2}}
         train(
             build_config(

@@ -66,6 +66,30 @@ def test_a_single_turn_task_terminates_without_truncation():
     assert (step.messages, step.reward, step.terminated, step.truncated) == ([], 1.0, True, False)
 
 
+def test_gems_tool_wrappers_run_tools_and_count_calls_and_errors():
+    env = GemEnv("rg:basic_arithmetic", wrappers="python_tool_no_int_reward")
+    (question,) = env.reset(PROBLEM, seed=0)
+    assert "<python>" in question["content"]  # GEM's tool instructions follow the question
+    step = env.step("<python>print(-7 * -3)</python>")
+    assert step.messages == [{"role": "user", "content": "Code execution result: 21\n\n"}]
+    assert (step.info["tool_calls"], step.info["tool_errors"], step.terminated) == (1, 0, False)
+    step = env.step("<python>1 / 0</python>")  # the tool ran and failed
+    assert (step.info["tool_calls"], step.info["tool_errors"]) == (1, 1)
+    assert "ZeroDivisionError" in step.messages[0]["content"]
+    step = env.step("\\boxed{-21}")  # no tool: the environment's own step
+    assert (step.info["tool_calls"], step.info["tool_errors"]) == (0, 0)
+    assert (step.reward, step.terminated) == (1.0, True)
+    env.reset(PROBLEM, seed=0)  # counts restart with the episode
+    assert env.step("<python>print(1)</python>").info["tool_calls"] == 1
+
+
+def test_only_gems_tool_wrappers_are_taken():
+    with pytest.raises(EnvError, match="'concat_chat' cannot be used .*re-renders.*python_tool"):
+        GemEnv(GAME, wrappers=["python_tool", "concat_chat"])
+    with pytest.raises(EnvError, match="'pythontool' cannot be used \\(GEM has no such"):
+        GemEnv(GAME, wrappers="pythontool")
+
+
 def test_unknown_ids_are_named_with_close_matches_and_logging_is_left_alone():
     level, handlers = logging.getLogger().level, list(logging.getLogger().handlers)
     with pytest.raises(EnvError, match="close matches: game:GuessTheNumber-v0"):

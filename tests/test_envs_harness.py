@@ -12,6 +12,7 @@ import pytest
 import torch
 from agents_for_tests import EnvAgent
 from envs_for_tests import CountdownEnv
+from openai import OpenAI
 from test_envs_episodes import PROBLEMS, assert_trains_and_evaluates
 from test_trainer import tiny_config
 
@@ -19,9 +20,9 @@ from rlvr.data import Problem
 from rlvr.envs.base import EnvError
 from rlvr.envs.chat import ChatRenderer
 from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
-from rlvr.envs.harness import RecordingEndpoint, play_recorded
+from rlvr.envs.harness import AgentOutcome, RecordingEndpoint, play_recorded
 from rlvr.envs.parsers import tools_prompt
-from rlvr.envs.recorded import Call, Session
+from rlvr.envs.recorded import Call, Session, episode_from_calls
 from rlvr.logging import read_metrics
 from rlvr.models import stop_token_ids
 from rlvr.rollout import SamplingParams, TorchEngine
@@ -100,7 +101,8 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
         BUDGET, Faults(timeout_s=30),
     )  # fmt: skip
     rewriting, fine = episodes
-    assert "play() raised" in rewriting.fault and "do not continue the episode" in rewriting.fault
+    assert rewriting.fault.startswith("agent RewritingAgent, problem 'p0', turn 1: play() raised")
+    assert "do not continue the episode" in rewriting.fault
     assert rewriting.num_turns == 1 and rewriting.reward == 0.0 and rewriting.truncated
     assert fine.fault is None
     made = iter([Failing(), EnvAgent()])
@@ -108,7 +110,9 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
         engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0],
         BUDGET, Faults(timeout_s=30),
     )  # fmt: skip
-    assert episodes[0].fault.endswith("play() raised RuntimeError: the harness crashed")
+    assert episodes[0].fault == (
+        "agent Failing, problem 'p0', turn 1: play() raised RuntimeError: the harness crashed"
+    )
     assert (
         episodes[0].num_turns == 1 and episodes[0].action_mask[0] == 1
     )  # one action, group prompt
@@ -117,6 +121,39 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
             engine, Failing, renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0], BUDGET,
             Faults(timeout_s=30),
         )  # fmt: skip
+
+
+def test_a_program_that_hangs_after_a_call_ends_at_the_time_limit_naming_its_turn(tiny):
+    import threading
+    import time
+
+    engine, renderer, sampling, decode = _parts(tiny)
+    release = threading.Event()
+
+    class Hanging(EnvAgent):
+        def play(self, problem, seed, endpoint):
+            client = OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            messages = self.env.reset(problem, seed)
+            client.chat.completions.create(model=endpoint.model, messages=messages)
+            release.wait(60)  # stuck on its tool, say: no call, no return
+            return AgentOutcome(1.0)
+
+    made = iter([Hanging(), EnvAgent()])
+    start = time.monotonic()
+    try:
+        _, (hung, fine) = play_recorded(
+            engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling,
+            torch.arange(2), [0], BUDGET, Faults(timeout_s=0.5),
+        )  # fmt: skip
+    finally:
+        release.set()
+    assert time.monotonic() - start < 30
+    assert hung.fault == (
+        "agent Hanging, problem 'p0', turn 1: the program made no call and did not return "
+        "within 0.5 s (env.step_timeout_s)"
+    )
+    assert hung.num_turns == 1 and hung.truncated and hung.reward == 0.0
+    assert fine.fault is None
 
 
 def test_a_program_trains_from_a_config_and_is_evaluated(tmp_path):
@@ -161,6 +198,7 @@ def test_native_tool_calls_go_out_as_tool_calls_and_come_back_token_exact(smol_t
         [problem], 1, sampling, torch.zeros(1, dtype=torch.long), [0], BUDGET, Faults(timeout_s=30),
     )  # fmt: skip
     assert ep.fault is None and ep.num_turns == 2 and ep.reward == 1.0
+    assert (ep.tool_calls, ep.tool_errors) == (1, 0)  # the call the endpoint read out
     described = tools_prompt([make_tool_from(CALC)], "hermes")
     chat = [
         {"role": "system", "content": described},
@@ -175,6 +213,18 @@ def test_native_tool_calls_go_out_as_tool_calls_and_come_back_token_exact(smol_t
         == (tok(whole, add_special_tokens=False)["input_ids"])
     )
     assert sum(ep.action_mask) == len(engine.call) + len(engine.answer)
+
+
+def test_a_recorded_episode_counts_the_calls_read_out_and_the_unreadable_blocks():
+    user = [{"role": "user", "content": "q"}]
+    calls = [
+        Call(user, [1, 2], [3, 4], [-0.1, -0.2], True, "a", [("calc", {"e": "1"})] * 2),
+        Call(user, [1, 2, 3, 4, 5], [6], [-0.3], True, "b", [], tool_errors=1),
+        Call(user, [1, 2, 3, 4, 5, 6, 7], [8], [-0.4], True, "c"),
+    ]
+    ep = episode_from_calls(calls, 1.0, {})
+    assert (ep.tool_calls, ep.tool_errors, ep.num_turns) == (3, 1, 3)
+    assert ep.turn_rewards == [0.0, 0.0, 1.0]
 
 
 def make_tool_from(schema):

@@ -6,12 +6,14 @@ killed mid-episode (an environment fault)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from test_trainer import tiny_config  # noqa: E402
 from rlvr.data import Problem  # noqa: E402
 from rlvr.envs.base import EnvError  # noqa: E402
 from rlvr.envs.episodes import Budget, Faults  # noqa: E402
-from rlvr.envs.openenv import OpenEnvEnv  # noqa: E402
+from rlvr.envs.openenv import OpenEnvEnv, import_openenv_client, server_schema  # noqa: E402
 from rlvr.models import load_tokenizer  # noqa: E402
 
 TESTS = Path(__file__).parent
@@ -171,6 +173,9 @@ def _server_fails_before_the_second_step(servers, name: str, fail, timeout_s: fl
         return OpenEnvEnv.step(self, action_text)
 
     env_class = type(name, (OpenEnvEnv,), {"step": step})
+    import_openenv_client()  # imported and the schemas fetched before: the limit is the steps'
+    for u in (url, servers["echo"]):
+        server_schema(u)
     urls = iter([url, servers["echo"]])
     try:
         _, _, episodes = _play(
@@ -202,16 +207,20 @@ def test_a_server_killed_mid_episode_is_an_environment_fault(servers):
     )
     assert killed.num_turns == 2 and killed.truncated and killed.turn_rewards[-1] == 0.0
     assert killed.fault.startswith(
-        "env KilledBeforeItsSecondStep, problem 'p0', turn 1: step() raised Connection"
+        "env KilledBeforeItsSecondStep, problem 'p0', turn 2: step() raised Connection"
     )
     assert "\n" not in killed.fault
     assert alive.fault is None and alive.num_turns == 2 and alive.terminated
 
 
-def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_fault(servers):
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_fault(
+    servers, caplog
+):
     """The server's process frozen (SIGSTOP) before the episode's second step: the connection
     stays open and nothing answers; the step ends at env.step_timeout_s with a one-line fault,
-    the other episode of the group plays on."""
+    the other episode of the group plays on. The cut-off session is dropped: no client event
+    loop is left running with the step's task pending."""
     start = time.monotonic()
     frozen, alive = _server_fails_before_the_second_step(
         servers,
@@ -222,7 +231,10 @@ def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_f
     assert time.monotonic() - start < 30  # the time limit, not a hang
     assert frozen.num_turns == 2 and frozen.truncated and frozen.turn_rewards[-1] == 0.0
     assert frozen.fault == (
-        "env FrozenBeforeItsSecondStep, problem 'p0', turn 1: step() did not answer within 1 s "
+        "env FrozenBeforeItsSecondStep, problem 'p0', turn 2: step() did not answer within 1 s "
         "(env.step_timeout_s)"
     )
     assert alive.fault is None and alive.num_turns == 2 and alive.terminated
+    gc.collect()  # a task still pending would be reported as destroyed now
+    assert "Task was destroyed but it is pending" not in caplog.text
+    assert not [t for t in threading.enumerate() if t.name == "openenv-sync-client-loop"]

@@ -80,14 +80,29 @@ def test_text2sql_runs_queries_on_a_local_database(tmp_path):
         "db_id": "shop",
         "data": "spider",
         "reward_spec": {"ground_truth": "SELECT name FROM items WHERE price >= 3"},
-        "max_turns": 3,
+        "max_turns": 4,
     }
     env = SkyRLGymEnv("text2sql", env_config={"db_path": str(_spider(tmp_path))})
     env.reset(Problem("q1", "Names of items costing more than 2?", json.dumps(row)), seed=0)
     step = env.step("<think>look</think><sql>SELECT name FROM items WHERE price > 2</sql>")
     assert not step.terminated and "b" in step.messages[0]["content"]  # the query's result
+    assert (step.info["tool_calls"], step.info["action_valid"]) == (1, True)  # a tool ran
     step = env.step("<think>ok</think><solution>SELECT name FROM items WHERE price > 2</solution>")
     assert step.terminated and step.reward == 1.0
+    env.reset(Problem("q1", "Names of items costing more than 2?", json.dumps(row)), seed=0)
+    step = env.step("no sql block")  # text2sql's tool runs on no query and says so itself
+    assert step.info["tool_calls"] == 1 and "action is invalid" in step.messages[0]["content"]
+
+
+def test_a_tool_environments_calls_and_unreadable_actions_are_counted():
+    env = SkyRLGymEnv("searchcode", extras={"max_turns": 3})
+    env.reset(Problem("p", "What is 6 * 7?", "42"), seed=0)
+    step = env.step("<tool><python>print(6 * 7)</python></tool>")
+    assert "42" in step.messages[0]["content"]
+    assert (step.info["tool_calls"], step.info["action_valid"]) == (1, True)
+    step = env.step("I will just think.")  # no <tool> block and no <solution>
+    assert (step.info["tool_calls"], step.info["action_valid"]) == (0, False)
+    assert "No <tool>" in step.messages[0]["content"] and not step.terminated
 
 
 def test_unknown_ids_and_rows_it_cannot_use_are_named():

@@ -130,6 +130,13 @@ def test_a_taskset_played_by_its_own_environment_trains_from_a_config(tmp_path):
     rows = read_metrics(run)
     assert [r["step"] for r in rows if "policy/loss" in r] == [1, 2]
     assert rows[0]["episodes/turns_mean"] == 3.0
+    summary = evaluate(run, n=2, k=[1, 2], progress=False)  # its episodes again, held out
+    assert {"pass@1", "pass@2"} <= set(summary["metrics"])
+    records = load_records(Path(summary["out_dir"]))
+    assert len(records) == 2 * summary["n_prompts"] and all(r["turns"] == 3 for r in records)
+    roles = [m["role"] for m in json.loads(records[0]["transcript"])]
+    assert roles.count("assistant") == 3 and roles.count("user") >= 3  # the env's user turns
+    assert "verifiers_rewards" in records[0]["step_infos"]
 
 
 class ToolCallingEngine:

@@ -342,7 +342,7 @@ def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
             train(build_config(cfg))
         messages.append(str(caught.value))
     assert messages[0] == messages[1]
-    assert "turn 1: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
+    assert "turn 2: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
     err = capfd.readouterr().err
     assert "failed" not in err and "recreated" not in err and "Traceback" not in err, err
 
@@ -369,3 +369,85 @@ def test_a_worker_playing_episodes_is_given_their_time_limits_before_it_counts_a
         )
     )
     assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 60
+
+
+def _ecosystem_sections(ecosystem: str, stack) -> dict:
+    """Task and env sections of a 2-step run on ``ecosystem``'s environment (the ones the
+    ecosystem's own test module trains locally); an OpenEnv server is started on ``stack``."""
+    if ecosystem == "gem":
+        pytest.importorskip("gem", reason="gem-llm is not installed (make test installs it)")
+        name = "gem:game:GuessTheNumber-v0-easy"
+        return {
+            "task": {"name": name, "n_eval": 2},
+            "env": {"name": name, "max_turns": 4, "max_episode_tokens": 96},
+            "reward": {"function": None},
+        }
+    if ecosystem == "skyrl":
+        pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed")
+        from test_envs_skyrl import GSM8K_TEMPLATE
+
+        task = {"name": "arithmetic", "level": 1, "n_eval": 2, "prompt_template": GSM8K_TEMPLATE}
+        env = {"name": "skyrl_gym:gsm8k_multi_turn", "params": {"extras": {"max_turns": 2}}}
+        env = {**env, "max_turns": 2, "max_episode_tokens": 64}
+        return {"task": task, "env": env, "reward": {"function": None}}
+    if ecosystem == "openenv":
+        pytest.importorskip("openenv", reason="openenv-core is not installed")
+        from test_envs_openenv import _serve
+
+        proc, url = _serve("guess")
+        stack.callback(proc.wait)
+        stack.callback(proc.kill)
+        name = f"openenv:{url}"
+        return {
+            "task": {"name": name, "n_eval": 2},
+            "env": {"name": name, "max_turns": 3, "max_episode_tokens": 64},
+            "reward": {"function": None},
+        }
+    if ecosystem == "verifiers":  # its own Env plays the user, at each worker's own endpoint
+        pytest.importorskip("verifiers.v1", reason="verifiers is not installed")
+        name = "verifiers:vf_guess_for_tests"
+        env = {"name": name, "params": {"harness": "rlvr"}, "max_turns": 3}
+        return {
+            "task": {"name": name, "n_eval": 2},
+            "env": {**env, "max_episode_tokens": 512},
+            "reward": {"function": None},
+        }
+    env = {  # a user's environment hanging at its second step (FaultyEnv), episodes ended
+        "name": "envs_for_tests:FaultyEnv",
+        "params": {"fault": "hang", "at": 2, "problems": ["1", "3", "5", "7", "9"]},
+        "max_turns": 3,
+        "max_episode_tokens": 60,
+        "step_timeout_s": 0.5,
+        "on_error": "end_episode",
+    }
+    return {"env": env, "reward": {"function": None}}
+
+
+@pytest.mark.parametrize("ecosystem", ["gem", "skyrl", "openenv", "verifiers", "end_episode"])
+def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
+    cluster, tmp_path_factory, ecosystem
+):
+    """Each ecosystem's environment on a Ray rollout worker: the same episodes (tokens,
+    rewards, turns, tool counts, evaluation) as one process; and a hanging user environment
+    under env.on_error: end_episode ends the same episodes with the same faults there."""
+    from contextlib import ExitStack
+
+    rows = []
+    with ExitStack() as stack:
+        sections = _ecosystem_sections(ecosystem, stack)
+        slow_start = {"timeout_s": 180}  # a learner's start on a busy machine, not a fault
+        for cfg in (
+            local_config(Path("unused"), steps=2, **sections),
+            ray_config(Path("unused"), 1, 2, distributed=slow_start, **sections),
+        ):
+            cfg["logging"]["run_dir"] = str(tmp_path_factory.mktemp(ecosystem) / "run")
+            cfg["eval"]["every"] = 1  # held-out episodes after step 1, split across workers
+            train(build_config(cfg))
+            rows.append(comparable(step_rows(Path(cfg["logging"]["run_dir"]))))
+    local, on_ray = rows
+    assert local == on_ray
+    assert set(local) == {1, 2} and "eval/sampled_accuracy" in local[1]
+    if ecosystem == "end_episode":
+        assert sum(local[s]["episodes/env_faults"] for s in (1, 2)) > 0
+    elif ecosystem != "skyrl":  # the tiny model may end a gsm8k episode in one turn
+        assert local[1]["episodes/turns_mean"] > 1.0

@@ -33,3 +33,17 @@ for env_id in ids:
 rg = [i for i in ids if i.startswith("rg:")]
 failed = {i: result for i in rg if not (result := attempt(i, "\\boxed{0}")).startswith("OK")}
 print(f"rg:* {len(rg) - len(failed)} of {len(rg)} OK; failed: {failed}")
+
+# GEM's tool wrappers (env.params.wrappers), on a reasoning-gym task: one tool call stepped
+calls = {"python": "<python>print(6 * 7)</python>", "search": "<search>capital of France</search>"}
+for name in ("python_tool", "python_tool_no_int_reward", "python_tool_no_int_reward_last_line_error",
+             "search_tool", "search_tool_no_int_reward"):  # fmt: skip
+    try:
+        env = GemEnv("rg:basic_arithmetic", wrappers=name)
+        env.reset(Problem("p", "", ""), seed=0)
+        step = env.step(calls[name.split("_")[0]])
+        counts = f"tool_calls={step.info['tool_calls']} tool_errors={step.info['tool_errors']}"
+        shown = " ".join(step.messages[0]["content"].split())[:100] if step.messages else ""
+        print(f"wrappers={name} OK {counts}: {shown}", flush=True)
+    except Exception as err:  # noqa: BLE001 - the survey reports every failure
+        print(f"wrappers={name} FAIL {type(err).__name__}: {' '.join(str(err).split())[:160]}")

@@ -372,7 +372,9 @@ def run_episodes(
                 if env is None:  # its reset faulted: the group's prompt, one action
                     _end_with_fault(episode, episode.fault or "")
                     continue
-                where = f"env {type(env).__name__}, problem {problems[e // n].id!r}, turn {turn}"
+                where = (
+                    f"env {type(env).__name__}, problem {problems[e // n].id!r}, turn {turn + 1}"
+                )
                 try:
                     result = _checked_step(env, episode.messages[-1]["content"], where, faults)
                 except EnvFault as fault:

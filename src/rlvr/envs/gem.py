@@ -1,7 +1,7 @@
 """GEM environments (Liu et al. 2025, "GEM: A Gym for Agentic LLMs") run as rlvr environments:
 ``env.name: gem:<env_id>`` with ``task.name: gem:<env_id>`` (its problems are episode labels).
 
-Install: ``pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'`` (:data:`INSTALL_HINT`).
+Install: ``pip install 'rlvr[gem]'`` (:data:`INSTALL_HINT`; next to vLLM, without gem-llm's pins).
 GEM's environments are Gymnasium-style text environments: ``gem.make(env_id, **kwargs)``,
 ``reset(seed) -> (observation, info)`` and ``step(action) -> (observation, reward, terminated,
 truncated, info)``, the action being the policy's text (games and reasoning tasks read the
@@ -22,6 +22,15 @@ chat template renders each observation as a user message, as for every environme
   next move), none at GEM's terminal-state marker; reward as GEM gives it; ``terminated`` as GEM's;
   ``truncated`` only when GEM truncated without terminating (its single-turn tasks report both);
   GEM's info is kept.
+
+GEM's tools (``env.params.wrappers: [python_tool]``, names of GEM's ``WRAPPER_FACTORY``) wrap
+the environment as GEM's own scripts do: an action holding a ``<python>...</python>`` block (or a
+search call) runs the tool and its output is the next user message; any other action is the
+environment's step. GEM's cumulative ``tool_use_counter`` and ``tool_success_counter`` become
+the step's ``tool_calls`` and ``tool_errors`` (calls less successes), logged as ``tools/*``. Only
+tool wrappers are taken: GEM's observation wrappers re-render the whole conversation into one
+observation string, which rlvr's chat template does itself. GEM's python tool runs the code in
+a plain subprocess of GEM's (not rlvr's sandbox), as it does under GEM's own trainers.
 """
 
 from __future__ import annotations
@@ -32,10 +41,13 @@ from typing import Any
 from rlvr.data.base import Problem, with_system_prompt
 from rlvr.envs.base import EnvError, Message, StepResult, unknown_environment
 
-INSTALL_HINT = "pip install --no-deps 'gem-llm==0.1.0' 'pylatexenc>=2.10,<3'"
-"""gem-llm 0.1.0 pins reasoning-gym 0.1.23, nltk 3.9.1 and msgspec 0.19.0, which rlvr's own pins
-(reasoning-gym >= 0.1.25) and vLLM's exclude; it runs with the newer ones, so it is installed
-without its pins (the Makefile does so)."""
+INSTALL_HINT = (
+    "pip install 'rlvr[gem]' (where vLLM is installed: pip install --no-deps 'gem-llm==0.1.0' "
+    "'pylatexenc>=2.10,<3')"
+)
+"""gem-llm 0.1.0 pins reasoning-gym 0.1.23 (rlvr runs with it), nltk 3.9.1 and msgspec 0.19.0,
+older than vLLM's; it runs with vLLM's, so next to vLLM it is installed without its pins (the
+Makefile does so)."""
 TERMINAL = "<｜TERMINAL_STATE｜>"
 """The observation GEM returns when an episode has ended."""
 
@@ -61,22 +73,35 @@ class GemEnv:
     Args:
         env_id: a GEM id, e.g. "game:GuessTheNumber-v0-easy" or "rg:basic_arithmetic".
         system_prompt: the run's ``model.system_prompt`` (first in the chat, as for every task).
+        wrappers: GEM tool wrappers applied in order, e.g. ``["python_tool"]`` (or one
+            comma-separated string, as GEM's scripts take them).
         **env_kwargs: options of ``gem.make`` overriding the registered ones.
     """
 
-    def __init__(self, env_id: str, system_prompt: str | None = None, **env_kwargs: Any) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        system_prompt: str | None = None,
+        wrappers: list[str] | str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
         self._gem = import_gem()
         registry = self._gem.envs.registration.ENV_REGISTRY
         if env_id not in registry:
             raise unknown_environment("GEM", env_id, registry)
         self.env_id, self.system_prompt = env_id, system_prompt
         self.env_kwargs = dict(env_kwargs)
+        self._wrappers = tool_wrappers(wrappers)
         self._env: Any = None
         self._done = True
+        self._counts = (0, 0)  # GEM's tool uses and successes so far in the episode
 
     def _make(self) -> Any:
         try:
-            return self._gem.make(self.env_id, **self.env_kwargs)
+            env = self._gem.make(self.env_id, **self.env_kwargs)
+            for wrap in self._wrappers:
+                env = wrap(env)
+            return env
         except Exception as err:  # noqa: BLE001 - any failure of GEM's module is reported
             raise EnvError(
                 f"GEM environment {self.env_id!r} with options {self.env_kwargs} could not be "
@@ -88,7 +113,7 @@ class GemEnv:
         function of the id, its options and the seed)."""
         self._env = self._make()
         observation, _ = self._env.reset(seed=seed)  # its instructions end with the first ask
-        self._done = False
+        self._done, self._counts = False, (0, 0)
         return with_system_prompt(_messages(observation, None), self.system_prompt)
 
     def step(self, action_text: str) -> StepResult:
@@ -100,13 +125,46 @@ class GemEnv:
         observation, reward, terminated, truncated, info = self._env.step(action_text)
         terminated, truncated = bool(terminated), bool(truncated) and not terminated
         self._done = terminated or truncated
+        info = dict(info or {})
+        if "tool_use_counter" in info:  # a tool wrapper's running counts, as this step's
+            counts = (int(info["tool_use_counter"]), int(info["tool_success_counter"]))
+            calls, ok = counts[0] - self._counts[0], counts[1] - self._counts[1]
+            info.update(tool_calls=calls, tool_errors=calls - ok)
+            self._counts = counts
         return StepResult(
             _messages(observation, None if self._done else info),
             reward=float(reward),
             terminated=terminated,
             truncated=truncated,
-            info=dict(info or {}),
+            info=info,
         )
+
+
+def tool_wrappers(names: list[str] | str | None) -> list[Any]:
+    """GEM's tool wrappers by their ``WRAPPER_FACTORY`` names (see the module docstring); an
+    EnvError names the ones it cannot take and why."""
+    if not names:
+        return []
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    from gem.tools.tool_env_wrapper import ToolEnvWrapper
+    from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
+
+    tools = sorted(k for k, v in WRAPPER_FACTORY.items() if getattr(v, "func", v) is ToolEnvWrapper)
+    out = []
+    for name in names:
+        if name not in tools:
+            why = (
+                "it re-renders the conversation, which rlvr's chat template does"
+                if name in WRAPPER_FACTORY
+                else "GEM has no such wrapper"
+            )
+            raise EnvError(
+                f"GEM wrapper {name!r} cannot be used ({why}); GEM's tool wrappers: "
+                f"{', '.join(tools)}"
+            )
+        out.append(WRAPPER_FACTORY[name])
+    return out
 
 
 def _messages(observation: Any, info: dict[str, Any] | None) -> list[Message]:

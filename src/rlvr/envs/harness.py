@@ -91,10 +91,17 @@ class _Episode:
     session: Session
     key: torch.Tensor
     budget: Budget
+    label: str  # "agent <program's class>, problem <id>", how its faults begin
     truncated: bool = False
     outcome: AgentOutcome | None = None
     fault: str | None = None
     renderer: ChatRenderer | None = None  # with the tools the first call gave
+
+    def where(self) -> str:
+        """Where a fault of the program happens, as every environment's fault says it: the
+        agent, the problem and the turn (the reply it was handling, counted from 1; turn 1
+        before its first call)."""
+        return f"{self.label}, turn {max(1, len(self.session.calls))}"
 
 
 class RecordingEndpoint:
@@ -172,10 +179,11 @@ class RecordingEndpoint:
             raise EnvFault(f"session {name!r}: the policy could not sample")
         ids, logprobs, finished = request.result
         text = self.decode(ids)
-        calls = []
+        calls, unread = [], 0
         if episode.renderer is not None:  # the request gave tools: read the calls out
-            calls = [(c.name, c.arguments) for c in parse_hermes(text).calls]
-        session.record(Call(messages, prompt, ids, logprobs, finished, text, calls))
+            parsed = parse_hermes(text)
+            calls, unread = [(c.name, c.arguments) for c in parsed.calls], len(parsed.errors)
+        session.record(Call(messages, prompt, ids, logprobs, finished, text, calls, unread))
         answer = _answer(text, prompt, ids, finished)
         if calls:
             message = answer["choices"][0]["message"]
@@ -279,10 +287,11 @@ def play_recorded(
     try:
         for i in range(len(problems) * n):
             problem, name = problems[i // n], f"e{i}-{uuid.uuid4().hex[:8]}"
-            episode = _Episode(Session(name), keys[i], budget)
+            program = make_program()
+            label = f"agent {type(program).__name__}, problem {problem.id!r}"
+            episode = _Episode(Session(name), keys[i], budget, label)
             endpoint.episodes[name] = episode
             played.append(episode)
-            program = make_program()
             target = _runner(program, problem, seeds[i // n], Endpoint(endpoint.url(name)), episode)
             threads.append(threading.Thread(target=target, name=f"agent-{i}", daemon=True))
         for thread in threads:
@@ -302,7 +311,7 @@ def _runner(
             episode.outcome = program.play(problem, seed, endpoint)
         except Exception as err:  # noqa: BLE001 - the program's failure is the episode's fault
             text = " ".join(str(err).split())[:300]
-            episode.fault = f"agent {type(program).__name__}, problem {problem.id!r}: play() raised {type(err).__name__}: {text}"
+            episode.fault = f"{episode.where()}: play() raised {type(err).__name__}: {text}"
 
     return run
 
@@ -326,8 +335,8 @@ def _serve_requests(
                 for episode, thread in zip(played, threads, strict=True):
                     if thread.is_alive() and episode.fault is None:
                         episode.fault = (
-                            f"session {episode.session.name!r}: the program made no call and did "
-                            f"not return within {faults.timeout_s:g} s (env.step_timeout_s)"
+                            f"{episode.where()}: the program made no call and did not return "
+                            f"within {faults.timeout_s:g} s (env.step_timeout_s)"
                         )
                 return
             continue
@@ -355,20 +364,22 @@ def _one_action_for_the_silent(
     """An episode whose program failed before calling the model plays one action from its
     group's prompt (sampled from its own stream, rewarded 0), as an environment that cannot
     reset does (:mod:`rlvr.envs.episodes`); a group none of whose episodes called stops."""
-    for p, problem in enumerate(problems):
+    for p in range(len(problems)):
         group = played[p * n : (p + 1) * n]
         called = [e for e in group if e.session.calls]
         if not called:
-            first = next((e.fault for e in group if e.fault), "no episode called the model")
-            raise EnvFault(f"problem {problem.id!r}: {first}")
+            first = next(
+                (e.fault for e in group if e.fault), f"{group[0].where()}: no call to the model"
+            )
+            raise EnvFault(f"{first}; no episode of this problem called the model")
         start = called[0].session.calls[0]
         for e in group:
             if not e.session.calls:
+                e.fault = e.fault or f"{e.where()}: the program returned without calling the model"
                 out = engine.generate([start.prompt_ids], 1, sampling, e.key.view(1))
                 ids, lps, fin = out.completion_ids[0], out.logprobs[0], out.finished[0]
                 call = Call(start.messages, start.prompt_ids, ids, lps, fin, "")
                 e.session.record(call)
-                e.fault = e.fault or "the episode made no call to the model"
 
 
 def _episodes(
@@ -386,7 +397,9 @@ def _episodes(
                     f"problem {problem.id!r}: the episodes of one group started from different "
                     "prompts; with the same problem and seed they must start alike"
                 )
-            fault = e.fault or (None if e.outcome is not None else "the program did not return")
+            fault = e.fault or (
+                None if e.outcome is not None else f"{e.where()}: the program did not return"
+            )
             if fault is not None and faults.on_error == "raise":
                 raise EnvFault(fault)
             ok = e.outcome is not None and fault is None

@@ -19,7 +19,9 @@ episode) and needs none of the environment's Python classes:
   is the first user message (after the run's system prompt);
 * a step's reward as given (None is 0), ``done`` is ``terminated`` (OpenEnv has no truncated
   flag), the observation's other fields are the step's ``info["openenv"]``; the session is
-  closed when the episode ends.
+  closed when the episode ends. A session whose call was cut off (``env.step_timeout_s``: a
+  frozen server) is not closed politely, which would wait on the server again: its client's
+  pending tasks are cancelled and its socket dropped.
 
 **MCP environments** (OpenEnv's ``MCPEnvironment``: tools of a FastMCP server, called with
 ``CallToolAction``; recognised by an action schema with ``tool_name`` and ``arguments``, or
@@ -40,6 +42,7 @@ A server that goes away mid-episode is an environment fault (``env.on_error``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import cache
 from typing import Any
@@ -212,6 +215,14 @@ class OpenEnvEnv:
         self.reset_kwargs = dict(reset_kwargs or {})
         self.message_timeout_s = message_timeout_s
         self._client: Any = None
+        self._calling = False  # a client call has not returned (cut off by a deadline)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The client's ``method``, marked as running until it returns."""
+        self._calling = True
+        result = getattr(self._client, method)(*args, **kwargs)
+        self._calling = False
+        return result
 
     def _text(self, observation: Any) -> str:
         if not isinstance(observation, dict):
@@ -226,8 +237,8 @@ class OpenEnvEnv:
         self.close()
         client = self._client_type(base_url=self.url, message_timeout_s=self.message_timeout_s)
         self._client = client.sync()
-        self._client.connect()
-        result = self._client.reset(seed=seed, **self.reset_kwargs)
+        self._call("connect")
+        result = self._call("reset", seed=seed, **self.reset_kwargs)
         first = [{"role": "user", "content": self._text(result.observation)}]
         return with_system_prompt(first, self.system_prompt)
 
@@ -237,7 +248,7 @@ class OpenEnvEnv:
             raise EnvError(f"OpenEnv server {self.url}: no episode in progress; call reset first")
         if self.mcp:
             return self._tool_step(action_text)
-        result = self._client.step({self.action_field: action_text})
+        result = self._call("step", {self.action_field: action_text})
         observation = result.observation if isinstance(result.observation, dict) else {}
         done = bool(result.done)
         info = {"openenv": {k: v for k, v in observation.items() if k != self.observation_field}}
@@ -262,7 +273,7 @@ class OpenEnvEnv:
         reward, done, errors, last = 0.0, False, len(parsed.errors), {}
         for call in parsed.calls:
             payload = {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
-            result = self._client.step(payload)
+            result = self._call("step", payload)
             last = result.observation if isinstance(result.observation, dict) else {}
             text, ok = tool_text(last)
             errors += not ok
@@ -283,7 +294,38 @@ class OpenEnvEnv:
         return StepResult([] if done else messages, reward, terminated=done, info=info)
 
     def close(self) -> None:
-        """End the WebSocket session (the episode loop calls it when the episode is over)."""
+        """End the WebSocket session (the episode loop calls it when the episode is over);
+        one whose last call was cut off is dropped (see the module docstring)."""
         client, self._client = self._client, None
-        if client is not None:
+        if client is None:
+            return
+        if self._calling:
+            self._calling = False
+            _drop(client)
+        else:
             client.close()
+
+
+def _drop(client: Any) -> None:
+    """Cancel the tasks of a sync client's event loop (a cut-off call's among them), drop its
+    socket and stop the loop, without waiting on the server. Reads openenv-core 0.3's
+    ``SyncEnvClient`` internals (``_loop``, ``_stop_loop``) and its client's ``_ws``."""
+
+    async def cancel_all() -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        ws = getattr(client.async_client, "_ws", None)
+        if ws is not None and ws.transport is not None:
+            ws.transport.abort()
+            await asyncio.sleep(0)  # the transport's connection_lost runs before the loop stops
+
+    loop = getattr(client, "_loop", None)
+    if loop is not None and loop.is_running():
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5)
+        except Exception:  # noqa: BLE001 - the session is being thrown away either way
+            pass
+    client._stop_loop()

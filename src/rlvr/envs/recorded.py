@@ -15,7 +15,9 @@ call and the first message that differs.
 
 :func:`episode_from_calls` turns a session's calls into an :class:`~rlvr.envs.episodes.Episode`:
 prompt = the first call's prompt; then each reply (loss mask 1, its log-probs) and the tokens
-between it and the next call's reply (mask 0).
+between it and the next call's reply (mask 0). Its ``tool_calls`` are the calls read out of its
+replies plus the blocks that could not be read, which are its ``tool_errors`` (a tool the
+program ran and that failed is the program's to report: it is not seen here).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from rlvr.envs.episodes import EnvFault, Episode
 class Call:
     """One recorded chat call: its request messages, the prompt ids the server rendered for
     them, the reply's ids as sampled with their log-probs, whether it ended with a stop token,
-    and the reply's text as the program received it."""
+    the reply's text as the program received it, and the tool calls the endpoint read out of
+    it (when the request gave tools): (name, arguments), and how many blocks could not be read."""
 
     messages: list[Message]
     prompt_ids: list[int]
@@ -43,6 +46,7 @@ class Call:
     finished: bool
     text: str
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    tool_errors: int = 0
 
 
 def _calls_of(message: Message) -> list[tuple[str, dict[str, Any]]] | None:
@@ -146,6 +150,8 @@ def episode_from_calls(calls: list[Call], reward: float, info: dict[str, Any]) -
         episode.turn_rewards.append(float(reward) if last else 0.0)
         episode.anchors.append(None)
         episode.infos.append(info if last else {})
+        episode.tool_calls += len(call.tool_calls) + call.tool_errors
+        episode.tool_errors += call.tool_errors
     episode.finished = calls[-1].finished
     episode.terminated = True
     return episode

@@ -31,7 +31,8 @@ for _name, _entry in {
     ),
     "gem:<env_id>": (
         "rlvr.envs.gem:GemEnv",
-        "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy (gem-llm, docs/agents.md)",
+        "a GEM environment, e.g. gem:game:GuessTheNumber-v0-easy; GEM's tools by "
+        "params.wrappers, e.g. [python_tool] (rlvr[gem], docs/agents.md)",
     ),
     "openenv:<URL>": (
         "rlvr.envs.openenv:OpenEnvEnv",

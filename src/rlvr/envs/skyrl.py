@@ -26,7 +26,9 @@ untouched:
   is ``terminated`` (SkyRL-gym does not tell its own turn limit apart); ``metadata`` is the
   info, with ``postprocessed_action`` (what SkyRL's own trainer would have put in the chat
   history: rlvr keeps the sampled tokens) and, at the end, the environment's ``get_metrics()``
-  under ``"skyrl_metrics"``.
+  under ``"skyrl_metrics"``. A tool environment's step (``searchcode``, ``text2sql``, ``search``:
+  its metadata names ``tool_name``) counts one tool call when a tool ran, and marks the action
+  invalid (``action_valid: False``, in ``tools/invalid_frac``) when none could be read from it.
 """
 
 from __future__ import annotations
@@ -142,6 +144,9 @@ class SkyRLGymEnv:
         info = dict(out.get("metadata") or {})
         if out.get("postprocessed_action") is not None:
             info["postprocessed_action"] = out["postprocessed_action"]
+        if "tool_name" in info:  # a tool environment's step: a tool ran, or none was read
+            info["tool_calls"] = int(info["tool_name"] is not None)
+            info["action_valid"] = info["tool_name"] is not None
         if done:
             info["skyrl_metrics"] = self._env.get_metrics()
             self._env.close()
