@@ -449,5 +449,5 @@ def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
     assert set(local) == {1, 2} and "eval/sampled_accuracy" in local[1]
     if ecosystem == "end_episode":
         assert sum(local[s]["episodes/env_faults"] for s in (1, 2)) > 0
-    elif ecosystem != "skyrl":  # the tiny model may end a gsm8k episode in one turn
+    elif ecosystem in ("openenv", "verifiers"):  # GEM and SkyRL may end at the first reply
         assert local[1]["episodes/turns_mean"] > 1.0
