@@ -423,7 +423,16 @@ def _ecosystem_sections(ecosystem: str, stack) -> dict:
     return {"env": env, "reward": {"function": None}}
 
 
-@pytest.mark.parametrize("ecosystem", ["gem", "skyrl", "openenv", "verifiers", "end_episode"])
+@pytest.mark.parametrize(
+    "ecosystem",
+    [  # slow: their episodes cross a worker as GEM's do (an env object stepped in the worker)
+        "gem",
+        pytest.param("skyrl", marks=pytest.mark.slow),
+        pytest.param("openenv", marks=pytest.mark.slow),
+        "verifiers",  # the recording endpoint and an agent harness inside the worker
+        "end_episode",
+    ],
+)
 def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
     cluster, tmp_path_factory, ecosystem
 ):
@@ -441,13 +450,17 @@ def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
             ray_config(Path("unused"), 1, 2, distributed=slow_start, **sections),
         ):
             cfg["logging"]["run_dir"] = str(tmp_path_factory.mktemp(ecosystem) / "run")
-            cfg["eval"]["every"] = 1  # held-out episodes after step 1, split across workers
+            # held-out episodes after step 1, split across workers (the hanging env's would
+            # only cost more time limits)
+            cfg["eval"]["every"] = 0 if ecosystem == "end_episode" else 1
             train(build_config(cfg))
             rows.append(comparable(step_rows(Path(cfg["logging"]["run_dir"]))))
     local, on_ray = rows
     assert local == on_ray
-    assert set(local) == {1, 2} and "eval/sampled_accuracy" in local[1]
+    assert set(local) == {1, 2}
     if ecosystem == "end_episode":
         assert sum(local[s]["episodes/env_faults"] for s in (1, 2)) > 0
-    elif ecosystem in ("openenv", "verifiers"):  # GEM and SkyRL may end at the first reply
+        return
+    assert "eval/sampled_accuracy" in local[1]
+    if ecosystem in ("openenv", "verifiers"):  # GEM and SkyRL may end at the first reply
         assert local[1]["episodes/turns_mean"] > 1.0
