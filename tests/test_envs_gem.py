@@ -75,6 +75,7 @@ def test_gems_tool_wrappers_run_tools_and_count_calls_and_errors():
     assert (step.info["tool_calls"], step.info["tool_errors"], step.terminated) == (1, 0, False)
     step = env.step("<python>1 / 0</python>")  # the tool ran and failed
     assert (step.info["tool_calls"], step.info["tool_errors"]) == (1, 1)
+    assert step.info["action_valid"] is False
     assert "ZeroDivisionError" in step.messages[0]["content"]
     step = env.step("\\boxed{-21}")  # no tool: the environment's own step
     assert (step.info["tool_calls"], step.info["tool_errors"]) == (0, 0)
@@ -85,7 +86,9 @@ def test_gems_tool_wrappers_run_tools_and_count_calls_and_errors():
 
 def test_only_gems_tool_wrappers_are_taken():
     with pytest.raises(EnvError, match="'concat_chat' cannot be used .*re-renders.*python_tool"):
-        GemEnv(GAME, wrappers=["python_tool", "concat_chat"])
+        GemEnv(GAME, wrappers=["concat_chat"])
+    with pytest.raises(EnvError, match="give one tool wrapper"):
+        GemEnv(GAME, wrappers="python_tool,search_tool")
     with pytest.raises(EnvError, match="'pythontool' cannot be used \\(GEM has no such"):
         GemEnv(GAME, wrappers="pythontool")
 

@@ -239,3 +239,27 @@ def test_a_server_that_stops_answering_mid_episode_times_out_as_an_environment_f
     gc.collect()  # a task still pending would be reported as destroyed now
     assert "Task was destroyed but it is pending" not in caplog.text
     assert {t for t in threading.enumerate() if t.name == "openenv-sync-client-loop"} <= loops
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_closing_a_session_whose_server_froze_is_bounded_and_leaves_nothing_running(caplog):
+    """The server frozen between two calls (after its last answer): the session's polite close
+    would wait on it; it gives up after CLOSE_WAIT_S and drops the session instead."""
+    from rlvr.envs.openenv import CLOSE_WAIT_S
+
+    proc, url = _serve("echo")
+    loops = {t for t in threading.enumerate() if t.name == "openenv-sync-client-loop"}
+    try:
+        env = OpenEnvEnv(url)
+        env.reset(Problem("p", "label", ""), seed=0)
+        os.kill(proc.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        env.close()
+        assert time.monotonic() - start < CLOSE_WAIT_S + 3
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+    gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text
+    assert {t for t in threading.enumerate() if t.name == "openenv-sync-client-loop"} <= loops

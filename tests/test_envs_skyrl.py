@@ -90,8 +90,9 @@ def test_text2sql_runs_queries_on_a_local_database(tmp_path):
     step = env.step("<think>ok</think><solution>SELECT name FROM items WHERE price > 2</solution>")
     assert step.terminated and step.reward == 1.0
     env.reset(Problem("q1", "Names of items costing more than 2?", json.dumps(row)), seed=0)
-    step = env.step("no sql block")  # text2sql's tool runs on no query and says so itself
-    assert step.info["tool_calls"] == 1 and "action is invalid" in step.messages[0]["content"]
+    step = env.step("no sql block")  # text2sql's tool runs on no query and says it is invalid
+    assert (step.info["tool_calls"], step.info["action_valid"]) == (0, False)
+    assert "action is invalid" in step.messages[0]["content"]
 
 
 def test_a_tool_environments_calls_and_unreadable_actions_are_counted():

@@ -456,7 +456,12 @@ def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
             train(build_config(cfg))
             rows.append(comparable(step_rows(Path(cfg["logging"]["run_dir"]))))
     local, on_ray = rows
-    assert local == on_ray
+    if ecosystem == "verifiers":  # the endpoint batches calls as they arrive: log-probs of a
+        assert set(local) == set(on_ray)  # reply sampled in another batch differ by ~1e-6
+        for step, row in local.items():
+            assert on_ray[step] == pytest.approx(row, rel=1e-4, abs=1e-5)
+    else:
+        assert local == on_ray
     assert set(local) == {1, 2}
     if ecosystem == "end_episode":
         assert sum(local[s]["episodes/env_faults"] for s in (1, 2)) > 0

@@ -27,8 +27,9 @@ GEM's tools (``env.params.wrappers: [python_tool]``, names of GEM's ``WRAPPER_FA
 the environment as GEM's own scripts do: an action holding a ``<python>...</python>`` block (or a
 search call) runs the tool and its output is the next user message; any other action is the
 environment's step. GEM's cumulative ``tool_use_counter`` and ``tool_success_counter`` become
-the step's ``tool_calls`` and ``tool_errors`` (calls less successes), logged as ``tools/*``. Only
-tool wrappers are taken: GEM's observation wrappers re-render the whole conversation into one
+the step's ``tool_calls`` and ``tool_errors`` (calls less successes; a failed call makes the
+action invalid, as in rlvr's tool environments), logged as ``tools/*``. Only one tool wrapper is
+taken (each overwrites the counts of the one it wraps), and only tool wrappers: GEM's observation wrappers re-render the whole conversation into one
 observation string, which rlvr's chat template does itself. GEM's python tool runs the code in
 a plain subprocess of GEM's (not rlvr's sandbox), as it does under GEM's own trainers.
 """
@@ -73,8 +74,8 @@ class GemEnv:
     Args:
         env_id: a GEM id, e.g. "game:GuessTheNumber-v0-easy" or "rg:basic_arithmetic".
         system_prompt: the run's ``model.system_prompt`` (first in the chat, as for every task).
-        wrappers: GEM tool wrappers applied in order, e.g. ``["python_tool"]`` (or one
-            comma-separated string, as GEM's scripts take them).
+        wrappers: GEM's tool wrapper, e.g. ``["python_tool"]`` (a list of one name, or the
+            name as a string, as GEM's scripts take it).
         **env_kwargs: options of ``gem.make`` overriding the registered ones.
     """
 
@@ -126,10 +127,11 @@ class GemEnv:
         terminated, truncated = bool(terminated), bool(truncated) and not terminated
         self._done = terminated or truncated
         info = dict(info or {})
-        if "tool_use_counter" in info:  # a tool wrapper's running counts, as this step's
-            counts = (int(info["tool_use_counter"]), int(info["tool_success_counter"]))
+        if "tool_use_counter" in info:  # the tool wrapper's running counts, as this step's
+            uses = int(info["tool_use_counter"])
+            counts = (uses, int(info.get("tool_success_counter", uses)))
             calls, ok = counts[0] - self._counts[0], counts[1] - self._counts[1]
-            info.update(tool_calls=calls, tool_errors=calls - ok)
+            info.update(tool_calls=calls, tool_errors=calls - ok, action_valid=calls == ok)
             self._counts = counts
         return StepResult(
             _messages(observation, None if self._done else info),
@@ -151,6 +153,11 @@ def tool_wrappers(names: list[str] | str | None) -> list[Any]:
     from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
 
     tools = sorted(k for k, v in WRAPPER_FACTORY.items() if getattr(v, "func", v) is ToolEnvWrapper)
+    if len(names) > 1:  # each ToolEnvWrapper overwrites the counts of the one it wraps
+        raise EnvError(
+            f"GEM wrappers {names}: give one tool wrapper (GEM puts several tools in one "
+            "ToolEnvWrapper; stacked ones report only the outer one's calls)"
+        )
     out = []
     for name in names:
         if name not in tools:

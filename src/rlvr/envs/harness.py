@@ -335,8 +335,8 @@ def _serve_requests(
                 for episode, thread in zip(played, threads, strict=True):
                     if thread.is_alive() and episode.fault is None:
                         episode.fault = (
-                            f"{episode.where()}: the program made no call and did not return "
-                            f"within {faults.timeout_s:g} s (env.step_timeout_s)"
+                            f"{episode.where()}: no call to the model and no return within "
+                            f"{faults.timeout_s:g} s (env.step_timeout_s)"
                         )
                 return
             continue
@@ -369,7 +369,8 @@ def _one_action_for_the_silent(
         called = [e for e in group if e.session.calls]
         if not called:
             first = next(
-                (e.fault for e in group if e.fault), f"{group[0].where()}: no call to the model"
+                (e.fault for e in group if e.fault),
+                f"{group[0].where()}: the program returned without calling the model",
             )
             raise EnvFault(f"{first}; no episode of this problem called the model")
         start = called[0].session.calls[0]

@@ -299,17 +299,35 @@ class OpenEnvEnv:
         client, self._client = self._client, None
         if client is None:
             return
-        if self._calling:
-            self._calling = False
-            _drop(client)
-        else:
-            client.close()
+        cut_off, self._calling = self._calling, False
+        if not cut_off:
+            try:  # a polite close, bounded: the server may freeze after its last answer
+                _on_loop(client, client.async_client.close(), CLOSE_WAIT_S)
+                client._stop_loop()
+                return
+            except Exception:  # noqa: BLE001 - it did not close in time: dropped below
+                pass
+        _drop(client)
+
+
+CLOSE_WAIT_S = 2.0
+"""Seconds a session's polite close may take before the session is dropped."""
+
+
+def _on_loop(client: Any, coro: Any, timeout_s: float) -> Any:
+    """``coro`` run on a sync client's event loop, waited for at most ``timeout_s``."""
+    loop = getattr(client, "_loop", None)
+    if loop is None or not loop.is_running():
+        coro.close()
+        return None
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=timeout_s)
 
 
 def _drop(client: Any) -> None:
     """Cancel the tasks of a sync client's event loop (a cut-off call's among them), drop its
     socket and stop the loop, without waiting on the server. Reads openenv-core 0.3's
-    ``SyncEnvClient`` internals (``_loop``, ``_stop_loop``) and its client's ``_ws``."""
+    ``SyncEnvClient`` internals (``_loop``, ``_stop_loop``) and its client's ``_ws``; the loop
+    is stopped whatever happens (even a deadline landing here)."""
 
     async def cancel_all() -> None:
         current = asyncio.current_task()
@@ -322,10 +340,9 @@ def _drop(client: Any) -> None:
             ws.transport.abort()
             await asyncio.sleep(0)  # the transport's connection_lost runs before the loop stops
 
-    loop = getattr(client, "_loop", None)
-    if loop is not None and loop.is_running():
-        try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5)
-        except Exception:  # noqa: BLE001 - the session is being thrown away either way
-            pass
-    client._stop_loop()
+    try:
+        _on_loop(client, cancel_all(), 1.0)
+    except Exception:  # noqa: BLE001 - the session is being thrown away either way
+        pass
+    finally:
+        client._stop_loop()

@@ -16,8 +16,9 @@ call and the first message that differs.
 :func:`episode_from_calls` turns a session's calls into an :class:`~rlvr.envs.episodes.Episode`:
 prompt = the first call's prompt; then each reply (loss mask 1, its log-probs) and the tokens
 between it and the next call's reply (mask 0). Its ``tool_calls`` are the calls read out of its
-replies plus the blocks that could not be read, which are its ``tool_errors`` (a tool the
-program ran and that failed is the program's to report: it is not seen here).
+replies plus the blocks that could not be read, which are its ``tool_errors`` (a reply with one
+is an invalid action; a tool the program ran and that failed is the program's to report: it is
+not seen here).
 """
 
 from __future__ import annotations
@@ -152,6 +153,7 @@ def episode_from_calls(calls: list[Call], reward: float, info: dict[str, Any]) -
         episode.infos.append(info if last else {})
         episode.tool_calls += len(call.tool_calls) + call.tool_errors
         episode.tool_errors += call.tool_errors
+        episode.invalid_actions += int(call.tool_errors > 0)  # as a tool environment counts it
     episode.finished = calls[-1].finished
     episode.terminated = True
     return episode

@@ -27,8 +27,10 @@ untouched:
   info, with ``postprocessed_action`` (what SkyRL's own trainer would have put in the chat
   history: rlvr keeps the sampled tokens) and, at the end, the environment's ``get_metrics()``
   under ``"skyrl_metrics"``. A tool environment's step (``searchcode``, ``text2sql``, ``search``:
-  its metadata names ``tool_name``) counts one tool call when a tool ran, and marks the action
-  invalid (``action_valid: False``, in ``tools/invalid_frac``) when none could be read from it.
+  its metadata names ``tool_name``) counts one tool call when a tool call was read from the
+  action, and marks the action invalid (``action_valid: False``, in ``tools/invalid_frac``) when
+  none was: no tool named (``searchcode``), or none of its input (``text2sql``, ``search``,
+  which still run their tool on None).
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ def problem_extras(problem: Problem, base: dict[str, Any]) -> dict[str, Any]:
         extras[key] = {**extras.get(key, {}), "ground_truth": problem.answer}
     extras.setdefault("extra_info", {})
     return extras
+
+
+def _has_none(tool_input: Any) -> bool:
+    """Whether a tool's input misses its argument: text2sql and search read none from an
+    action without their block and pass None on (text2sql's tool then answers that the action
+    is invalid)."""
+    return tool_input is None or (isinstance(tool_input, (list, tuple)) and None in tool_input)
 
 
 def _messages(observations: Any, where: str) -> list[Message]:
@@ -145,8 +154,8 @@ class SkyRLGymEnv:
         if out.get("postprocessed_action") is not None:
             info["postprocessed_action"] = out["postprocessed_action"]
         if "tool_name" in info:  # a tool environment's step: a tool ran, or none was read
-            info["tool_calls"] = int(info["tool_name"] is not None)
-            info["action_valid"] = info["tool_name"] is not None
+            read = info["tool_name"] is not None and not _has_none(info.get("tool_input"))
+            info["tool_calls"], info["action_valid"] = int(read), read
         if done:
             info["skyrl_metrics"] = self._env.get_metrics()
             self._env.close()
