@@ -84,6 +84,15 @@ def test_gems_tool_wrappers_run_tools_and_count_calls_and_errors():
     assert env.step("<python>print(1)</python>").info["tool_calls"] == 1
 
 
+def test_a_config_names_gems_tool_wrapper_in_env_params():
+    make = env_factory("gem:rg:basic_arithmetic", {"wrappers": ["python_tool"]}, None, None)
+    env = make()
+    env.reset(PROBLEM, seed=0)
+    step = env.step("<python>print(-7 * -3)</python>")
+    assert (step.info["tool_calls"], step.info["tool_errors"]) == (1, 0)
+    assert step.reward == pytest.approx(0.3)  # python_tool's own rewards: 0.05 + 0.25 a call
+
+
 def test_only_gems_tool_wrappers_are_taken():
     with pytest.raises(EnvError, match="'concat_chat' cannot be used .*re-renders.*python_tool"):
         GemEnv(GAME, wrappers=["concat_chat"])
