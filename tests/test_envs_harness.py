@@ -156,6 +156,43 @@ def test_a_program_that_hangs_after_a_call_ends_at_the_time_limit_naming_its_tur
     assert fine.fault is None
 
 
+@pytest.mark.parametrize(
+    ("outcome", "message"),
+    [
+        (None, "play() returned NoneType, not an AgentOutcome"),
+        (AgentOutcome(float("nan")), "play() gave reward nan; expected a finite number"),
+        (AgentOutcome(1.0, ["turns"]), "play() gave info ['turns']; expected a dict"),
+        (AgentOutcome(1.0, {"tool_errors": -1}), "info['tool_errors'] = -1; expected a count"),
+    ],
+)
+def test_a_malformed_outcome_is_the_episodes_fault(tiny, outcome, message):
+    engine, renderer, sampling, decode = _parts(tiny)
+
+    class Malformed(EnvAgent):
+        def play(self, problem, seed, endpoint):
+            super().play(problem, seed, endpoint)
+            return outcome
+
+    made = iter([Malformed(), EnvAgent()])
+    _, (bad, fine) = play_recorded(
+        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling,
+        torch.arange(2), [0], BUDGET, Faults(timeout_s=30),
+    )  # fmt: skip
+    assert bad.fault.startswith("agent Malformed, problem 'p0', turn ") and message in bad.fault
+    assert bad.reward == 0.0 and bad.truncated and fine.fault is None
+
+
+def test_a_program_reports_its_failed_tool_calls():
+    from rlvr.envs.harness import _Episode, _episodes
+
+    user = [{"role": "user", "content": "q"}]
+    e = _Episode(Session("s"), torch.zeros(()), BUDGET, "agent A, problem 'p0'")
+    e.session.record(Call(user, [1, 2], [3], [-0.1], True, "a", [("t", {})] * 3))
+    e.returned, e.outcome = True, AgentOutcome(1.0, {"tool_errors": 2})
+    _, (ep,) = _episodes([e], PROBLEMS[:1], 1, Faults())
+    assert (ep.tool_calls, ep.tool_errors, ep.reward, ep.fault) == (3, 2, 1.0, None)
+
+
 def test_a_program_trains_from_a_config_and_is_evaluated(tmp_path):
     env = {"name": "agents_for_tests:EnvAgent", "max_turns": 3, "max_episode_tokens": 60}
     cfg = tiny_config(tmp_path / "run", steps=2, env=env, reward={"function": None})

@@ -195,6 +195,7 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
     )  # fmt: skip
     assert ep.fault is None and ep.num_turns == 3 and ep.reward == 1.0
     assert ep.infos[-1]["verifiers_rewards"] == {"correct": 1.0}
+    assert (ep.tool_calls, ep.tool_errors) == (2, 1)  # the unknown 'mul', then 'add
     a, b = (int(n) for n in re.findall(r"compute (\d+) \+ (\d+)", problem.prompt)[0])
     system = tok.decode(prompts[0]).split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
     assert "calc_toolset_add(a: integer, b: integer): Add two integers." in system

@@ -28,6 +28,7 @@ are observation tokens.
 from __future__ import annotations
 
 import json
+import math
 import queue
 import re
 import threading
@@ -64,7 +65,9 @@ class Endpoint:
 
 @dataclass
 class AgentOutcome:
-    """An episode's result: its reward and what to log with it."""
+    """An episode's result: its reward and what to log with it. ``info["tool_errors"]`` (a
+    count), when the program gives it, is how many of the tool calls it ran failed: they are
+    counted in ``tools/errors`` (the endpoint sees the calls, not their results)."""
 
     reward: float
     info: dict[str, Any] = field(default_factory=dict)
@@ -93,6 +96,7 @@ class _Episode:
     budget: Budget
     label: str  # "agent <program's class>, problem <id>", how its faults begin
     truncated: bool = False
+    returned: bool = False
     outcome: AgentOutcome | None = None
     fault: str | None = None
     renderer: ChatRenderer | None = None  # with the tools the first call gave
@@ -309,6 +313,7 @@ def _runner(
     def run() -> None:
         try:
             episode.outcome = program.play(problem, seed, endpoint)
+            episode.returned = True
         except Exception as err:  # noqa: BLE001 - the program's failure is the episode's fault
             text = " ".join(str(err).split())[:300]
             episode.fault = f"{episode.where()}: play() raised {type(err).__name__}: {text}"
@@ -383,6 +388,29 @@ def _one_action_for_the_silent(
                 e.session.record(call)
 
 
+def _outcome_fault(e: _Episode) -> str | None:
+    """What is wrong with the outcome a program returned (as an environment's step result is
+    checked), or None."""
+    outcome, where = e.outcome, e.where()
+    if not e.returned:
+        return f"{where}: the program did not return"
+    if not isinstance(outcome, AgentOutcome):
+        return f"{where}: play() returned {type(outcome).__name__}, not an AgentOutcome"
+    reward = outcome.reward
+    if (
+        isinstance(reward, bool)
+        or not isinstance(reward, (int, float))
+        or not math.isfinite(reward)
+    ):
+        return f"{where}: play() gave reward {reward!r}; expected a finite number"
+    if not isinstance(outcome.info, dict):
+        return f"{where}: play() gave info {outcome.info!r:.200}; expected a dict"
+    failed = outcome.info.get("tool_errors", 0)
+    if isinstance(failed, bool) or not isinstance(failed, int) or failed < 0:
+        return f"{where}: info['tool_errors'] = {failed!r}; expected a count (int >= 0)"
+    return None
+
+
 def _episodes(
     played: list[_Episode], problems: list[Problem], n: int, faults: Faults
 ) -> tuple[list[list[int]], list[Episode]]:
@@ -398,15 +426,14 @@ def _episodes(
                     f"problem {problem.id!r}: the episodes of one group started from different "
                     "prompts; with the same problem and seed they must start alike"
                 )
-            fault = e.fault or (
-                None if e.outcome is not None else f"{e.where()}: the program did not return"
-            )
+            fault = e.fault or _outcome_fault(e)
             if fault is not None and faults.on_error == "raise":
                 raise EnvFault(fault)
             ok = e.outcome is not None and fault is None
-            reward = e.outcome.reward if ok else 0.0  # type: ignore[union-attr]
+            reward = float(e.outcome.reward) if ok else 0.0  # type: ignore[union-attr]
             info = dict(e.outcome.info) if ok else {"env_fault": fault}  # type: ignore[union-attr]
             episode = episode_from_calls(e.session.calls, reward, info)
+            episode.tool_errors += int(info.get("tool_errors", 0))
             episode.truncated = e.truncated or fault is not None
             episode.terminated = not episode.truncated
             episode.fault = fault

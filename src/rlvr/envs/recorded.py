@@ -17,8 +17,8 @@ call and the first message that differs.
 prompt = the first call's prompt; then each reply (loss mask 1, its log-probs) and the tokens
 between it and the next call's reply (mask 0). Its ``tool_calls`` are the calls read out of its
 replies plus the blocks that could not be read, which are its ``tool_errors`` (a reply with one
-is an invalid action; a tool the program ran and that failed is the program's to report: it is
-not seen here).
+is an invalid action; the tool calls the program ran and that failed are the program's to
+report, :class:`~rlvr.envs.harness.AgentOutcome`).
 """
 
 from __future__ import annotations

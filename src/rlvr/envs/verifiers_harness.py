@@ -16,7 +16,9 @@ episode and passes as ``mcp_urls``), the harness lists their tools (verifiers' o
 ``connect_mcp``) and sends them with each call as OpenAI ``tools``; each tool call of a reply is
 run on its server (``call_mcp``) and answered by a ``tool`` message, and the next call carries
 the conversation on, until a reply calls no tool or ``max_tool_rounds`` calls were made. A
-failed call is answered with ``Error: ...``, as rlvr's own tool environments do.
+failed call is answered with ``Error: ...``, as rlvr's own tool environments do, and counted in
+the episode's ``tool_errors`` (the harness runs in the episode's own event loop, so
+:class:`VerifiersProgram` reads its count through a context variable).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import os
 import sys
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -46,6 +49,8 @@ HARNESS_ID = "rlvr_harness"
 one of its own), so this module is also known under that name."""
 KEY_VARIABLE = "RLVR_ENDPOINT_KEY"
 sys.modules.setdefault(HARNESS_ID, sys.modules[__name__])
+_FAILED_TOOL_CALLS: ContextVar[list[int] | None] = ContextVar("failed_tool_calls", default=None)
+"""The episode's count of failed tool calls, set by :meth:`VerifiersProgram.play`."""
 
 
 class RlvrHarnessConfig(HarnessConfig):
@@ -102,32 +107,38 @@ class RlvrHarness(Harness[RlvrHarnessConfig]):
                 if not reply.get("tool_calls"):
                     break
                 for call in reply["tool_calls"]:
-                    content = await _tool_result(servers, dispatch, call["function"])
+                    content, ok = await _tool_result(servers, dispatch, call["function"])
+                    failed = _FAILED_TOOL_CALLS.get()
+                    if failed is not None and not ok:
+                        failed[0] += 1
                     messages.append(
                         {"role": "tool", "tool_call_id": call["id"], "content": content}
                     )
         return ProgramResult(exit_code=0, stdout=messages[-1].get("content") or "", stderr="")
 
 
-async def _tool_result(servers: Any, dispatch: dict[str, Any], function: dict[str, Any]) -> str:
-    """The text of one tool call's result on its MCP server, or ``Error: ...``: an unknown tool,
-    arguments that are not a JSON object, or the call failing."""
+async def _tool_result(
+    servers: Any, dispatch: dict[str, Any], function: dict[str, Any]
+) -> tuple[str, bool]:
+    """The text of one tool call's result on its MCP server and True, or ``Error: ...`` and
+    False: an unknown tool, arguments that are not a JSON object, or the call failing."""
     name = function.get("name", "")
     if name not in dispatch:
-        return f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(dispatch))}"
+        tools = ", ".join(sorted(dispatch))
+        return f"Error: unknown tool {name!r}; available tools: {tools}", False
     try:
         arguments = json.loads(function.get("arguments") or "{}")
     except ValueError:
-        return f"Error: the arguments of {name!r} are not valid JSON"
+        return f"Error: the arguments of {name!r} are not valid JSON", False
     if not isinstance(arguments, dict):
-        return f"Error: the arguments of {name!r} must be a JSON object"
+        return f"Error: the arguments of {name!r} must be a JSON object", False
     try:
         content = await call_mcp(servers, dispatch, name, arguments)
     except Exception as err:  # noqa: BLE001 - the tool's failure is the model's to read
-        return f"Error: {type(err).__name__}: {err}"
+        return f"Error: {type(err).__name__}: {err}", False
     if isinstance(content, str):
-        return content
-    return "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+        return content, True
+    return "\n".join(p.get("text", "") for p in content if p.get("type") == "text"), True
 
 
 __all__ = ["RlvrHarness"]
@@ -163,7 +174,10 @@ class VerifiersProgram:
         client = self.vf.EvalClientConfig(base_url=endpoint.base_url, api_key_var=KEY_VARIABLE)
         ctx = self.vf.ModelContext(model=endpoint.model, client=client)
 
+        failed = [0]
+
         async def run() -> Any:
+            _FAILED_TOOL_CALLS.set(failed)  # seen by the harness's tasks, made from this one
             async with self.env.serving():
                 return await self.env.run_episode(vf_task, ctx)
 
@@ -174,5 +188,9 @@ class VerifiersProgram:
             raise RuntimeError(f"the verifiers episode failed: {'; '.join(errors)[:500]}")
         trace = episode.traces[-1]
         rewards = {k: float(r.score) for k, r in trace.rewards.items()}
-        info = {"verifiers_rewards": rewards, "verifiers_stop": str(trace.stop_condition)}
+        info = {
+            "verifiers_rewards": rewards,
+            "verifiers_stop": str(trace.stop_condition),
+            "tool_errors": failed[0],
+        }
         return AgentOutcome(float(trace.reward), info)
