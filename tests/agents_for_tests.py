@@ -93,3 +93,23 @@ class ToolCallingAgent:
                 result = calc(**json.loads(call.function.arguments))
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return AgentOutcome(0.0)
+
+
+class ScriptedReplies:
+    """An engine whose replies a subclass's ``reply(prompt_text)`` scripts (SmolLM2's chat
+    format), each closed by ``<|im_end|>``; the replies given are kept in ``replies``."""
+
+    def __init__(self, tok) -> None:
+        self.tok, self.end = tok, tok.convert_tokens_to_ids("<|im_end|>")
+        self.replies: list[str] = []
+
+    def reply(self, text: str) -> str:
+        raise NotImplementedError
+
+    def generate(self, prompts, n, sampling, keys):
+        from rlvr.rollout.base import Rollout
+
+        texts = [self.reply(self.tok.decode(p)) for p in prompts]
+        self.replies += texts
+        ids = [self.tok(t, add_special_tokens=False)["input_ids"] + [self.end] for t in texts]
+        return Rollout(prompts, ids, [[-0.5] * len(x) for x in ids], [True] * len(ids), 1)

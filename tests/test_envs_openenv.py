@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 pytest.importorskip("openenv", reason="openenv-core is not installed (make test installs it)")
 
 import httpx  # noqa: E402
+from agents_for_tests import ScriptedReplies  # noqa: E402
 from test_envs_episodes import (  # noqa: E402
     SMOL,
     _play,
@@ -263,3 +265,86 @@ def test_closing_a_session_whose_server_froze_is_bounded_and_leaves_nothing_runn
     gc.collect()
     assert "Task was destroyed but it is pending" not in caplog.text
     assert {t for t in threading.enumerate() if t.name == "openenv-sync-client-loop"} <= loops
+
+
+class SumCallingEngine(ScriptedReplies):
+    """Scripted replies for the sum server played by OpenEnv's harness: a call to a tool that
+    does not exist, ``add`` on the prompt's numbers, then ``submit`` of what it returned."""
+
+    def reply(self, text: str) -> str:
+        done = text.count("<|im_start|>tool")
+        if done == 0:
+            return '<tool_call>\n{"name": "mul", "arguments": {"a": 1}}\n</tool_call>'
+        if done == 1:
+            a, b = re.findall(r"What is (\d+) \+ (\d+)\?", text)[-1]
+            call = {"name": "add", "arguments": {"a": int(a), "b": int(b)}}
+            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        total = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)[-1]
+        call = {"name": "submit", "arguments": {"answer": int(total)}}
+        return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def test_openenvs_own_harness_plays_an_mcp_environment_at_the_endpoint_token_exact(servers):
+    """harness: openenv: OpenEnv's MCPHarnessAdapter runs the episode with its OpenAIClient at
+    rlvr's recording endpoint; the tools go out as OpenAI tools, each call runs on the server
+    (an unknown one answered with its error and counted), the episode ends when a tool result
+    says done, with the environment's reward, and is the chat template of the conversation."""
+    import torch
+
+    from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.harness import play_recorded
+    from rlvr.envs.openenv_harness import openenv_environment
+    from rlvr.envs.parsers import tools_prompt
+    from rlvr.models import stop_token_ids
+    from rlvr.rollout import SamplingParams
+
+    tok = load_tokenizer(SMOL)
+    engine = SumCallingEngine(tok)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
+    prompts, (ep,) = play_recorded(
+        engine, lambda: openenv_environment(servers["mcp"], harness="openenv"), renderer,
+        lambda ids: tok.decode(ids, skip_special_tokens=True), [PROBLEM], 1, sampling,
+        torch.zeros(1, dtype=torch.long), [3], Budget(4, 2048, 1024), Faults(timeout_s=60),
+    )  # fmt: skip
+    assert ep.fault is None and ep.num_turns == 3 and ep.reward == 1.0
+    assert (ep.tool_calls, ep.tool_errors) == (3, 1)
+    first = OpenEnvEnv(servers["mcp"]).reset(PROBLEM, seed=3)[0]["content"]
+    a, b = (int(n) for n in re.findall(r"What is (\d+) \+ (\d+)\?", first)[0])
+    system = tools_prompt(OpenEnvEnv(servers["mcp"]).tools, "hermes")
+    chat = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": engine.replies[0]},
+        {"role": "tool", "content": "Error: unknown tool 'mul'; available tools: add, submit"},
+        {"role": "assistant", "content": engine.replies[1]},
+        {"role": "tool", "content": str(a + b)},
+        {"role": "assistant", "content": engine.replies[2]},
+    ]
+    whole = tok(tok.apply_chat_template(chat, tokenize=False), add_special_tokens=False)
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    assert prompts[0] + ep.completion_ids + newline == whole["input_ids"]
+    assert sum(ep.action_mask) == sum(len(tok(r)["input_ids"]) + 1 for r in engine.replies)
+
+
+def test_openenvs_harness_trains_two_steps_and_is_evaluated(servers, tmp_path):
+    env_name = f"openenv:{servers['mcp']}"
+    env = {"name": env_name, "params": {"harness": "openenv"}, "max_turns": 3}
+    cfg = tiny_config(
+        tmp_path / "run",
+        steps=2,
+        task={"name": env_name, "n_eval": 2},
+        env={**env, "max_episode_tokens": 256},
+    )
+    cfg["reward"] = {"function": None}
+    records = assert_trains_and_evaluates(cfg)
+    assert json.loads(records[0]["transcript"])[-1]["role"] == "assistant"
+
+
+def test_openenvs_harness_needs_an_mcp_environment(servers):
+    from rlvr.envs.openenv_harness import openenv_environment
+
+    with pytest.raises(EnvError, match="harness: openenv plays an MCP environment"):
+        openenv_environment(servers["echo"], harness="openenv")
+    with pytest.raises(EnvError, match="harness 'mcp'; expected one of \\('openenv',\\)"):
+        openenv_environment(servers["mcp"], harness="mcp")

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="verifiers is not installed (make test installs it)")
 
+from agents_for_tests import ScriptedReplies  # noqa: E402
 from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
@@ -139,13 +140,9 @@ def test_a_taskset_played_by_its_own_environment_trains_from_a_config(tmp_path):
     assert "verifiers_rewards" in records[0]["step_infos"]
 
 
-class ToolCallingEngine:
+class ToolCallingEngine(ScriptedReplies):
     """Scripted replies for the tools taskset: a call to a tool that does not exist, a call to
     the task's MCP ``add`` tool with the prompt's numbers, then the boxed result it returned."""
-
-    def __init__(self, tok) -> None:
-        self.tok, self.end = tok, tok.convert_tokens_to_ids("<|im_end|>")
-        self.replies: list[str] = []
 
     def reply(self, text: str) -> str:
         done = text.count("<|im_start|>tool")
@@ -157,14 +154,6 @@ class ToolCallingEngine:
             return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
         result = re.findall(r"<\|im_start\|>tool\n(\d+)<\|im_end\|>", text)[-1]
         return f"\\boxed{{{result}}}"
-
-    def generate(self, prompts, n, sampling, keys):
-        from rlvr.rollout.base import Rollout
-
-        texts = [self.reply(self.tok.decode(p)) for p in prompts]
-        self.replies += texts
-        ids = [self.tok(t, add_special_tokens=False)["input_ids"] + [self.end] for t in texts]
-        return Rollout(prompts, ids, [[-0.5] * len(x) for x in ids], [True] * len(ids), 1)
 
 
 def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_tok, monkeypatch):

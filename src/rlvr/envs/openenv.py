@@ -224,7 +224,8 @@ class OpenEnvEnv:
         self._calling = False
         return result
 
-    def _text(self, observation: Any) -> str:
+    def text_of(self, observation: Any) -> str:
+        """An observation as the text the policy is shown (see the module docstring)."""
         if not isinstance(observation, dict):
             return str(observation)
         if self.observation_field is not None:
@@ -239,7 +240,7 @@ class OpenEnvEnv:
         self._client = client.sync()
         self._call("connect")
         result = self._call("reset", seed=seed, **self.reset_kwargs)
-        first = [{"role": "user", "content": self._text(result.observation)}]
+        first = [{"role": "user", "content": self.text_of(result.observation)}]
         return with_system_prompt(first, self.system_prompt)
 
     def step(self, action_text: str) -> StepResult:
@@ -252,7 +253,7 @@ class OpenEnvEnv:
         observation = result.observation if isinstance(result.observation, dict) else {}
         done = bool(result.done)
         info = {"openenv": {k: v for k, v in observation.items() if k != self.observation_field}}
-        messages = [] if done else [{"role": "user", "content": self._text(result.observation)}]
+        messages = [] if done else [{"role": "user", "content": self.text_of(result.observation)}]
         if done:
             self.close()
         return StepResult(

@@ -35,8 +35,9 @@ for _name, _entry in {
         "params.wrappers, e.g. [python_tool] (rlvr[gem], docs/agents.md)",
     ),
     "openenv:<URL>": (
-        "rlvr.envs.openenv:OpenEnvEnv",
-        "an OpenEnv server's environment, e.g. openenv:http://127.0.0.1:8000 (rlvr[openenv])",
+        "rlvr.envs.openenv_harness:openenv_environment",
+        "an OpenEnv server's environment, e.g. openenv:http://127.0.0.1:8000; params.harness: "
+        "openenv plays an MCP one with OpenEnv's own agent loop (rlvr[openenv])",
     ),
     "verifiers:<taskset>": (
         "rlvr.envs.verifiers_env:verifiers_environment",
