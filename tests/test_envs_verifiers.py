@@ -148,7 +148,10 @@ class ToolCallingEngine(ScriptedReplies):
         done = text.count("<|im_start|>tool")
         if done == 0:
             return '<tool_call>\n{"name": "mul", "arguments": {"a": 1}}\n</tool_call>'
-        if done == 1:
+        if done == 1:  # the tool raises on this one
+            call = {"name": "calc_toolset_add", "arguments": {"a": -1, "b": 1}}
+            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        if done == 2:
             a, b = re.findall(r"compute (\d+) \+ (\d+)", text)[-1]
             call = {"name": "calc_toolset_add", "arguments": {"a": int(a), "b": int(b)}}
             return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
@@ -182,18 +185,24 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
         sampling, torch.zeros(1, dtype=torch.long), [0], Budget(4, 2048, 1024),
         Faults(timeout_s=60),
     )  # fmt: skip
-    assert ep.fault is None and ep.num_turns == 3 and ep.reward == 1.0
+    assert ep.fault is None and ep.num_turns == 4 and ep.reward == 1.0
     assert ep.infos[-1]["verifiers_rewards"] == {"correct": 1.0}
-    assert (ep.tool_calls, ep.tool_errors) == (2, 1)  # the unknown 'mul', then 'add
+    assert (ep.tool_calls, ep.tool_errors) == (3, 2)  # 'mul' unknown, 'add' raising, 'add'
     a, b = (int(n) for n in re.findall(r"compute (\d+) \+ (\d+)", problem.prompt)[0])
     system = tok.decode(prompts[0]).split("<|im_start|>system\n")[1].split("<|im_end|>")[0]
-    assert "calc_toolset_add(a: integer, b: integer): Add two integers." in system
+    assert "calc_toolset_add(a: integer, b: integer): Add two non-negative integers." in system
+    raised = re.findall(
+        r"<\|im_start\|>tool\n(Error: [^<]*)<\|im_end\|>", tok.decode(ep.completion_ids)
+    )
+    assert raised[1] == "Error: Error executing tool add"  # is_error kept (its text masked)
     chat = [
         {"role": "system", "content": system},
         {"role": "user", "content": problem.prompt},
         {"role": "assistant", "content": engine.replies[0]},
         {"role": "tool", "content": "Error: unknown tool 'mul'; available tools: calc_toolset_add"},
         {"role": "assistant", "content": engine.replies[1]},
+        {"role": "tool", "content": raised[1]},
+        {"role": "assistant", "content": engine.replies[2]},
         {"role": "tool", "content": str(a + b)},
         {"role": "assistant", "content": f"\\boxed{{{a + b}}}"},
     ]
@@ -201,4 +210,4 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
     newline = tok("\n", add_special_tokens=False)["input_ids"]
     assert prompts[0] + ep.completion_ids + newline == whole["input_ids"]
     sampled = [i for i, m in zip(ep.completion_ids, ep.action_mask, strict=True) if m]
-    assert tok.decode(sampled).count("<tool_call>") == 2
+    assert tok.decode(sampled).count("<tool_call>") == 3

@@ -8,7 +8,9 @@ import verifiers.v1 as vf
 class CalcToolset(vf.Toolset[vf.ToolsetConfig]):
     @vf.tool
     async def add(self, a: int, b: int) -> str:
-        """Add two integers."""
+        """Add two non-negative integers."""
+        if a < 0 or b < 0:
+            raise ValueError("add takes non-negative integers")
         return str(a + b)
 
 

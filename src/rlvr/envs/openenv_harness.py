@@ -5,8 +5,10 @@ openenv-core ships a white-box harness (``openenv.core.harness.MCPHarnessAdapter
 ``ResourceSession`` (the episode's first messages, its tools, ``call_tool``) and a *model step*
 (messages and tools in, the next assistant message out), it runs the tool-calling loop itself:
 each reply's tool calls run on the session and come back as ``tool`` messages, until a reply
-calls no tool, a tool result says done, or ``max_turns`` replies. :class:`OpenEnvHarnessProgram`
-plays one episode with it (an agent program, :mod:`rlvr.envs.harness`):
+calls no tool or a tool result says done (its own reply limit is set out of reach: rlvr's
+``env.max_turns`` and ``env.max_episode_tokens`` end an episode, truncated).
+:class:`OpenEnvHarnessProgram` plays one episode with it (an agent program,
+:mod:`rlvr.envs.harness`):
 
 * the session is OpenEnv's ``StepEnvSessionAdapter`` over a WebSocket session of the server
   (reset with the episode seed and ``reset_kwargs``; each tool call one ``call_tool`` step); its
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import urlsplit
 
 from rlvr.data.base import Problem, with_system_prompt
 from rlvr.envs.base import EnvError, Message
@@ -34,6 +35,9 @@ from rlvr.envs.harness import AgentOutcome, Endpoint
 from rlvr.envs.openenv import OpenEnvEnv, tool_text
 
 HARNESSES = ("openenv",)
+HARNESS_TURNS = 10_000
+"""The harness's own limit on replies, out of reach: rlvr's ``env.max_turns`` and
+``env.max_episode_tokens`` end the episode first (an empty reply, the episode truncated)."""
 
 
 def openenv_environment(
@@ -41,14 +45,11 @@ def openenv_environment(
 ) -> Any:
     """The environment of ``env.name: openenv:<URL>``: an :class:`OpenEnvEnv` (``params`` are
     its options), or with ``harness: openenv`` an :class:`OpenEnvHarnessProgram` playing it
-    with OpenEnv's own agent loop (``params.max_turns``: the harness's most replies)."""
-    max_turns = params.pop("max_turns", 16) if harness is not None else 0
-    env = OpenEnvEnv(env_id, system_prompt, **params)
-    if harness is None:
-        return env
-    if harness not in HARNESSES:
+    with OpenEnv's own agent loop."""
+    if harness is not None and harness not in HARNESSES:
         raise EnvError(f"openenv:{env_id}: harness {harness!r}; expected one of {HARNESSES}")
-    return OpenEnvHarnessProgram(env, max_turns)
+    env = OpenEnvEnv(env_id, system_prompt, **params)
+    return env if harness is None else OpenEnvHarnessProgram(env)
 
 
 class OpenEnvHarnessProgram:
@@ -58,11 +59,9 @@ class OpenEnvHarnessProgram:
     Args:
         env: the server's environment as rlvr maps it (its URL, tools, observation field,
             reset options, system prompt and message timeout are used).
-        max_turns: the harness's most replies per episode (rlvr's ``env.max_turns`` bounds
-            the calls it answers too).
     """
 
-    def __init__(self, env: OpenEnvEnv, max_turns: int = 16) -> None:
+    def __init__(self, env: OpenEnvEnv) -> None:
         if not env.mcp:
             raise EnvError(
                 f"openenv:{env.url}: harness: openenv plays an MCP environment (tools called "
@@ -70,7 +69,7 @@ class OpenEnvHarnessProgram:
             )
         from openenv.core.env_server.mcp_types import Tool
 
-        self.env, self.max_turns = env, max_turns
+        self.env = env
         self.specs = [
             Tool(name=t.name, description=t.description, input_schema=t.parameters)
             for t in env.tools
@@ -123,7 +122,7 @@ class OpenEnvHarnessProgram:
 
         session.call_tool = call_tool  # type: ignore[method-assign]
         try:
-            limits = HarnessRunLimits(max_turns=self.max_turns)
+            limits = HarnessRunLimits(max_turns=HARNESS_TURNS)
             rollout = MCPHarnessAdapter().run_white_box(_model_step(endpoint), session, limits)
             verify = session.verify(rollout.messages, {"done": rollout.done})
         finally:
@@ -139,15 +138,18 @@ class OpenEnvHarnessProgram:
 def _model_step(endpoint: Endpoint) -> Any:
     """OpenEnv's model step: its ``OpenAIClient`` at ``endpoint`` (a fresh client per call,
     each call run on its own event loop)."""
+    from openai import AsyncOpenAI
     from openenv.core.harness import ModelStepResult
     from openenv.core.llm_client import OpenAIClient
 
-    url = urlsplit(endpoint.base_url.removesuffix("/v1"))
-    host, port = f"{url.scheme}://{url.hostname}", f"{url.port}{url.path}"  # its base_url
-
     def step(messages: list[Message], tools: list[Any], sampling: dict) -> Any:
         async def call() -> Any:
-            client = OpenAIClient(host, port, endpoint.model, api_key=endpoint.api_key)  # type: ignore[arg-type]
+            client = OpenAIClient("http://unused", 0, endpoint.model)
+            # its OpenAI client at the episode's URL, never retrying: a call sent again would
+            # not continue the recorded episode
+            client._client = AsyncOpenAI(
+                base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0
+            )
             try:
                 specs = [
                     {"name": t.name, "description": t.description, "inputSchema": t.input_schema}

@@ -36,7 +36,7 @@ from verifiers.v1.clients import ModelContext
 from verifiers.v1.configs.harness import HarnessConfig
 from verifiers.v1.dialects.chat import message_to_wire
 from verifiers.v1.harness import Harness
-from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
+from verifiers.v1.harnesses.utils.mcp import connect_mcp, mcp_content_to_chat_content
 from verifiers.v1.runtimes import ProgramResult, Runtime
 from verifiers.v1.task import TaskData
 from verifiers.v1.trace import Trace
@@ -132,13 +132,17 @@ async def _tool_result(
         return f"Error: the arguments of {name!r} are not valid JSON", False
     if not isinstance(arguments, dict):
         return f"Error: the arguments of {name!r} must be a JSON object", False
-    try:
-        content = await call_mcp(servers, dispatch, name, arguments)
+    server, raw = dispatch[name]
+    try:  # verifiers' call_mcp, keeping the result's is_error (a tool that raised)
+        result = await servers[server].run(lambda client: client.call_tool(raw, arguments))
     except Exception as err:  # noqa: BLE001 - the tool's failure is the model's to read
         return f"Error: {type(err).__name__}: {err}", False
-    if isinstance(content, str):
-        return content, True
-    return "\n".join(p.get("text", "") for p in content if p.get("type") == "text"), True
+    content = mcp_content_to_chat_content(result.content)
+    if not isinstance(content, str):
+        content = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+    if getattr(result, "is_error", False):
+        return f"Error: {content}", False
+    return content, True
 
 
 __all__ = ["RlvrHarness"]
