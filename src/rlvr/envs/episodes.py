@@ -209,21 +209,38 @@ def _checked_step(env: Environment, text: str, where: str, faults: Faults) -> St
     result = _guarded(lambda: env.step(text), where, "step()", faults)
     if not isinstance(result, StepResult):
         raise EnvFault(f"{where}: step() returned {type(result).__name__}, not a StepResult")
-    reward = result.reward
+    problem = reward_problem(result.reward, "step()")
+    if problem is not None:
+        raise EnvFault(f"{where}: {problem}")
+    _check_messages(result.messages, where, "step()")
+    problem = info_problem(result.info, ("tool_calls", "tool_errors"), "step()")
+    if problem is not None:
+        raise EnvFault(f"{where}: {problem}")
+    return result
+
+
+def reward_problem(reward: Any, who: str) -> str | None:
+    """What is wrong with the reward ``who`` gave (an environment's ``step()``, an agent
+    program's ``play()``): not a finite number; or None."""
     if (
         isinstance(reward, bool)
         or not isinstance(reward, (int, float))
         or not math.isfinite(reward)
     ):
-        raise EnvFault(f"{where}: step() gave reward {reward!r}; expected a finite number")
-    _check_messages(result.messages, where, "step()")
-    if not isinstance(result.info, dict):
-        raise EnvFault(f"{where}: step() gave info {result.info!r:.200}; expected a dict")
-    for key in ("tool_calls", "tool_errors"):
-        value = result.info.get(key, 0)
+        return f"{who} gave reward {reward!r}; expected a finite number"
+    return None
+
+
+def info_problem(info: Any, counts: tuple[str, ...], who: str) -> str | None:
+    """What is wrong with the info ``who`` gave: not a dict, or one of its ``counts`` not an
+    int >= 0; or None."""
+    if not isinstance(info, dict):
+        return f"{who} gave info {info!r:.200}; expected a dict"
+    for key in counts:
+        value = info.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise EnvFault(f"{where}: info[{key!r}] = {value!r}; expected a count (int >= 0)")
-    return result
+            return f"info[{key!r}] = {value!r}; expected a count (int >= 0)"
+    return None
 
 
 def _fit_observation(

@@ -92,7 +92,7 @@ class GemEnv:
             raise unknown_environment("GEM", env_id, registry)
         self.env_id, self.system_prompt = env_id, system_prompt
         self.env_kwargs = dict(env_kwargs)
-        self._wrappers = tool_wrappers(wrappers)
+        self._wrapper = tool_wrapper(wrappers)
         self._env: Any = None
         self._done = True
         self._counts = (0, 0)  # GEM's tool uses and successes so far in the episode
@@ -100,9 +100,7 @@ class GemEnv:
     def _make(self) -> Any:
         try:
             env = self._gem.make(self.env_id, **self.env_kwargs)
-            for wrap in self._wrappers:
-                env = wrap(env)
-            return env
+            return env if self._wrapper is None else self._wrapper(env)
         except Exception as err:  # noqa: BLE001 - any failure of GEM's module is reported
             raise EnvError(
                 f"GEM environment {self.env_id!r} with options {self.env_kwargs} could not be "
@@ -142,11 +140,11 @@ class GemEnv:
         )
 
 
-def tool_wrappers(names: list[str] | str | None) -> list[Any]:
-    """GEM's tool wrappers by their ``WRAPPER_FACTORY`` names (see the module docstring); an
-    EnvError names the ones it cannot take and why."""
+def tool_wrapper(names: list[str] | str | None) -> Any:
+    """GEM's tool wrapper by its ``WRAPPER_FACTORY`` name (see the module docstring), or None
+    when none is named; an EnvError names what it cannot take and why."""
     if not names:
-        return []
+        return None
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     from gem.tools.tool_env_wrapper import ToolEnvWrapper
@@ -158,20 +156,17 @@ def tool_wrappers(names: list[str] | str | None) -> list[Any]:
             f"GEM wrappers {names}: give one tool wrapper (GEM puts several tools in one "
             "ToolEnvWrapper; stacked ones report only the outer one's calls)"
         )
-    out = []
-    for name in names:
-        if name not in tools:
-            why = (
-                "it re-renders the conversation, which rlvr's chat template does"
-                if name in WRAPPER_FACTORY
-                else "GEM has no such wrapper"
-            )
-            raise EnvError(
-                f"GEM wrapper {name!r} cannot be used ({why}); GEM's tool wrappers: "
-                f"{', '.join(tools)}"
-            )
-        out.append(WRAPPER_FACTORY[name])
-    return out
+    (name,) = names
+    if name not in tools:
+        why = (
+            "it re-renders the conversation, which rlvr's chat template does"
+            if name in WRAPPER_FACTORY
+            else "GEM has no such wrapper"
+        )
+        raise EnvError(
+            f"GEM wrapper {name!r} cannot be used ({why}); GEM's tool wrappers: {', '.join(tools)}"
+        )
+    return WRAPPER_FACTORY[name]
 
 
 def _messages(observation: Any, info: dict[str, Any] | None) -> list[Message]:

@@ -28,7 +28,6 @@ are observation tokens.
 from __future__ import annotations
 
 import json
-import math
 import queue
 import re
 import threading
@@ -43,7 +42,7 @@ import torch
 from rlvr.data.base import Problem
 from rlvr.envs.base import EnvError, Message
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, EnvFault, Episode, Faults
+from rlvr.envs.episodes import Budget, EnvFault, Episode, Faults, info_problem, reward_problem
 from rlvr.envs.parsers import parse_hermes, tools_prompt
 from rlvr.envs.recorded import Call, Session, episode_from_calls
 from rlvr.envs.tools import Tool
@@ -396,19 +395,10 @@ def _outcome_fault(e: _Episode) -> str | None:
         return f"{where}: the program did not return"
     if not isinstance(outcome, AgentOutcome):
         return f"{where}: play() returned {type(outcome).__name__}, not an AgentOutcome"
-    reward = outcome.reward
-    if (
-        isinstance(reward, bool)
-        or not isinstance(reward, (int, float))
-        or not math.isfinite(reward)
-    ):
-        return f"{where}: play() gave reward {reward!r}; expected a finite number"
-    if not isinstance(outcome.info, dict):
-        return f"{where}: play() gave info {outcome.info!r:.200}; expected a dict"
-    failed = outcome.info.get("tool_errors", 0)
-    if isinstance(failed, bool) or not isinstance(failed, int) or failed < 0:
-        return f"{where}: info['tool_errors'] = {failed!r}; expected a count (int >= 0)"
-    return None
+    problem = reward_problem(outcome.reward, "play()") or info_problem(
+        outcome.info, ("tool_errors",), "play()"
+    )
+    return None if problem is None else f"{where}: {problem}"
 
 
 def _episodes(

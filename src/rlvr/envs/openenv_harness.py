@@ -33,6 +33,7 @@ from rlvr.data.base import Problem, with_system_prompt
 from rlvr.envs.base import EnvError, Message
 from rlvr.envs.harness import AgentOutcome, Endpoint
 from rlvr.envs.openenv import OpenEnvEnv, tool_text
+from rlvr.envs.tools import unknown_tool
 
 HARNESSES = ("openenv",)
 HARNESS_TURNS = 10_000
@@ -117,7 +118,7 @@ class OpenEnvHarnessProgram:
             if name in names:
                 return served(name, arguments)
             failed[0] += 1
-            text = f"Error: unknown tool {name!r}; available tools: {', '.join(sorted(names))}"
+            text = f"Error: {unknown_tool(name, names)}"
             return ToolResult(text, False, {}, text)
 
         session.call_tool = call_tool  # type: ignore[method-assign]

@@ -28,7 +28,7 @@ import re
 import threading
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,6 +258,12 @@ def _truncate(text: str, limit: int) -> str:
     return f"{text[:limit]}\n[truncated: {len(text) - limit} more characters]"
 
 
+def unknown_tool(name: str, known: Iterable[str]) -> str:
+    """What a call of a tool that does not exist is answered with (after ``Error: ``): its
+    name and the tools there are."""
+    return f"unknown tool {name[:80]!r}; available tools: {', '.join(sorted(known)) or 'none'}"
+
+
 def _fail(message: str) -> ToolOutcome:
     message = _truncate(message, ERROR_CHARS)
     return ToolOutcome(f"Error: {message}", ok=False, error=message)
@@ -347,8 +353,7 @@ def call_tool(
     characters, with a ``[truncated: N more characters]`` line when it was longer."""
     tool = tools.get(call.name)
     if tool is None:
-        known = ", ".join(sorted(tools)) or "none"
-        return _fail(f"unknown tool {call.name[:80]!r}; available tools: {known}")
+        return _fail(unknown_tool(call.name, tools))
     arguments: dict[str, Any] | str = call.arguments
     if call.raw is not None:
         arguments = _bind_raw(tool, call.raw)

@@ -43,6 +43,7 @@ from verifiers.v1.trace import Trace
 
 from rlvr.data.base import Problem
 from rlvr.envs.harness import AgentOutcome, Endpoint
+from rlvr.envs.tools import unknown_tool
 
 HARNESS_ID = "rlvr_harness"
 """The id verifiers loads :class:`RlvrHarness` by: it imports a harness as a top-level module (or
@@ -124,8 +125,7 @@ async def _tool_result(
     False: an unknown tool, arguments that are not a JSON object, or the call failing."""
     name = function.get("name", "")
     if name not in dispatch:
-        tools = ", ".join(sorted(dispatch))
-        return f"Error: unknown tool {name!r}; available tools: {tools}", False
+        return f"Error: {unknown_tool(name, dispatch)}", False
     try:
         arguments = json.loads(function.get("arguments") or "{}")
     except ValueError:
