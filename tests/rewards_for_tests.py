@@ -2,6 +2,8 @@
 use a reward with variance inside every group (the fraction of ASCII letters). Below them, user
 rewards that go wrong in the ways the reward checks must catch."""
 
+import os
+
 import numpy as np
 
 from rlvr.data import Problem
@@ -10,6 +12,14 @@ from rlvr.rewards import register_reward
 
 def letter_fraction(completion: str, problem: Problem) -> float:
     return sum(ch.isascii() and ch.isalpha() for ch in completion) / max(len(completion), 1)
+
+
+def slow_letter_fraction(completion: str, problem: Problem, seconds: float = 2.0) -> float:
+    """``letter_fraction`` after ``seconds``: a step long enough to be interrupted midway."""
+    import time
+
+    time.sleep(seconds)
+    return letter_fraction(completion, problem)
 
 
 def is_letter(completion: str, problem: Problem) -> float:
@@ -67,6 +77,14 @@ def fails_on_answers(completion: str, problem: Problem) -> float:
 def group_echo(completions: list[str], problem: Problem, values: object = None) -> object:
     """A group reward returning ``values`` (params) as they are, or an array of ones."""
     return np.ones(len(completions)) if values is None else values
+
+
+def fails_when_marked(completion: str, problem: Problem, marker: str) -> float:
+    """The fraction of letters until the file ``marker`` exists (a test creates it mid-run),
+    then raises: a reward that starts failing after some steps."""
+    if os.path.exists(marker):
+        raise RuntimeError("the reward's service went away")
+    return letter_fraction(completion, problem)
 
 
 def hangs_after_probe(completion: str, problem: Problem) -> float:

@@ -231,6 +231,20 @@ def test_out_of_range_names_field() -> None:
         build_config({}, ["rollout.group_size=0"])
 
 
+def test_a_group_of_one_is_refused_where_the_update_compares_a_group() -> None:
+    with pytest.raises(ConfigError, match=r"group_size is 1 but algorithm advantage 'grpo'"):
+        build_config({}, ["rollout.group_size=1"])
+    with pytest.raises(ConfigError, match=r"group_size is 1 .*'rloo'.*group_size >= 2"):
+        build_config({"algorithm": {"preset": "rloo"}}, ["rollout.group_size=1"])
+    with pytest.raises(ConfigError, match=r"group_size is 1 .*'passk'"):
+        build_config({"algorithm": {"advantage": "passk"}}, ["rollout.group_size=1"])
+    with pytest.raises(ConfigError, match=r"objective 'dpo' pairs the samples of a group"):
+        build_config({"algorithm": {"preset": "online_dpo"}}, ["rollout.group_size=1"])
+    for preset in ("remax", "rft", "sft"):  # their own baseline, or no reward differences
+        build_config({"algorithm": {"preset": preset}}, ["rollout.group_size=1"])
+    build_config({"algorithm": {"advantage": "reinforce"}}, ["rollout.group_size=1"])
+
+
 def test_several_errors_reported_together() -> None:
     with pytest.raises(ConfigError) as info:
         build_config({}, ["train.steps=abc", "rollout.temprature=1.0"])

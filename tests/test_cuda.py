@@ -9,9 +9,10 @@ import math
 
 import pytest
 import torch
-from test_trainer import step_rows, tiny_config
+from test_trainer import COMPARED, step_rows, tiny_config
 
 from rlvr import precision
+from rlvr.checkpoint import set_aside
 from rlvr.config import build_config
 from rlvr.models import load_model, load_tokenizer
 from rlvr.policy import completion_logprobs, make_batch
@@ -81,8 +82,29 @@ def test_the_engines_logprobs_equal_the_trainers_on_the_gpu(dtype):
 
 
 def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
+    """fp32 everywhere (TF32 off): 3 steps on the GPU, then step 3 again on the CPU, resumed
+    from step 2's checkpoint (step 3's set aside). The CPU's step 3 samples from the weights the
+    GPU's did, with the same random streams, so its rewards agree, and its entropy, loss and
+    gradient norm agree within fp32 sums' differences; steps 1-2 stay as the GPU logged them."""
+    torch.backends.cuda.matmul.allow_tf32 = False
     run = tmp_path / "run"
-    train(build_config(tiny_config(run, steps=2, train={"device": "cuda"})))
-    resumed = build_config(tiny_config(run, steps=3, train={"device": "cpu"}))
-    train(resumed, resume=run)
-    assert sorted(step_rows(run)) == [1, 2, 3]
+
+    def config(device: str):
+        train_section = {"autocast": "fp32", "device": device}
+        return build_config(
+            tiny_config(run, steps=3, train=train_section, rollout={"dtype": "fp32"})
+        )
+
+    train(config("cuda"))
+    on_gpu = step_rows(run)
+    set_aside(run, 3)  # step 2's checkpoint, made on the GPU, is the latest again
+    train(config("cpu"), resume=run)
+    on_cpu = step_rows(run)
+    assert sorted(on_cpu) == [1, 2, 3]
+    for step in (1, 2):
+        for key in COMPARED:
+            assert on_cpu[step][key] == on_gpu[step][key], (step, key)
+    assert on_cpu[3]["reward/mean"] == pytest.approx(on_gpu[3]["reward/mean"], abs=1e-6)
+    assert on_cpu[3]["response/length_mean"] == on_gpu[3]["response/length_mean"]
+    for key in ("policy/entropy", "policy/loss", "policy/grad_norm"):
+        assert on_cpu[3][key] == pytest.approx(on_gpu[3][key], rel=1e-4, abs=1e-6), key

@@ -2,8 +2,7 @@
 
 Convention for runnable examples: a line ``<!-- runnable -->`` (an HTML comment, invisible on
 GitHub) directly before a fenced code block whose language is ``bash`` or ``python`` marks the
-block as runnable (``<!-- runnable: slow -->``: a long one whose content other tests cover, run
-by ``make test-all`` only). Every marked block of README.md and docs/*.md runs on its own, in a fresh
+block as runnable. Every marked block of README.md and docs/*.md runs on its own, in a fresh
 temporary directory, exactly as a reader would paste it:
 
 * python blocks with this virtual environment's interpreter;
@@ -31,9 +30,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
-SLOW_MARKER = "<!-- runnable: slow -->"
-"""A runnable block whose run is long and whose content other tests cover: run by ``make
-test-all`` only (the ``slow`` mark)."""
 LANGUAGES = ("bash", "python")
 BLOCK_TIMEOUT_S = 300
 
@@ -47,7 +43,6 @@ class Block:
     line: int
     language: str
     code: str
-    slow: bool = False
 
     @property
     def where(self) -> str:
@@ -65,7 +60,7 @@ def runnable_blocks(path: Path, text: str | None = None) -> list[Block]:
     lines = (path.read_text(encoding="utf-8") if text is None else text).splitlines()
     blocks = []
     for i, line in enumerate(lines):
-        if line.strip() not in (MARKER, SLOW_MARKER):
+        if line.strip() != MARKER:
             continue
         fence = lines[i + 1].strip() if i + 1 < len(lines) else ""
         language = fence[3:].strip()
@@ -78,7 +73,7 @@ def runnable_blocks(path: Path, text: str | None = None) -> list[Block]:
         if end is None:
             raise ValueError(f"{path}:{i + 2}: the runnable block is never closed")
         code = "\n".join(lines[i + 2 : end]) + "\n"
-        blocks.append(Block(path, i + 2, language, code, line.strip() == SLOW_MARKER))
+        blocks.append(Block(path, i + 2, language, code))
     return blocks
 
 
@@ -158,6 +153,8 @@ def test_readme_marks_its_examples_runnable():
     blocks = runnable_blocks(ROOT / "README.md")
     assert len(blocks) >= 5
     assert {b.language for b in blocks} == {"bash", "python"}
+    code = "".join(b.code for b in blocks)  # SFT on a file, a LoRA adapter trained further
+    assert "completion_column:" in code and "--set model.lora.path=" in code
 
 
 def test_readme_opens_with_make_demo_and_make_test():
@@ -202,7 +199,7 @@ def test_docs_cite_the_design_document_that_exists():
 
 @pytest.mark.parametrize(
     "block",
-    [pytest.param(b, marks=pytest.mark.slow) if b.slow else b for b in all_blocks()],
+    all_blocks(),
     ids=lambda b: b.where,
 )
 def test_runnable_block_succeeds(block, tmp_path):

@@ -8,8 +8,10 @@ import math
 
 import pytest
 import torch
+from test_learner_mismatch import _learner, _trajectories
 from test_trainer import COMPARED, step_rows, tiny_config
 
+import rlvr.trainer.learn
 from rlvr.algorithms import (
     POLICY_LOSSES,
     EntropyController,
@@ -91,6 +93,40 @@ def test_clip_cov_picks_at_random_with_its_own_seeded_stream():
     assert counts == [6, 6, 6]  # int(0.05 x 128)
     assert torch.equal(picks[0]["is_cov_detached"], picks[1]["is_cov_detached"])
     assert not torch.equal(picks[0]["is_cov_detached"], picks[2]["is_cov_detached"])
+
+
+def test_clip_cov_draws_a_new_pick_each_step_and_the_same_one_at_the_same_step(tiny, monkeypatch):
+    """Clip-Cov's stream is keyed by (train.seed, optimizer step, micro-batch): two steps with
+    the same candidates pick different tokens, and a learner at the same step (a resume: the
+    checkpointed schedule) picks the same ones."""
+    picks = []
+    original = rlvr.trainer.learn.algorithms.policy_loss
+
+    def recorded(*args, **kwargs):
+        loss, info = original(*args, **kwargs)
+        picks.append(info["is_cov_detached"].clone())
+        return loss, info
+
+    monkeypatch.setattr(rlvr.trainer.learn.algorithms, "policy_loss", recorded)
+    # every token a candidate (an unbounded band, on-policy rho = 1: none clipped by PPO), so
+    # each step picks int(0.3 x 10) = 3 of the same 10 tokens
+    band = {"ratio": 0.3, "cov_low": -1e9, "cov_high": 1e9}
+    settings = {"policy_loss": "clip_cov", "params": {"policy_loss": band}}
+    data = _trajectories(tiny)
+    learner = _learner(tiny, micro_batch_size=4, **settings)
+    learner.update(data)
+    schedule = learner.scheduler.state_dict()  # what a checkpoint after step 1 holds
+    learner.update(data)
+    first, second = picks
+    assert int(first.sum()) == int(second.sum()) == 3
+    assert not torch.equal(first, second)  # a new pick at the next step
+    fresh = _learner(tiny, micro_batch_size=4, **settings)
+    fresh.update(data)
+    assert torch.equal(picks[2], first)  # the same (seed, step): the same pick
+    resumed = _learner(tiny, micro_batch_size=4, **settings)
+    resumed.scheduler.load_state_dict(schedule)
+    resumed.update(data)
+    assert torch.equal(picks[3], second)  # resumed at step 2: step 2's pick
 
 
 def test_the_covariance_losses_declare_their_batch_statistics():

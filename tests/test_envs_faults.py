@@ -164,6 +164,34 @@ def test_calls_hanging_in_a_row_stop_the_run_as_a_dead_environment(smol_tok):
     assert time.monotonic() - start < 5  # six timeouts, not ten
 
 
+def test_a_hung_environment_costs_a_group_about_one_time_limit_not_one_per_episode(smol_tok, capfd):
+    """Every call hangs (steps and closes), 3 problems x 4 episodes: a group's first step runs
+    out of time in place, its other three together; the third problem's first timeout stops the
+    run as a dead environment: 5 time limits, not 2G + 1 = 9 one after another (and 12 closes,
+    about 2 more, not 12), each timeout told at once."""
+
+    class Hung(FaultyEnv):
+        def close(self):
+            time.sleep(30)
+
+    end = smol_tok.convert_tokens_to_ids("<|im_end|>")
+    problems = [Problem(f"p{i}", "Hi", "1") for i in range(3)]
+    start = time.monotonic()
+    with pytest.raises(EnvFault, match="the calls of 3 problems in a row ran out of time"):
+        _play(
+            smol_tok,
+            [[[end]] * 3 for _ in range(12)],
+            lambda: Hung(fault="hang", at=1),
+            problems=problems,
+            n=4,
+            faults=Faults(timeout_s=0.5),
+        )
+    assert time.monotonic() - start < 5.5  # 7 x 0.5 s; before: (9 + 12) x 0.5 s
+    told = capfd.readouterr().err.splitlines()
+    line = "warning: env Hung, problem 'p0', turn 1: step() did not answer within 0.5 s"
+    assert sum(t.startswith(line) for t in told) == 4
+
+
 def test_a_run_with_a_hanging_environment_goes_on_and_counts_it(tmp_path, capfd):
     env = {  # the problems with an odd id hang at their second step
         "name": "envs_for_tests:FaultyEnv",

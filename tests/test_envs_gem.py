@@ -45,6 +45,18 @@ def test_a_game_maps_observations_rewards_and_flags():
         env.step("\\boxed{4}")
 
 
+def test_a_move_gem_cannot_parse_is_an_invalid_action():
+    env = GemEnv(GAME)
+    env.reset(PROBLEM, seed=3)
+    step = env.step("I would guess five.")  # no \boxed{N}: GEM's format-error reward, -0.1
+    assert step.reward == pytest.approx(-0.1) and step.info["action_valid"] is False
+    env.reset(PROBLEM, seed=3)
+    assert "action_valid" not in env.step("\\boxed{5}").info  # a move GEM read
+    task = GemEnv("rg:basic_arithmetic")  # no format-error reward: a wrong answer scores 0
+    task.reset(PROBLEM, seed=0)
+    assert "action_valid" not in task.step("I would say five.").info
+
+
 def test_the_runs_system_prompt_comes_first():
     make = env_factory(f"gem:{GAME}", {}, None, "Reply as \\boxed{N}.")
     first = make().reset(PROBLEM, seed=3)

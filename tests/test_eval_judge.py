@@ -103,6 +103,45 @@ def test_reward_judge_scores_with_the_reward_and_thresholds(tmp_path: Path) -> N
     assert rescored["metrics"]["accuracy"] == pytest.approx((3 / 3 + 2 / 3) / 2)
 
 
+def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
+    """One threshold, eval.reward_threshold: the same rewards are as often correct in training's
+    reward/accuracy as in the reward judge's held-out accuracy."""
+    import torch
+
+    from rlvr.judging.judge import judge_samples
+    from rlvr.trainer.batch import Trajectories
+    from rlvr.trainer.metrics import step_metrics
+
+    cfg = judge_config(reward_threshold=0.75)
+    task = build_task(cfg.task)
+    problems = task.eval_problems()[:2]
+    texts = ["abcd", "ab12", "1234", "xy", f"Answer: {problems[1].answer}", "zz!!"]
+    tokens, group_ids = [4, 4, 8, 2, 2, 16], [0, 0, 0, 1, 1, 1]
+    judge = build_judge(cfg, task)
+    try:
+        scores, correct, _ = judge_samples(
+            judge, task, texts, [problems[g] for g in group_ids], tokens, group_ids
+        )
+    finally:
+        judge.close()
+    assert scores == [1.0, 0.75, 0.125, 1.0, 1.0, 0.25] and sum(correct) == 4
+    data = Trajectories(
+        problems=problems,
+        prompt_ids=[[1], [1]],
+        completion_ids=[[2] * n for n in tokens],
+        sampler_logprobs=[[0.0] * n for n in tokens],
+        finished=[True] * 6,
+        texts=texts,
+        rewards=torch.tensor(scores),
+        group_ids=torch.tensor(group_ids),
+        greedy_rewards=None,
+        tokens_per_s=1.0,
+        terms={},
+    )
+    metrics = step_metrics(data, task, cfg.eval.reward_threshold)
+    assert metrics["reward/accuracy"] == pytest.approx(sum(correct) / len(correct))
+
+
 def test_rewards_that_cannot_judge_are_refused() -> None:
     task = build_task(judge_config().task)
     with pytest.raises(ConfigError, match="'self_certainty' reads self_certainty, which held-out"):

@@ -327,7 +327,8 @@ def test_compare_groups_runs_by_config_and_reports_statistics(tmp_path) -> None:
     data = json.loads(numbers.read_text())
     assert data["methods"]["a"]["scores"] == [[0.3], [0.32]]
     assert data["improvement"][0]["p"][0] == 0.0
-    assert "2 runs per task" in result.flat
+    assert "a │ 2 !" in result.flat and not data["improvement"][0]["supports_level"]
+    assert "fewer than 6 runs per method cannot support 95% intervals" in result.flat
 
 
 def test_compare_labels_differing_configs_and_eval_dirs(tmp_path) -> None:
@@ -342,7 +343,7 @@ def test_compare_labels_differing_configs_and_eval_dirs(tmp_path) -> None:
     assert result.exit_code == 0, result.output + repr(result.exception)
     names = list(json.loads((tmp_path / "c.json").read_text())["methods"])
     assert names == ["grpo lr=1e-05", "grpo lr=0.001"]
-    assert "1 run per task" in result.flat  # the few-seeds warning
+    assert "(1 run: no seed variation at all)" in result.flat  # the few-seeds warning
 
 
 def test_compare_errors_exit_2(tmp_path) -> None:

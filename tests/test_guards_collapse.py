@@ -118,6 +118,7 @@ def test_healthy_runs_never_trip_it(tmp_path):
     constant = {"function": "rewards_for_tests:echo_value"}  # 0.5 for every completion
     train(build_config(tiny_config(tmp_path / "b", steps=3, train=limit1, reward=constant)))
     rows = [r for r in read_metrics(tmp_path / "b") if r["step"] >= 1]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # every step logged, none stopped
     assert all(r["policy/grad_norm"] == 0.0 for r in rows)  # zero, yet not a collapse
 
 

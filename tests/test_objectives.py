@@ -281,6 +281,25 @@ def test_packing_does_not_change_the_loss_or_its_gradient():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_sft_learning_with_equal_rewards_is_not_called_a_stall(tmp_path, capsys):
+    """Every SFT group has equal rewards, yet its NLL falls: the "nothing is learning" warning
+    is for updates made of reward differences only."""
+    run_dir = tmp_path / "run"
+    cfg = objective_config(run_dir, "sft", steps=3)
+    cfg["logging"]["progress"] = True
+    train(build_config(cfg))
+    rows = step_rows(run_dir)
+    assert all(rows[s]["groups/zero_variance_frac"] == 1.0 for s in (1, 2, 3))
+    assert rows[3]["sft/nll"] < rows[1]["sft/nll"]
+    assert "nothing is learning" not in capsys.readouterr().out
+    learns = {
+        name: algorithms.get_preset(name).learns_from_reward_differences
+        for name in ("grpo", "rloo", "online_dpo", "rebel", "sft", "rft", "dpo", "ppo", "remax")
+        + ("on_policy_distillation",)
+    }
+    assert [name for name, yes in learns.items() if yes] == ["grpo", "rloo", "online_dpo", "rebel"]
+
+
 def test_sft_with_and_without_packing_trains_alike(tmp_path):
     rows = []
     for packing in (True, False):

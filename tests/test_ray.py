@@ -93,8 +93,6 @@ def test_local_and_ray_with_one_worker_log_the_same_steps(cluster, tmp_path_fact
     assert "eval/sampled_accuracy" in local[2] and local[3]["staleness/max"] == 0.0
 
 
-# slow: ~55 s; test_ray_nodes loses a node mid-run (also slow); the one-worker test checks the equality
-@pytest.mark.slow
 def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     cluster, tmp_path_factory, monkeypatch, capfd
 ):
@@ -125,8 +123,6 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     assert comparable(step_rows(run_dir)) == local
 
 
-# slow: ~45 s; the Ray steps' equality is checked by the full-model tests, the adapter-only publish by test_lora
-@pytest.mark.slow
 def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster, tmp_path_factory):
     """LoRA (beta > 0: the reference is the adapter switched off) with two rollout workers fed
     by the broadcast group: the same steps as one process; each publication carries the
@@ -148,8 +144,8 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
 @pytest.mark.parametrize(
     "algorithm",
     [
-        pytest.param({"preset": "semi_online_dpo", "sync_every": 2}, marks=pytest.mark.slow),
-        pytest.param({"preset": "on_policy_distillation"}, marks=pytest.mark.slow),
+        {"preset": "semi_online_dpo", "sync_every": 2},
+        {"preset": "on_policy_distillation"},
     ],
     ids=["semi_online_dpo", "distillation"],
 )
@@ -175,8 +171,6 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
 
 
-# slow: ~45 s; test_zoo_advantage_variants checks the reference engine in one process
-@pytest.mark.slow
 def test_aapo_samples_the_reference_on_each_worker_as_in_one_process(cluster, tmp_path_factory):
     """AAPO: each rollout worker keeps an engine over its initial policy and samples the
     reference's groups there; two workers log the same steps as one process."""
@@ -191,8 +185,6 @@ def test_aapo_samples_the_reference_on_each_worker_as_in_one_process(cluster, tm
     assert comparable(step_rows(run_dir)) == local
 
 
-# slow: ~45 s; judges are built on workers like any reward (test_judges checks them in one process)
-@pytest.mark.slow
 def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):
     """A local judge (reward.judges, the tiny model) is built on each of two rollout workers
     from the config its term carries: the rewards and the judge's usage (summed over the
@@ -232,7 +224,6 @@ def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_fac
     assert "rollout/is_weight_mean" in local[2]  # the behaviour weight, truncated at 2
 
 
-@pytest.mark.slow
 def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_process(
     cluster, tmp_path_factory, monkeypatch
 ):
@@ -260,6 +251,45 @@ def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_pro
     train(build_config(cfg), resume=run_dir)
     async_local = local_config(Path("unused"), rollout={"max_staleness": 1})
     assert comparable(step_rows(run_dir)) == run_once("local_async", async_local, tmp_path_factory)
+
+
+def test_the_default_cpu_share_fits_the_actors_on_the_nodes(cluster, tmp_path):
+    """distributed.cpus_per_worker null (the default): 2 rollout workers and a learner share
+    the 2 CPUs (2/3 each, in Ray's 1/10000 units) where 1 CPU each does not fit."""
+    from rlvr.trainer.backends.ray import (
+        InfeasibleResources,
+        check_resources,
+        fitting_share,
+        with_cpus,
+    )
+
+    assert fitting_share([2.0], 3) == 0.6666 and fitting_share([2.0, 2.0], 3) == 1.0
+    assert fitting_share([4.0, 1.0], 2) == 2.0 and fitting_share([0.0], 2) == 0.0
+    cfg = build_config(tiny_config(tmp_path / "run", distributed={"rollout_workers": 2}))
+    assert cfg.distributed.cpus_per_worker is None
+    check_resources(cfg)
+    assert with_cpus(cfg).distributed.cpus_per_worker == 0.6666
+    with pytest.raises(InfeasibleResources, match=r"reserve 3 CPU \(1 each"):
+        check_resources(build_config(tiny_config(tmp_path / "run", distributed={
+            "rollout_workers": 2, "cpus_per_worker": 1}))
+        )  # fmt: skip
+
+
+def test_starting_ray_prints_no_token_authentication_notice():
+    import subprocess
+    import sys
+
+    script = (
+        "from rlvr.config import build_config\n"
+        "from rlvr.trainer.backends.ray import connect, import_ray\n"
+        "assert connect(build_config({'distributed': {'backend': 'ray'}}))\n"
+        "import_ray().shutdown()\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert "Token authentication" not in out.stdout + out.stderr, out.stderr
 
 
 def test_impossible_resources_fail_fast_naming_the_resource(cluster, tmp_path):
@@ -425,10 +455,10 @@ def _ecosystem_sections(ecosystem: str, stack) -> dict:
 
 @pytest.mark.parametrize(
     "ecosystem",
-    [  # slow: their episodes cross a worker as GEM's do (an env object stepped in the worker)
+    [
         "gem",
-        pytest.param("skyrl", marks=pytest.mark.slow),
-        pytest.param("openenv", marks=pytest.mark.slow),
+        "skyrl",
+        "openenv",
         "verifiers",  # the recording endpoint and an agent harness inside the worker
         "end_episode",
     ],

@@ -32,7 +32,6 @@ def two_nodes():
     cluster.shutdown()
 
 
-@pytest.mark.slow
 def test_a_lost_node_is_survived_with_the_same_metrics(
     two_nodes, tmp_path, tmp_path_factory, monkeypatch, capfd
 ):

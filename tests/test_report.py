@@ -287,6 +287,32 @@ def test_every_plot_has_a_y_label_and_marks_nonfinite_steps(tmp_path) -> None:
         assert [line.get_xdata()[0] for line in ax.lines if line.get_color() == "red"] == [3.0]
 
 
+def test_resumes_and_learning_rate_changes_are_marked_on_the_curves(tmp_path) -> None:
+    from rlvr.evaluation.plots import reward_terms_figure, training_figure
+    from rlvr.evaluation.report import build_report, read_metric_rows, run_events
+
+    run_dir = _make_guarded_run(tmp_path)
+    resumes = [
+        {"step": 2, "checkpoint": "step_000002", "changes": {"train.lr": {"old": 0.001, "new": 0.00025}}},
+        {"step": 3, "checkpoint": "step_000003", "changes": {"eval.every": {"old": 0, "new": 1}}},
+    ]  # fmt: skip
+    (run_dir / "resumes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in resumes))
+    events = run_events(run_dir)
+    assert [(x, kind) for x, kind, _ in events] == [(2.5, "resume"), (2.5, "lr"), (3.5, "resume")]
+    page = build_report(run_dir)
+    note = re.search(r'<p class="note" id="run-events">(.*?)</p>', page).group(1)
+    assert "resumed: after step 2 (from step_000002); learning rate changed" in note
+    assert "learning rate changed: from step 3: train.lr 0.001 → 0.00025" in note
+    rows, _, _ = read_metric_rows(run_dir / "metrics.jsonl")
+    marked = [(x, kind) for x, kind, _ in events]
+    for fig in (training_figure(rows, events=marked), reward_terms_figure(rows, events=marked)):
+        for ax in visible_axes(fig):
+            lines = {(line.get_xdata()[0], line.get_color()) for line in ax.lines}
+            assert {(2.5, "tab:blue"), (2.5, "tab:green"), (3.5, "tab:blue")} <= lines
+            labels = ax.get_legend_handles_labels()[1]
+            assert "resumed" in labels and "learning rate changed" in labels
+
+
 def test_sandbox_section_totals_the_reward_hacking_counters(tmp_path) -> None:
     from rlvr.evaluation.report import build_report
 

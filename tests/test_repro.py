@@ -1,6 +1,7 @@
 """The reproduction driver (rlvr repro, issue 30): claims read from their folders, arms x seeds
-run on the tiny model and skipped once finished, the verdict by hand, the table rebuilt from
-the runs' records alone (the run directories deleted)."""
+run on the tiny model and skipped once finished, the verdict by hand (the exact sign-flip test,
+issue 45), the table rebuilt from the runs' records alone (the run directories deleted), its
+History section kept and extended when a published result is superseded."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from test_trainer import tiny_config
 
+from rlvr.evaluation.stats import seeds_needed, sign_flip_p
 from rlvr.repro import (
+    HISTORY,
     ReproError,
     estimate_minutes,
     find_claims,
     load_claim,
+    more_seeds_minutes,
     pending_runs,
     results_table,
     run_claims,
+    superseded,
     verdict,
 )
 
@@ -55,6 +61,16 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
     _claim(claims_dir / "moves", figure="reward/mean")
     claims = find_claims(claims_dir)
     assert len(pending_runs(claims[0])) == 4
+    import rlvr.trainer
+
+    trained, train = [], rlvr.trainer.train
+
+    def training(*args, **kwargs):  # the commit changes once a run has trained
+        train(*args, **kwargs)
+        trained.append(True)
+
+    monkeypatch.setattr("rlvr.trainer.train", training)
+    monkeypatch.setattr("rlvr.repro._commit", lambda: f"c{len(trained)}")
     run_claims(claims, root, say=lambda text: None)
     assert pending_runs(claims[0]) == []
     for arm in ("trained", "frozen"):
@@ -68,6 +84,11 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
             assert record["machine"].startswith("cpu (") and record["seconds"] > 0
             assert record["precision"] == {"rollout.dtype": "fp32", "train.autocast": "fp32"}
             assert not (run_dir / "checkpoints").exists()  # removed once the record is written
+            # what ran: the commit read at the run's start (before its training), not after
+            assert "commit" not in record and record["started"] <= record["finished"]
+            runs_before = 2 * (arm == "trained") + seed - 1  # claim.yaml's order: frozen first
+            assert record["commit_start"] == f"c{runs_before}"
+            assert len(record["config_sha256"]) == 64
     table = results_table(claims, claims_dir)
     assert "| Training moves the reward | a test | reward/mean | trained - frozen > 0 |" in table
     assert "[moves/results/trained/seed1.json](moves/results/trained/seed1.json)" in table
@@ -75,6 +96,10 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
     assert (
         f"Machines: {record['machine']}, rollout.dtype fp32 / train.autocast fp32 (4 runs)" in table
     )
+    assert "Commits: c0 (frozen 1), c1 (frozen 2), c2 (trained 1), c3 (trained 2); " in table
+    # 2 seeds cannot reach p <= 0.05: the table says so and what 3 more seeds would cost
+    assert "inconclusive: 2 seeds cannot support 95% (smallest p 0.25;" in table
+    assert "95% needs 5; 3 more per arm would take about" in table
     figure = (claims_dir / "moves" / "figure.png").read_bytes()
     assert figure[:4] == b"\x89PNG"
 
@@ -107,6 +132,8 @@ def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
     base = json.loads((folder / "results" / "base" / "seed1.json").read_text())
     summary = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
     assert base["values"] == {m: summary["metrics"][m] for m in ("pass@2", "pass@1")}
+    like = json.loads((folder / "results" / "trained" / "seed1.json").read_text())
+    assert base["config_sha256"] == like["config_sha256"]  # evaluated with its partner's config
     assert base["eval"] == summary["metrics"] and "curve" not in base
     trained = root / "base" / "trained" / "seed1"
     problems = json.loads((trained / "eval-repro" / "summary.json").read_text())["problems"]
@@ -120,41 +147,145 @@ def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
     again = json.loads((root / "base" / "base" / "seed1" / "summary.json").read_text())
     assert again["problems"]["sha256"] == problems["sha256"]
     assert again["metrics"] == summary["metrics"]
+    rerun = json.loads((folder / "results" / "base" / "seed1.json").read_text())
+    assert rerun["config_sha256"] == like["config_sha256"]  # the same config, rebuilt
 
 
 def _done(folder: Path, arm: str, seed: int, value: float) -> None:
     path = folder / "results" / arm / f"seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"arm": arm, "seed": seed, "values": {"reward/mean": value}, "seconds": 60.0}
+    record = {
+        "arm": arm,
+        "seed": seed,
+        "values": {"reward/mean": value},
+        "seconds": 60.0,
+        "machine": "cpu (a test)",
+    }
     path.write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize(
-    ("a", "b", "direction", "expected"),
-    [
-        ([0.5, 0.6, 0.7], [0.4, 0.4, 0.4], "greater", "reproduced"),  # d = 0.1, 0.2, 0.3
-        ([0.5, 0.6, 0.7], [0.4, 0.4, 0.4], "less", "opposite"),
-        ([0.5, 0.3, 0.7], [0.4, 0.4, 0.4], "greater", "inconclusive"),  # d = 0.1, -0.1, 0.3
-    ],
-)
-def test_the_verdict_by_hand(tmp_path, a, b, direction, expected):
-    folder = _claim(
-        tmp_path / "repro" / "c",
-        seeds=[1, 2, 3],
-        tests=[{"metric": "reward/mean", "direction": direction}],
-    )
-    claim = load_claim(folder)
+def test_the_exact_sign_flip_test_by_hand():
+    # d = 0.1, 0.2, 0.3: of the 8 sign assignments only +++ sums to 0.6 or more
+    assert sign_flip_p([0.1, 0.2, 0.3]) == 1 / 8 and sign_flip_p([0.1, 0.2, 0.3], "less") == 1
+    # d = 0.1, -0.1, 0.3 (sum 0.3): +++ (0.5), +-+ and -++ (0.3) reach it: 3 of 8
+    assert sign_flip_p([0.1, -0.1, 0.3]) == 3 / 8
+    assert sign_flip_p([0.1, -0.1, 0.3], "less") == 7 / 8  # all but +++
+    assert sign_flip_p([0.2, 0.0, 0.0]) == 1 / 2  # a zero's two signs tie
+    assert sign_flip_p([0.01, 0.02, 0.03, 0.04, 0.05]) == 1 / 32  # the smallest p of 5 seeds
+    assert sign_flip_p([5.0]) == 1 / 2  # one seed: never below 1/2
+    # the level is exact: under a symmetric null, P(p <= 1/8) = 1/8 over sign assignments
+    rng = np.random.default_rng(0)
+    hits = [sign_flip_p(rng.normal(size=3)) <= 1 / 8 for _ in range(4000)]
+    assert np.mean(hits) == pytest.approx(1 / 8, abs=0.02)
+    assert seeds_needed(0.95, two_sided=False) == 5 and seeds_needed(0.95, two_sided=True) == 6
+    assert seeds_needed(0.9, two_sided=False) == 4 and seeds_needed(0.75, two_sided=False) == 2
+    with pytest.raises(ValueError, match="1 to 20"):
+        sign_flip_p([])
+
+
+def _seeded_claim(tmp_path, a, b, direction="greater", margin=0.0):
+    seeds = list(range(1, len(a) + 1))
+    test = {"metric": "reward/mean", "direction": direction, "margin": margin}
+    folder = _claim(tmp_path / "repro" / "c", seeds=seeds, tests=[test])
     for seed, (x, y) in enumerate(zip(a, b, strict=True), start=1):
         _done(folder, "trained", seed, x)
         _done(folder, "frozen", seed, y)
+    return load_claim(folder)
+
+
+@pytest.mark.parametrize(
+    ("a", "direction", "margin", "expected"),
+    [
+        ([0.5, 0.6, 0.7, 0.8, 0.9], "greater", 0.0, "reproduced"),  # 5 of 5 above: p = 1/32
+        ([0.5, 0.6, 0.7, 0.8, 0.9], "less", 0.0, "opposite"),
+        ([0.5, 0.3, 0.7, 0.8, 0.9], "greater", 0.0, "inconclusive"),  # p = 2/32 > 0.05
+        ([0.41, 0.42, 0.43, 0.44, 0.45], "greater", 0.03, "inconclusive"),  # above 0, not 0.03
+        ([0.41, 0.42, 0.43, 0.44, 0.45], "greater", -0.03, "reproduced"),  # non-inferiority
+        (
+            [0.5, 0.6, 0.7],
+            "greater",
+            0.0,
+            "inconclusive: 3 seeds cannot support 95% "
+            "(smallest p 0.125; 3 of 3 on the claimed side)",
+        ),  # fmt: skip
+        (
+            [0.3, 0.2, 0.1],
+            "greater",
+            0.0,
+            "inconclusive: 3 seeds cannot support 95% "
+            "(smallest p 0.125; 0 of 3 on the claimed side)",
+        ),  # fmt: skip
+    ],
+)
+def test_the_verdict_by_hand(tmp_path, a, direction, margin, expected):
+    b = [0.4] * len(a)
+    claim = _seeded_claim(tmp_path, a, b, direction, margin)
     result = verdict(claim)
     (test,) = result["tests"]
-    mean = sum(x - y for x, y in zip(a, b, strict=True)) / 3
-    assert test["diff"][0] == pytest.approx(mean)
-    low, high = test["diff"][1:]
     diffs = [x - y for x, y in zip(a, b, strict=True)]
-    assert min(diffs) - 1e-12 <= low <= high <= max(diffs) + 1e-12  # a bootstrap of 3 values
-    assert test["verdict"] == expected and result["seconds"] == 360.0
+    assert test["mean"] == pytest.approx(sum(diffs) / len(diffs))
+    shifted = [(1 if direction == "greater" else -1) * (d - margin) for d in diffs]
+    assert test["p"] == sign_flip_p(shifted) and test["p_opposite"] == sign_flip_p(shifted, "less")
+    assert test["p_min"] == 0.5 ** len(a) and test["verdict"] == expected
+    assert result["seconds"] == 60.0 * 2 * len(a)
+
+
+def test_three_seeds_are_never_reproduced_and_five_are_with_all_on_the_claimed_side(tmp_path):
+    # the old 95% bootstrap interval of 3 seeds was [min, max]: all 3 above 0 "reproduced"
+    # (1 time in 8 under the null); the exact test's 3 seeds cannot reach 5%, 5 seeds can
+    three = verdict(_seeded_claim(tmp_path / "3", [0.9, 0.8, 0.7], [0.1, 0.1, 0.1]))
+    assert three["tests"][0]["p"] == 0.125 and three["tests"][0]["verdict"].startswith(
+        "inconclusive: 3 seeds cannot support 95%"
+    )
+    five = verdict(_seeded_claim(tmp_path / "5", [0.9, 0.8, 0.7, 0.6, 0.5], [0.1] * 5))
+    assert five["tests"][0]["p"] == 1 / 32 and five["tests"][0]["verdict"] == "reproduced"
+    # the stated level is what decides: at 99%, 5 seeds are too few (2^-5 > 0.01)
+    strict = verdict(_seeded_claim(tmp_path / "99", [0.9, 0.8, 0.7, 0.6, 0.5], [0.1] * 5), 0.99)
+    assert strict["tests"][0]["verdict"].startswith("inconclusive: 5 seeds cannot support 99%")
+
+
+def test_more_seeds_are_costed_at_each_arms_measured_time(tmp_path):
+    claim = _seeded_claim(tmp_path, [0.5, 0.6], [0.4, 0.4])  # records of 60 s each
+    assert more_seeds_minutes(claim, 3) == pytest.approx(2 * 3 * 1.0)
+
+
+def test_the_history_keeps_superseded_results_and_older_records_load(tmp_path):
+    claim = _seeded_claim(tmp_path, [0.5, 0.6, 0.7], [0.4, 0.4, 0.4])
+    record = json.loads(claim.record("trained", 1).read_text())
+    record["commit"] = "abc1234"  # a record older than commit_start: commit read after the run
+    claim.record("trained", 1).write_text(json.dumps(record))
+    first = results_table([claim], claim.folder.parent, previous="", today="2026-01-01")
+    assert HISTORY not in first  # nothing superseded yet
+    assert "Commits: unknown (frozen 1, 2, 3; trained 2, 3), abc1234 (trained 1); " in first
+    assert "6 record(s) older than `commit_start`: commit read after the run" in first
+    assert results_table([claim], claim.folder.parent, first, "2026-01-02") == first
+
+    _done(claim.folder, "trained", 2, 0.9)  # seed 2 ran again: a published value changes
+    second = results_table([claim], claim.folder.parent, first, "2026-01-03")
+    (entry,) = superseded(first, second, "2026-01-03")
+    assert entry.startswith("- 2026-01-03, superseded: Training moves the reward, reward/mean")
+    assert "a by seed: 0.500, 0.600, 0.700" in entry and "mean a - b: +0.200" in entry
+    assert second.endswith(entry + "\n") and f"\n{HISTORY}\n" in second
+    # regenerated, the history is kept as it is and nothing is added twice
+    assert results_table([claim], claim.folder.parent, second, "2026-01-04") == second
+    _done(claim.folder, "trained", 3, 0.1)
+    third = results_table([claim], claim.folder.parent, second, "2026-01-05")
+    history = third.split(f"\n{HISTORY}\n", 1)[1]
+    assert history.index("- 2026-01-05") < history.index("- 2026-01-03")  # newest first
+    assert "0.500, 0.900, 0.700" in history  # the second table's values, as published
+
+
+def test_a_pending_result_filled_in_supersedes_nothing():
+    row = "| T | p | m | a - b > 0 | {} | {} | - | - | pending | 1 min |"
+    head = (
+        "| claim | paper | metric | a - b claimed | a by seed | b by seed | mean a - b "
+        "| p, claimed side / other side | verdict | wall time |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    before = head + row.format("0.500, -", "-, -")
+    assert superseded(before, head + row.format("0.500, 0.600", "0.4, 0.4"), "d") == []
+    assert superseded(before, head + row.format("0.500, 0.600, 0.7", "-, -, -"), "d") == []
+    assert len(superseded(before, head + row.format("0.510, 0.600", "-, -"), "d")) == 1
+    assert len(superseded(before, "", "d")) == 1  # a published value dropped
 
 
 def test_a_claim_with_seeds_missing_is_pending(tmp_path):
@@ -186,13 +317,17 @@ def test_every_shipped_claim_folder_loads():
 
 
 def test_every_shipped_record_belongs_to_its_claim():
+    records = 0
     for claim in find_claims(Path(__file__).resolve().parent.parent / "repro"):
-        for path in (claim.folder / "results").glob("*/*.json"):
+        for path in sorted((claim.folder / "results").rglob("*.json")):
             record = json.loads(path.read_text())
             assert (record["claim"], record["arm"]) == (claim.name, path.parent.name)
-            assert path.name == f"seed{record['seed']}.json" and record["seed"] in claim.seeds
+            assert path == claim.record(record["arm"], record["seed"])  # results/<arm>/seed<s>
+            assert record["arm"] in claim.arms and record["seed"] in claim.seeds
             assert {t.metric for t in claim.tests} <= set(record["values"])
             assert record["seconds"] > 0 and record["machine"] and record["run_dir"]
+            records += 1
+    assert records > 0, "no shipped record found under repro/*/results/"
 
 
 def test_a_failed_run_is_reported_and_the_others_go_on(tmp_path):

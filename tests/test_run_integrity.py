@@ -155,6 +155,27 @@ def test_metrics_logger_writes_nonfinite_as_text_and_reads_it_back(tmp_path):
     assert row["b"] == float("inf") and row["c"] == -float("inf") and row["a"] != row["a"]
 
 
+def test_tensorboard_keeps_one_point_per_step_after_a_resume(tmp_path):
+    """Steps 1-3 logged, the run resumed from step 2's checkpoint and step 3 logged again:
+    TensorBoard reads step 3 once, the resumed run's value."""
+    import time
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logger = MetricsLogger(tmp_path)
+    for step in (1, 2, 3):
+        logger.log(step, {"reward/mean": float(step)})
+    logger.close()
+    time.sleep(1.1)  # event files are read in name order, which starts with the second
+    resumed = MetricsLogger(tmp_path, resume_step=2)
+    resumed.log(3, {"reward/mean": 30.0})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    points = [(e.step, e.value) for e in events.Scalars("reward/mean")]
+    assert points == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
 def test_a_used_run_directory_is_refused_unless_overwrite(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir).mkdir()
@@ -262,6 +283,33 @@ def test_sigint_checkpoints_and_exits_130(tmp_path):
     assert stopped is not None and f"resume with: rlvr train --resume {run_dir}\n" in output
 
 
+def test_a_second_ctrl_c_stops_at_once_and_says_how_to_resume(tmp_path):
+    """Ctrl-C twice in the middle of step 2 (its rewards take 2 s): the run stops at once (exit
+    130, step 2 unfinished) and prints the command that resumes it from step 1's checkpoint."""
+    import signal
+    import time
+
+    from test_trainer import _launch, _wait_for
+
+    run_dir = tmp_path / "run"
+    config = tmp_path / "c.json"
+    slow = {"function": "rewards_for_tests:slow_letter_fraction"}
+    config.write_text(json.dumps(tiny_config(run_dir, steps=50, reward=slow)))
+    proc = _launch(config)
+    _wait_for(lambda: run_dir.exists() and len(list_checkpoints(run_dir)) >= 1, proc)
+    time.sleep(0.5)  # step 2 is scoring its samples (2 s)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the first is handled: two signals at once would count as one
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    assert (
+        "stopped at once by a second Ctrl-C after step 1; resume from its last checkpoint "
+        f"(step_000001) with: rlvr train --resume {run_dir}\n"
+    ) in output, output
+    assert sorted(step_rows(run_dir)) == [1]
+
+
 def test_divergence_sets_aside_the_checkpoint_before_it_and_resume_uses_the_last_good(
     tmp_path, monkeypatch
 ):
@@ -325,6 +373,31 @@ def test_a_python_reward_is_recorded_and_a_cli_resume_says_how_to_resume(tmp_pat
 
 def len_reward(completion: str, problem) -> float:
     return min(1.0, len(completion) / 10)
+
+
+def test_a_reward_failing_mid_run_says_how_to_resume(tmp_path, monkeypatch):
+    from rlvr.cli import app
+    from rlvr.trainer.loop import Loop
+
+    marker, checkpoint = tmp_path / "broken", Loop.checkpoint
+
+    def checkpoint_then_break_the_reward(self: Loop) -> None:
+        checkpoint(self)
+        marker.touch()
+
+    monkeypatch.setattr(Loop, "checkpoint", checkpoint_then_break_the_reward)
+    run_dir = tmp_path / "run"
+    term = {"name": "rewards_for_tests:fails_when_marked", "params": {"marker": str(marker)}}
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(tiny_config(run_dir, 3, reward={"function": None, "terms": [term]}))
+    )
+    result = CliRunner().invoke(app, ["train", str(config)], prog_name="rlvr")
+    output = " ".join(result.output.split())
+    assert result.exit_code == 1, output
+    assert "the reward's service went away" in output
+    assert f"Resume from its last checkpoint with: rlvr train --resume {run_dir}" in output
+    assert sorted(step_rows(run_dir)) == [1]
 
 
 def test_a_run_whose_rewards_never_vary_says_nothing_is_learning(tmp_path, capsys):

@@ -77,9 +77,31 @@ def test_the_checkpoint_size_is_the_weights_and_two_adam_moments(tmp_path):
     class Remote:  # Ray's learners: no policy in this process, counted on the meta device
         pass
 
-    assert learner_bytes(Local(), "tiny-random-llama") == (4 * n, 4 * n)
-    assert learner_bytes(Remote(), "tiny-random-llama") == (4 * n, 4 * n)
-    assert checkpoint_bytes(4 * n, 4 * n) >= 3 * 4 * n + rlvr.run_checks.MARGIN_BYTES
+    tensors = len(list(model.parameters()))
+    assert learner_bytes(Local(), "tiny-random-llama") == (4 * n, 4 * n, tensors)
+    assert learner_bytes(Remote(), "tiny-random-llama") == (4 * n, 4 * n, tensors)
+    assert checkpoint_bytes(4 * n, 4 * n, tensors, 0) == 3 * 4 * n + tensors * 2**10 + 2**20
+
+
+def test_the_room_asked_for_is_the_checkpoint_the_run_writes(tmp_path, monkeypatch):
+    """The estimate is the checkpoint's size plus the stated margin (1 MiB and 1 KiB a tensor:
+    its other files, tens of KB); a disk with exactly that room runs, one byte less does not."""
+    asked = []
+    real = rlvr.run_checks.checkpoint_bytes
+    monkeypatch.setattr(
+        rlvr.run_checks, "checkpoint_bytes", lambda *a: asked.append(real(*a)) or asked[-1]
+    )
+    train(build_config(tiny_config(tmp_path / "a", steps=1)))
+    written = sum(f.stat().st_size for f in list_checkpoints(tmp_path / "a")[0].iterdir())
+    need = asked[0]
+    tensors = len(list(load_model("tiny-random-llama").parameters()))
+    assert written <= need <= written + 2**20 + tensors * 2**10, (written, need)
+    monkeypatch.setattr(rlvr.run_checks, "free_bytes", lambda path: need - 1)
+    with pytest.raises(RunDirError, match="not enough disk space for a checkpoint"):
+        train(build_config(tiny_config(tmp_path / "b", steps=1)))
+    monkeypatch.setattr(rlvr.run_checks, "free_bytes", lambda path: need)
+    train(build_config(tiny_config(tmp_path / "b", steps=1)))
+    assert sorted(step_rows(tmp_path / "b")) == [1]
 
 
 def test_a_full_disk_stops_the_run_at_start_and_removes_its_directory(tmp_path, monkeypatch):
@@ -90,7 +112,7 @@ def test_a_full_disk_stops_the_run_at_start_and_removes_its_directory(tmp_path, 
         train(build_config(tiny_config(run_dir, steps=1)))
     message = str(info.value)
     assert "not enough disk space for a checkpoint" in message and "\n" not in message
-    assert "1.0 MB free" in message and "68.3 MB" in message, message
+    assert "1.0 MB free" in message and "needs about 2.2 MB" in message, message
     assert seen == [tmp_path / "runs" / "run"]  # the disk of the run directory it made
     assert not (tmp_path / "runs").exists()  # removed again, with the parent made for it
 

@@ -14,7 +14,6 @@ import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 from test_sandbox_attacks import nothing_left_behind, require
 
 from rlvr.data.base import Problem
@@ -131,8 +130,6 @@ def _mount_count() -> int:
         return len(f.readlines())
 
 
-# slow: ~25 s soak; each kind of sample is tested alone in test_sandbox*
-@pytest.mark.slow
 def test_hundreds_of_mixed_samples_leave_the_process_as_it_was():
     require(run_python("pass").isolation, "mountns", "tmpfs", "pidns", "cgroup", "seccomp")
     schedule = _schedule(SAMPLES)

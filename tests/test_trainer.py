@@ -170,9 +170,7 @@ def reference_run(tmp_path_factory) -> dict[int, dict]:
     return rows
 
 
-@pytest.mark.parametrize(
-    "sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL]
-)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_exact_resume_after_signal(tmp_path, reference_run, sig):
     run_dir = tmp_path / "run"
     config_path = tmp_path / "config.yaml"

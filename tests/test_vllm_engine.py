@@ -146,8 +146,6 @@ def test_greedy_evaluation_settings_reach_vllm(smollm, engine):
         assert done == (ids[-1] in sampling.stop_token_ids)
 
 
-# slow: ~27 s; agent episodes are token-exact on the torch engine (tests/test_envs_*)
-@pytest.mark.slow
 def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, engine):
     """Multi-turn calculator episodes go through vLLM token ids in, token ids out (the history
     re-sent each turn, its prefix cache reusing it): greedy, they equal the torch engine's
@@ -193,8 +191,6 @@ def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, eng
         assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
 
 
-# slow: ~50 s; test_vllm_training checks training samples from the published weights
-@pytest.mark.slow
 def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
     smollm, engine, tmp_path
 ):

@@ -34,7 +34,6 @@ def vllm_config(run_dir, steps: int, **sections) -> dict:
     return cfg
 
 
-@pytest.mark.slow
 def test_a_vllm_run_killed_mid_way_resumes_to_the_same_metrics(tmp_path):
     reference = tmp_path / "reference"
     train(build_config(vllm_config(reference, steps=4)))

@@ -12,11 +12,13 @@ import yaml
 from test_trainer import step_rows, tiny_config
 
 from rlvr.algorithms import (
+    POLICY_LOSSES,
     PRESETS,
     binary_kl,
     dppo_kl_policy_loss,
     dppo_tv_policy_loss,
     policy_loss,
+    resolve,
     sapo_policy_loss,
 )
 from rlvr.config import build_config
@@ -68,6 +70,49 @@ def test_binary_kl_and_dppo_kl_on_the_same_tokens():
     assert dropped.tolist() == [[True, False, False], [True, False, False]]
     assert loss[0, 0].item() == 0.0 and loss[1, 0].item() == 0.0
     assert loss[0, 1].item() == pytest.approx(-20 * math.log(0.03))
+
+
+def test_dppo_is_anchored_to_the_sampler():
+    # arXiv:2602.04879: r = pi / mu and the region around mu, mu the rollout engine's policy
+    assert POLICY_LOSSES["dppo_tv"].sampler_anchored and POLICY_LOSSES["dppo_kl"].sampler_anchored
+    assert not POLICY_LOSSES["token"].sampler_anchored
+    logp = _logs(*NEW).requires_grad_(True)
+    loss, info = dppo_tv_policy_loss(logp, sampler_logp=OLD, advantages=ADV)
+    torch.testing.assert_close(info["ratio"], (logp - OLD).exp().detach())  # r = pi / mu
+    assert info["is_clipped_high"][0, 0] and info["is_clipped_low"][1, 0]  # |pi - mu| = 0.3
+    kl_loss, _ = dppo_kl_policy_loss(logp, sampler_logp=OLD, advantages=ADV)
+    assert kl_loss[0, 0].item() == 0.0 and kl_loss[1, 0].item() == 0.0
+
+
+def test_dppo_refuses_a_second_sampler_correction():
+    base = {"model": {"name": "tiny-random-llama"}}
+    algorithm = {"preset": "grpo", "policy_loss": "dppo_kl"}
+    for correction in ({"tis_cap": 2.0}, {"mis_band": [0.5, 2.0]}):
+        with pytest.raises(ValueError, match="already corrects for the sampler"):
+            build_config({**base, "algorithm": {**algorithm, **correction}})
+    # asynchronous rollouts add TIS at 2 by default, but not to DPPO: its ratio is pi / pi_behav
+    ahead = build_config({**base, "algorithm": algorithm, "rollout": {"max_staleness": 1}})
+    assert ahead.algorithm.tis_cap is None
+    token = build_config({**base, "algorithm": {"preset": "grpo"}, "rollout": {"max_staleness": 1}})
+    assert token.algorithm.tis_cap == 2.0
+
+
+def test_dppo_kl_takes_its_own_threshold_unless_one_is_set():
+    # grpo clips the ratio at 0.2; dppo_kl's delta is in nats, 0.05 by default (its docs)
+    default = resolve("grpo", policy_loss="dppo_kl")
+    assert (default.clip_low, default.clip_high) == (0.05, 0.05)
+    mixed = resolve("grpo", policy_loss="dppo_kl", clip_high=0.1)
+    assert (mixed.clip_low, mixed.clip_high) == (0.05, 0.1)  # the user's bound, as set
+    assert resolve("grpo", policy_loss="dppo_tv").clip_high == 0.2
+    assert resolve("dapo", policy_loss="token").clip_high == 0.28  # same space: the preset's
+    cfg = build_config(
+        {
+            "model": {"name": "tiny-random-llama"},
+            "algorithm": {"preset": "grpo", "policy_loss": "dppo_kl"},
+        }
+    )
+    algo = resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())  # as the trainer builds it
+    assert (algo.clip_low, algo.clip_high) == (0.05, 0.05)
 
 
 def test_sapo_soft_gate_value_and_gradient():
@@ -178,6 +223,30 @@ def test_passk_advantages_hand_computed():
     torch.testing.assert_close(soft, adv[:4])
     with pytest.raises(ValueError, match="1 <= k <= the group size"):
         passk_advantages(rewards, ids, k=5)
+
+
+def test_passk_is_chen_et_al_pass_at_k_training_by_brute_force():
+    """The closed form is the mean, over the k-subsets holding a sample, of the subsets'
+    group-normalised max reward (Chen et al. 2025, arXiv:2508.10751); not verl's grpo_passk
+    (Tang et al. 2025, arXiv:2503.19595: only the best sample, r_max - r_second_max)."""
+    from itertools import combinations
+
+    import rlvr.algorithms.passk as module
+    from rlvr.algorithms import passk_advantages
+
+    doc = module.__doc__
+    assert "2508.10751" in doc and "not verl's ``grpo_passk``" in doc and "2503.19595" in doc
+    rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    for k in (1, 2, 3, 4):
+        subsets = list(combinations(range(6), k))
+        scores = torch.tensor([max(rewards[i] for i in s) for s in subsets], dtype=torch.float64)
+        normalised = (scores - scores.mean()) / scores.std(unbiased=False)
+        expected = [
+            torch.stack([z for s, z in zip(subsets, normalised, strict=True) if i in s]).mean()
+            for i in range(6)
+        ]
+        got = passk_advantages(torch.tensor(rewards, dtype=torch.float64), torch.zeros(6), k)
+        torch.testing.assert_close(got, torch.stack(expected))
 
 
 def test_passk_trains_two_steps_from_yaml(tmp_path):

@@ -17,6 +17,7 @@ ProRL's reference reset). Everything here is a function of the model, in one pro
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import warnings
 from collections.abc import Iterator
@@ -34,6 +35,18 @@ REFERENCE = "reference"
 """A frozen copy of the trained adapter: the KL reference when it is not the base model."""
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+
+class _DropKernelsWarning(logging.Filter):
+    """bitsandbytes, which PEFT imports whenever it is installed, warns as it is imported on a
+    CPU with AVX512-BF16 that the optional ``kernels`` package of its CPU 4-bit matmul is
+    missing; it then uses its own, and only a 4-bit base (QLoRA) would use either."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to load CPU gemm_4bit_forward")
+
+
+logging.getLogger("bitsandbytes.backends.cpu.ops").addFilter(_DropKernelsWarning())
 
 
 class AdapterError(RlvrError, ValueError):

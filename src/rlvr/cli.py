@@ -468,9 +468,10 @@ def compare(
         float, typer.Option(min=0.5, max=0.999, help="confidence level of intervals")
     ] = 0.95,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-    plot: Annotated[Path, typer.Option(help="PNG with aggregates, profiles and P(X > Y)")] = Path(
-        "compare.png"
-    ),
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="also write a PNG of the aggregates, profiles and P(X > Y) here"),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="also write all numbers to this JSON file")
     ] = None,
@@ -481,18 +482,26 @@ def compare(
 
     Each argument is an eval dir or a run dir (a run contributes its latest checkpoint's
     RUN/eval-* dirs, one per task). Without --method, runs whose configs are equal up to
-    train.seed form one method (or runs with the same config `name`).
+    train.seed form one method (or runs with the same config `name`). An eval dir of a model
+    outside any run (a base model: `rlvr eval BASE --like RUN --out DIR`) is a method of its
+    own, and with a training-log metric eval/greedy_* it gives its greedy evaluation's metric.
 
     Methods evaluated on the same problems (equal problem ids, e.g. `rlvr eval BASE --like
     RUN` and `rlvr eval RUN`) are also compared problem by problem: the mean per-problem
-    difference with a paired bootstrap interval, the problems each wins, ties and loses, and an
-    exact sign test (McNemar's exact test for 0/1 scores).
+    difference with an interval resampling runs, then problems, the problems each wins, ties
+    and loses, and an exact sign test (McNemar's exact test for 0/1 scores).
+
+    Intervals over seeds need enough seeds to hold their level: an exact test over n seeds
+    cannot go below p = 2^(1-n) two-sided (6 seeds for 95%). Rows with fewer runs are marked
+    `!` in the tables.
 
     Examples:
 
       rlvr compare runs/grpo-s0 runs/grpo-s1 runs/dapo-s0 runs/dapo-s1
 
       rlvr compare -m grpo=runs/grpo-s0,runs/grpo-s1 -m dapo=runs/dapo-s0,runs/dapo-s1
+
+      rlvr compare -m base=runs/grpo-s0/eval-base -m grpo=runs/grpo-s0,runs/grpo-s1 --metric eval/greedy_accuracy
 
       rlvr compare runs/* --metric eval/greedy_accuracy --plot cmp.png --json cmp.json
     """
@@ -505,7 +514,6 @@ def compare(
         parse_method_option,
     )
     from rlvr.evaluation.harness import EvalError
-    from rlvr.evaluation.plots import png_bytes
 
     try:
         methods = [parse_method_option(text) for text in method or []]
@@ -515,6 +523,8 @@ def compare(
         _fail(str(err))
         return
     level = round(100 * confidence)
+    needed = result["seeds_needed"]
+    short = f"! fewer than {needed} runs: not {level}% intervals (see the warning below)"
     taus = result["taus"]
     picks = [25, 50, 75]
     table = Table(
@@ -525,12 +535,15 @@ def compare(
     for i in picks:
         table.add_column(f"P(score > {taus[i]:.3g})", justify="right")
     for name, entry in result["methods"].items():
-        cells = [name, str(entry["runs"])]
+        mark = "" if entry["supports_level"] else " !"
+        cells = [name, f"{entry['runs']}{mark}"]
         for stat in ("iqm", "mean", "median"):
             est, lo, hi = entry[stat]
             cells.append(f"{est:.3f} [{lo:.3f}, {hi:.3f}]")
         cells += [f"{entry['profile']['value'][i]:.2f}" for i in picks]
         table.add_row(*cells)
+    if not all(entry["supports_level"] for entry in result["methods"].values()):
+        table.caption, table.caption_justify = short, "left"
     console.print(table)
     console.print(f"tasks: {', '.join(result['tasks'])}")
     if result["improvement"]:
@@ -540,51 +553,68 @@ def compare(
         poi.add_column("P(X > Y)", justify="right")
         for pair in result["improvement"]:
             est, lo, hi = pair["p"]
-            poi.add_row(pair["x"], pair["y"], f"{est:.3f} [{lo:.3f}, {hi:.3f}]")
+            mark = "" if pair["supports_level"] else " !"
+            poi.add_row(pair["x"], pair["y"], f"{est:.3f} [{lo:.3f}, {hi:.3f}]{mark}")
+        if not all(pair["supports_level"] for pair in result["improvement"]):
+            poi.caption, poi.caption_justify = short, "left"
         console.print(poi)
     if result["paired"]:
         paired = Table(
-            title=f"paired per-problem comparison of {metric} ({level}% paired bootstrap CI)"
+            title=f"paired per-problem comparison of {metric} ({level}% CI over runs, then "
+            "problems)"
         )
         for column in ("X", "Y", "task", "problems", "mean X - Y", "X wins/ties/losses", "p"):
             paired.add_column(column, justify="left" if column in ("X", "Y", "task") else "right")
         for pair in result["paired"]:
             est, lo, hi = pair["mean_diff"]
+            mark = "" if pair["supports_level"] else " !"
             paired.add_row(
                 pair["x"],
                 pair["y"],
                 pair["task"],
                 str(pair["n_problems"]),
-                f"{est:+.3f} [{lo:+.3f}, {hi:+.3f}]",
+                f"{est:+.3f} [{lo:+.3f}, {hi:+.3f}]{mark}",
                 f"{pair['wins']}/{pair['ties']}/{pair['losses']}",
                 f"{pair['p_value']:.3g}",
             )
+        if not all(pair["supports_level"] for pair in result["paired"]):
+            paired.caption, paired.caption_justify = short, "left"
         console.print(paired)
         tests = sorted({pair["test"] for pair in result["paired"]})
-        console.print(f"p: two-sided {' / '.join(tests)} on the untied problems")
+        console.print(
+            f"p: two-sided {' / '.join(tests)} on the untied problems (given these runs: it "
+            "tests the problems, not another seed)"
+        )
     for skip in result["paired_skipped"]:
         console.print(
             f"[yellow]note:[/] no paired comparison of {skip['x']} and {skip['y']} on "
             f"{skip['task']}: {skip['reason']}"
         )
-    for name, entry in result["methods"].items():
-        if entry["runs"] == 1:
-            console.print(
-                f"[yellow]note:[/] {name} has 1 run per task: its intervals have zero width "
-                "and say nothing about seed-to-seed variation; use more seeds."
-            )
-        elif entry["runs"] < 5:
-            console.print(
-                f"[yellow]note:[/] {name} has {entry['runs']} runs per task: bootstrap "
-                "intervals from so few seeds are too narrow; use 5 or more seeds."
-            )
-    plot.parent.mkdir(parents=True, exist_ok=True)
-    plot.write_bytes(png_bytes(compare_figure(result, metric)))
-    console.print(f"plot: [bold]{plot}[/]")
+    if not all(entry["supports_level"] for entry in result["methods"].values()):
+        console.print(f"[yellow]warning:[/] {_few_seeds_warning(needed, level)}")
+    if plot is not None:
+        from rlvr.evaluation.plots import png_bytes
+
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot.write_bytes(png_bytes(compare_figure(result, metric)))
+        console.print(f"plot: [bold]{plot}[/]")
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps({"metric": metric, **result}, indent=2) + "\n")
         console.print(f"numbers: [bold]{json_out}[/]")
+
+
+def _few_seeds_warning(needed: int, level: int) -> str:
+    """Why ``rlvr compare`` marks rows with fewer than ``needed`` runs ``!``
+    (:func:`rlvr.evaluation.stats.seeds_needed`)."""
+    fewer = needed - 1
+    return (
+        f"fewer than {needed} runs per method cannot support {level}% intervals: an exact test "
+        f"over n seeds cannot go below p = 2^(1-n) two-sided ({2.0 ** (1 - fewer):.3g} with "
+        f"{fewer}), and a percentile bootstrap of 3 runs' mean is the range of the 3. The rows "
+        f"marked ! give the spread of these runs, not {level}% intervals (1 run: no seed "
+        "variation at all); use more seeds."
+    )
 
 
 @app.command()
@@ -607,7 +637,8 @@ def repro(
 ) -> None:
     """Reproduce the papers' claims: run every arm x seed of a claim (finished runs skipped,
     interrupted ones resumed), evaluate, compare, and write DIR/RESULTS.md from the runs'
-    records, DIR/<claim>/results/<arm>/seed<s>.json (docs: repro/README.md).
+    records, DIR/<claim>/results/<arm>/seed<s>.json, keeping its History section and adding
+    to it any published result the new table supersedes (docs: repro/README.md).
 
     Examples:
 
@@ -617,6 +648,8 @@ def repro(
 
       rlvr repro --table-only
     """
+    import time
+
     from rlvr.repro import estimate_minutes, find_claims, pending_runs, results_table, run_claims
 
     claims = find_claims(directory, name)
@@ -632,7 +665,9 @@ def repro(
         else run_claims(claims, root, say=console.print, keep_checkpoints=keep_checkpoints)
     )
     out = directory / "RESULTS.md"
-    out.write_text(results_table(find_claims(directory), directory))
+    previous = out.read_text() if out.is_file() else ""  # its History section is kept
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    out.write_text(results_table(find_claims(directory), directory, previous, today))
     console.print(f"table: [bold]{out}[/]")
     if failures:
         console.print(f"[red]{len(failures)} run(s) failed:[/]")
@@ -1053,10 +1088,31 @@ def serve(
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ...")] = "cpu",
     max_batch: Annotated[int, typer.Option(min=1, help="most sequences decoded at once")] = 64,
     engine: Annotated[str, typer.Option(help="torch or vllm (rlvr's engines)")] = "torch",
+    max_tokens_limit: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="most tokens of one completion: a larger max_tokens is a 400; omitted, "
+            "max_tokens is the context left after the prompt, at most this",
+        ),
+    ] = 4096,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            help="longest prompt + completion in tokens (a longer request is a 400); "
+            "default: the model's context (max_position_embeddings)",
+        ),
+    ] = None,
 ) -> None:
     """Serve a model behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions),
     e.g. a judge for several runs (reward.judges: {NAME: {engine: http, base_url: URL, model:
     NAME}}). Replies carry their token ids; with logprobs, the model's own log-probs.
+
+    Shared fairly: requests are checked first (a prompt + max_tokens longer than the context,
+    or max_tokens above --max-tokens-limit, is a 400 saying so); concurrent requests take turns
+    of 32 tokens on the model, so a long generation does not hold up short ones; a request
+    whose client disconnects stops being decoded.
 
     Example: rlvr serve smollm2-135m-instruct --port 8000
     """
@@ -1075,7 +1131,19 @@ def serve(
         )
 
     try:
-        run_server(model, host, port, name, dtype, device, max_batch, ready, engine)
+        run_server(
+            model,
+            host,
+            port,
+            name,
+            dtype,
+            device,
+            max_batch,
+            ready,
+            engine,
+            max_tokens_limit,
+            max_model_len,
+        )
     except (ValueError, OSError) as err:  # ModelSpecError included; a port in use
         _fail(str(err))
 

@@ -389,7 +389,12 @@ class RolloutConfig(Section):
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig, description="rollout.engine: vllm")
 
-    group_size: int = Field(8, ge=1, description="G, completions per prompt")
+    group_size: int = Field(
+        8,
+        ge=1,
+        description="G, completions per prompt (at least 2 for an update that compares a "
+        "group's samples: GRPO, RLOO, online DPO, ...)",
+    )
     prompts_per_step: int = Field(8, ge=1, description="prompts sampled per training step")
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
@@ -475,7 +480,13 @@ class DistributedConfig(Section):
     )
     rollout_workers: int = Field(1, ge=1, description="Ray actors that sample and score")
     learners: int = Field(1, ge=1, description="Ray actors training as one torch.distributed group")
-    cpus_per_worker: float = Field(1.0, ge=0, description="CPUs each actor reserves")
+    cpus_per_worker: float | None = Field(
+        None,
+        ge=0,
+        description="CPUs each actor reserves, a fraction allowed (Ray counts logical CPUs); "
+        "null: the most every actor (rollout_workers + learners) can reserve on the cluster's "
+        "nodes, e.g. 2/3 each for 3 actors on 2 CPUs",
+    )
     gpus_per_worker: float = Field(0.0, ge=0, description="GPUs each actor reserves")
     weight_sync: Literal["broadcast", "object_store"] = Field(
         "broadcast",
@@ -636,9 +647,18 @@ class AlgorithmConfig(Section):
         "cispo, none (REINFORCE), dppo_tv, dppo_kl (DPPO), sapo (SAPO), or a plug-in's",
     )
     clip_low: float | None = Field(
-        None, ge=0, description="eps_low (log space for geometric; 1: no lower bound)"
+        None,
+        ge=0,
+        description="eps_low (log space for geometric; 1: no lower bound); delta_low for "
+        "dppo_tv / dppo_kl. Unset: the preset's, or the policy loss's own default when "
+        "policy_loss switches to another clip space (dppo_tv 0.2, dppo_kl 0.05)",
     )
-    clip_high: float | None = Field(None, ge=0, description="eps_high (log space for geometric)")
+    clip_high: float | None = Field(
+        None,
+        ge=0,
+        description="eps_high (log space for geometric); delta_high for dppo_tv / dppo_kl. "
+        "Unset: as clip_low",
+    )
     dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
     aggregation: str | None = Field(
         None,
@@ -964,8 +984,8 @@ class EvalConfig(Section):
     reward_threshold: float = Field(
         1.0,
         allow_inf_nan=False,
-        description="with judge: reward, the least reward a correct sample gets (1.0: e.g. "
-        "all unit tests pass)",
+        description="the least reward a correct sample gets (1.0: e.g. all unit tests pass): "
+        "training's reward/accuracy, and held-out accuracy with judge: reward",
     )
 
 
@@ -1007,6 +1027,18 @@ class CheckpointConfig(Section):
         "survives a divergence)",
     )
     save_final: bool = Field(True, description="checkpoint at the end of the run")
+
+
+def _sampler_anchored(algo: AlgorithmConfig) -> bool:
+    """The algorithm's policy loss measures its ratio against the sampler's log-probs (DPPO:
+    ``PolicyLoss.sampler_anchored``); False for names the registries do not hold (reported
+    by :meth:`Config._check_registered_names`)."""
+    from rlvr import algorithms
+
+    preset = algorithms.PRESETS.get(algo.preset)
+    loss = algo.policy_loss or (preset.policy_loss if preset is not None else None)
+    spec = algorithms.POLICY_LOSSES.get(loss) if loss is not None else None
+    return spec is not None and spec.sampler_anchored
 
 
 class Config(Section):
@@ -1079,9 +1111,29 @@ class Config(Section):
             if value is not None and value not in registry:
                 raise ValueError(f"algorithm.{key}: {registry.unknown(value)}")
         try:
-            algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
+            resolved = algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
         except ValueError as err:
             raise ValueError(str(err)) from None
+        anchored = algorithms.POLICY_LOSSES[resolved.policy_loss].sampler_anchored
+        if anchored and (algo.tis_cap is not None or algo.mis_band is not None):
+            raise ValueError(
+                f"algorithm.policy_loss {resolved.policy_loss!r} measures its ratio and trust "
+                "region against the sampler's log-probs, which already corrects for the "
+                "sampler: remove algorithm.tis_cap / mis_band (they would weight by "
+                "pi_old / pi_sampler a second time)"
+            )
+        if self.rollout.group_size == 1 and resolved.learns_from_reward_differences:
+            kind = algorithms.OBJECTIVES[resolved.objective].kind
+            part = (
+                f"objective {resolved.objective!r} pairs the samples of a group"
+                if kind == "pairs"
+                else f"advantage {resolved.advantage!r} compares each sample with its group"
+            )
+            raise ValueError(
+                f"rollout.group_size is 1 but algorithm {part}, which a group of one leaves "
+                "without a baseline: set rollout.group_size >= 2 (e.g. 8), or use an estimator "
+                "with its own baseline (algorithm.advantage: reinforce, remax or spo)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -1100,9 +1152,15 @@ class Config(Section):
     @model_validator(mode="after")
     def _behaviour_correction(self) -> Config:
         """Asynchronous rollouts weight the loss by pi_proximal / pi_behaviour (AReaL's decoupled
-        objective); with neither correction configured it is truncated at 2 (token TIS)."""
+        objective); with neither correction configured it is truncated at 2 (token TIS). A
+        sampler-anchored loss (DPPO) needs none: its own ratio is to pi_behaviour."""
         algo = self.algorithm
-        if self.rollout.max_staleness and algo.tis_cap is None and algo.mis_band is None:
+        if (
+            self.rollout.max_staleness
+            and algo.tis_cap is None
+            and algo.mis_band is None
+            and not _sampler_anchored(algo)
+        ):
             algo.tis_cap = 2.0
         return self
 

@@ -45,7 +45,9 @@ class MetricsLogger:
     as a dict), to Weights & Biases (offline mode writes under ``RUN/wandb``).
 
     On resume, lines of steps after the checkpoint are dropped first (they belong to the
-    abandoned continuation), so the file holds exactly one line per completed step.
+    abandoned continuation), so the file holds exactly one line per completed step; TensorBoard
+    drops their points too (the new event file starts with a purge of the steps after the
+    checkpoint, SummaryWriter's ``purge_step``).
     """
 
     def __init__(
@@ -65,7 +67,10 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+            self.writer = SummaryWriter(
+                log_dir=str(Path(run_dir) / "tensorboard"),
+                purge_step=None if resume_step is None else resume_step + 1,
+            )
         self.wandb_run = None if wandb is None else _start_wandb(Path(run_dir), **wandb)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:

@@ -26,32 +26,49 @@ Each run lives in ``<root>/<claim>/<arm>/seed<s>`` (``root``: ``runs/repro``, it
 and logs, not kept in git; the checkpoints are removed once the run's record is written, unless
 ``keep_checkpoints``). A finished run writes its *record*,
 ``repro/<claim>/results/<arm>/seed<s>.json``: the tests' metric values, the wall time, the
-figure's curve, the machine, the commit and the run directory. Records are small and committed
-with the claim, so the table survives the run directories: a run with a record is finished and
-skipped, a run directory without one is resumed. The verdict of each test: with
-d_s = metric_a(s) - metric_b(s) over the seeds, the 95% percentile-bootstrap
-interval of mean(d) (:func:`rlvr.evaluation.stats.bootstrap_mean_ci`) decides: *reproduced*
-when it lies above 0 in the claimed direction, *opposite* when it lies beyond 0 the other
-way, else *inconclusive*. With three seeds the bootstrap interval of a mean is narrow and
-coarse (it resamples three numbers): the table shows the per-seed values beside it. The table
-(``RESULTS.md``) and the figures are written from the records alone (:func:`results_table`).
+figure's curve, the machine, the run directory, and what ran: the commit and the time read at
+the run's start (``commit_start``, ``started``) and the SHA-256 of its resolved config
+(``config_sha256``, :func:`config_sha256`). Records written before these keys existed carry
+``commit``, read after the run, and still load. Records are small and committed with the
+claim, so the table survives the run directories: a run with a record is finished and
+skipped, a run directory without one is resumed.
+
+The verdict of each test (:func:`verdict`): with d_s = metric_a(s) - metric_b(s) over the
+seeds, shifted by the margin and turned to the claimed side, the exact sign-flip permutation
+test (:func:`rlvr.evaluation.stats.sign_flip_p`; Fisher 1935, Pitman 1937) decides at one-sided
+level 1 - ``confidence`` (5%): *reproduced* when p on the claimed side is at most 5%,
+*opposite* when p on the other side is, else *inconclusive*. The test is exact for any number
+of seeds, but its smallest p is 2^-n: 0.125 with 3 seeds, so with fewer than 5 seeds no
+outcome reaches 5% and the verdict says "inconclusive: 3 seeds cannot support 95%" whatever
+the seeds show. (A 95% percentile bootstrap of 3 per-seed differences, used before, is exactly
+their [min, max]: each seed alone fills a resample 1 time in 27, more than a 2.5% tail, so
+"the interval lies above 0" meant "all 3 seeds above 0", 1 time in 8 when nothing differs.)
+The table (``RESULTS.md``) and the figures are written from the records alone
+(:func:`results_table`); its History section keeps results that later runs superseded
+(:func:`superseded`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import shutil
 import subprocess
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from rlvr.errors import RlvrError
+
+if TYPE_CHECKING:
+    from rlvr.config import Config
 
 RECORDS = "results"
 """The folder of a claim's run records (``results/<arm>/seed<s>.json``), kept in git."""
@@ -216,6 +233,14 @@ def estimate_minutes(claims: list[Claim]) -> float:
     return total
 
 
+def more_seeds_minutes(claim: Claim, extra: int) -> float:
+    """The estimated minutes of ``extra`` more seeds of every arm of ``claim`` (seeds after its
+    largest), costed as :func:`estimate_minutes` does."""
+    last = max(claim.seeds)
+    more = dataclasses.replace(claim, seeds=[*claim.seeds, *range(last + 1, last + 1 + extra)])
+    return estimate_minutes([more]) - estimate_minutes([claim])
+
+
 _LOGGED = ("eval/", "policy/", "reward/", "response/", "sampling/", "groups/")
 """Prefixes of the metrics.jsonl keys a test reads from the run's log (the others, e.g.
 ``accuracy`` or ``pass@16``, from its evaluation's summary)."""
@@ -255,6 +280,10 @@ def run_one(
     arm = claim.arms[arm_name]
     run_dir = claim.run_dir(root, arm_name, seed)
     start = time.perf_counter()
+    started = {
+        "commit_start": _commit(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     summary = None
     if arm.config is not None:
         from rlvr.trainer import train
@@ -264,6 +293,7 @@ def run_one(
         resume = run_dir if (run_dir / "config.yaml").is_file() else None
         if resume is not None:
             cfg = load_config(run_dir / "config.yaml", sets)
+        started["config_sha256"] = config_sha256(cfg)
         train(cfg, resume=resume)
         if claim.eval:
             summary = _evaluate(claim, str(run_dir), run_dir / "eval-repro", seed, like=None)
@@ -279,6 +309,9 @@ def run_one(
             run_dir.mkdir(parents=True, exist_ok=True)
             sets = [*trained.overrides, f"train.seed={seed}"]
             save_config(load_config(trained.config, sets), like)
+        started["config_sha256"] = config_sha256(
+            load_config(like / "config.yaml" if like.is_dir() else like)
+        )
         summary = _evaluate(claim, arm.model, run_dir, seed, like=like)
     record: dict[str, Any] = {
         "claim": claim.name,
@@ -288,7 +321,7 @@ def run_one(
         "seconds": time.perf_counter() - start,
         "run_dir": str(run_dir),
         "machine": describe_device("cpu"),
-        "commit": _commit(),
+        **started,
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     if summary is not None:
@@ -308,6 +341,17 @@ def run_one(
     if not keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     return record
+
+
+def config_sha256(cfg: Config) -> str:
+    """SHA-256 of a resolved :class:`rlvr.config.Config` as canonical JSON (sorted keys), with
+    ``logging.run_dir`` left out: where a run went is not what it ran. Two records with equal
+    hashes ran the same settings (defaults included, so a code change that adds a setting
+    changes it); an untrained arm's is the config it was evaluated like."""
+    data = cfg.model_dump(mode="json")
+    data["logging"] = {**data["logging"], "run_dir": None}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _commit() -> str | None:
@@ -373,12 +417,21 @@ def run_claims(
     return failures
 
 
-def verdict(claim: Claim, reps: int = 10_000) -> dict[str, Any]:
-    """The claim's result from its records alone: each arm's values by metric and seed, and
-    per test the paired difference's mean, its 95% bootstrap interval and the verdict; the
-    wall time and the records."""
-    from rlvr.evaluation.stats import bootstrap_mean_ci
+def verdict(claim: Claim, confidence: float = 0.95) -> dict[str, Any]:
+    """The claim's result from its records alone: each arm's values by metric and seed, and per
+    test the paired difference's mean, the exact sign-flip p-values on the claimed side and on
+    the other (:func:`rlvr.evaluation.stats.sign_flip_p`), the smallest p the seeds allow
+    (``2^-n``) and the verdict at one-sided level ``1 - confidence`` (see the module
+    docstring); the wall time and the records.
 
+    A test row: ``{"metric", "direction", "compare", "margin", "verdict"}``, and once every
+    seed has both arms ``"mean"`` (of a - b), ``"p"`` (claimed side), ``"p_opposite"``,
+    ``"p_min"`` and ``"on_side"`` (the seeds on the claimed side of the margin).
+    """
+    from rlvr.evaluation.stats import seeds_needed, sign_flip_p
+
+    alpha, needed = 1 - confidence, seeds_needed(confidence, two_sided=False)
+    level = f"{100 * confidence:g}%"
     values: dict[str, dict[str, dict[int, float]]] = {t.metric: {} for t in claim.tests}
     seconds, records = 0.0, []
     for arm in claim.arms:
@@ -405,18 +458,30 @@ def verdict(claim: Claim, reps: int = 10_000) -> dict[str, Any]:
         }
         if len(seeds) < len(claim.seeds):
             row["verdict"] = f"pending ({len(seeds)} of {len(claim.seeds)} seeds)"
+            result["tests"].append(row)
+            continue
+        diffs = np.array([v[a][s] - v[b][s] for s in seeds])
+        sign = 1.0 if test.direction == "greater" else -1.0
+        claimed = sign * (diffs - test.margin)  # > 0: on the claimed side of the margin
+        n = len(seeds)
+        row.update(
+            mean=float(diffs.mean()),
+            p=sign_flip_p(claimed, "greater"),
+            p_opposite=sign_flip_p(claimed, "less"),
+            p_min=0.5**n,
+            on_side=int((claimed > 0).sum()),
+        )
+        if n < needed:
+            row["verdict"] = (
+                f"inconclusive: {n} seeds cannot support {level} (smallest p "
+                f"{row['p_min']:.3g}; {row['on_side']} of {n} on the claimed side)"
+            )
+        elif row["p"] <= alpha + 1e-12:
+            row["verdict"] = "reproduced"
+        elif row["p_opposite"] <= alpha + 1e-12:
+            row["verdict"] = "opposite"
         else:
-            diffs = np.array([v[a][s] - v[b][s] for s in seeds])
-            low, high = bootstrap_mean_ci(diffs, reps=reps, confidence=0.95, seed=0)
-            sign = 1.0 if test.direction == "greater" else -1.0
-            lo, hi = sign * (low - test.margin), sign * (high - test.margin)
-            if lo > 0 and hi > 0:
-                row["verdict"] = "reproduced"
-            elif lo < 0 and hi < 0:
-                row["verdict"] = "opposite"
-            else:
-                row["verdict"] = "inconclusive"
-            row["diff"] = [float(diffs.mean()), low, high]
+            row["verdict"] = "inconclusive"
         result["tests"].append(row)
     return result
 
@@ -476,25 +541,162 @@ def _machines(claim: Claim) -> str:
     return "; ".join(f"{where} ({n} run{'s' * (n != 1)})" for where, n in counts.items())
 
 
-def results_table(claims: list[Claim], directory: Path) -> str:
+def _commits(claim: Claim) -> str:
+    """The commits the claim's finished runs ran at, each with its runs (``arm seeds``), and
+    whether they were read at each run's start (``commit_start``) or, in older records, after
+    it; "" before any run."""
+    by_commit: dict[str, dict[str, list[int]]] = {}
+    late = 0
+    for arm in claim.arms:
+        for seed in claim.seeds:
+            record = claim.finished(arm, seed)
+            if record is not None:
+                commit = record.get("commit_start") or record.get("commit") or "unknown"
+                late += "commit_start" not in record
+                by_commit.setdefault(commit, {}).setdefault(arm, []).append(seed)
+    if not by_commit:
+        return ""
+    runs = {
+        commit: "; ".join(f"{arm} {', '.join(map(str, seeds))}" for arm, seeds in arms.items())
+        for commit, arms in by_commit.items()
+    }
+    text = ", ".join(f"{commit} ({which})" for commit, which in runs.items())
+    notes = [f"the runs span {len(by_commit)} commits"] if len(by_commit) > 1 else []
+    if late:
+        notes.append(f"{late} record(s) older than `commit_start`: commit read after the run")
+    return "; ".join([text, *notes])
+
+
+def _seeds_line(claim: Claim, confidence: float) -> str:
+    """How far the claim's seeds go: the smallest p they allow and, when it cannot reach
+    ``1 - confidence``, the seeds needed and the estimated minutes of the missing ones."""
+    from rlvr.evaluation.stats import seeds_needed
+
+    n, needed = len(claim.seeds), seeds_needed(confidence, two_sided=False)
+    line = f"Seeds: {n} (the smallest one-sided p of {n} seeds is 2^-{n} = {0.5**n:.3g})"
+    if n >= needed:
+        return line + "."
+    minutes = more_seeds_minutes(claim, needed - n)
+    return (
+        f"{line}: {100 * confidence:g}% needs {needed}; {needed - n} more per arm would take "
+        f"about {minutes:.0f} min on this machine (each arm's mean measured wall time)."
+    )
+
+
+HISTORY = "## History"
+_HISTORY_INTRO = (
+    "Results that were published here and later superseded, newest first, as they were "
+    "published (git's history of this file and of `<claim>/results/` holds them too). "
+    "`rlvr repro` adds an entry when a rewritten table changes or drops a per-seed value it "
+    "had published, and keeps the entries below as they are."
+)
+
+
+def _published(text: str) -> dict[tuple[str, str, str], dict[str, str]]:
+    """The rows of a RESULTS.md's results table by (claim title, metric, a - b claimed), each
+    as its cells by column header; {} without a table."""
+    rows: dict[tuple[str, str, str], dict[str, str]] = {}
+    header: list[str] | None = None
+    title = ""
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            if header is not None:
+                break  # the table ended
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells if cells[0] == "claim" else None
+        elif not set(line) <= set("|-: "):
+            row = dict(zip(header, cells, strict=False))
+            title = row.get("claim") or title
+            rows[(title, row.get("metric", ""), row.get("a - b claimed", ""))] = row
+    return rows
+
+
+def _changed(published: str, now: str | None) -> bool:
+    """Whether a published per-seed list (``0.5, 0.6, -``) lost a value: a number that is now
+    another or gone (a pending ``-`` filled in, or seeds added, is no change)."""
+    before = [v.strip() for v in published.split(",")]
+    after = [v.strip() for v in now.split(",")] if now is not None else []
+    return any(v != "-" and (i >= len(after) or after[i] != v) for i, v in enumerate(before))
+
+
+def superseded(previous: str, current: str, today: str) -> list[str]:
+    """History entries (markdown list items) for the rows of the ``previous`` RESULTS.md table
+    whose published per-seed values the ``current`` table changes or drops: the row as it was,
+    dated ``today``. Rows that published no value (pending) supersede nothing."""
+    old, new = _published(previous), _published(current)
+    entries = []
+    for key, row in old.items():
+        now = new.get(key, {})
+        seeds = ("a by seed", "b by seed")
+        if not any(_changed(row.get(c, "-"), now.get(c)) for c in seeds):
+            continue
+        title, metric, claimed = key
+        shown = [
+            f"{h}: {v}"
+            for h, v in row.items()
+            if v and v != "-" and h not in ("claim", "paper", "metric", "a - b claimed")
+        ]
+        entries.append(f"- {today}, superseded: {title}, {metric} {claimed}; {'; '.join(shown)}")
+    return entries
+
+
+def _history(previous: str, entries: list[str]) -> list[str]:
+    """RESULTS.md's History section: ``entries`` first, then the previous file's entries (its
+    section from its first list item on, kept verbatim); [] while there is none."""
+    section = previous.split(f"\n{HISTORY}\n", 1)[1] if f"\n{HISTORY}\n" in previous else ""
+    lines = section.strip().splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("- ")), len(lines))
+    kept = lines[first:]
+    if not entries and not kept:
+        return []
+    return ["", HISTORY, "", _HISTORY_INTRO, "", *entries, *kept]
+
+
+def results_table(
+    claims: list[Claim],
+    directory: Path,
+    previous: str = "",
+    today: str = "",
+    confidence: float = 0.95,
+) -> str:
     """``RESULTS.md`` of the claims folder ``directory``: one row per claim and test, then each
-    claim's rule and records (paths relative to ``directory``)."""
+    claim's rule, seeds, machines, commits and records (paths relative to ``directory``), then
+    the History section: the ``previous`` RESULTS.md's, with an entry dated ``today`` for each
+    published result the new table supersedes (:func:`superseded`)."""
+    from rlvr.evaluation.stats import seeds_needed
+
+    level, needed = f"{100 * confidence:g}%", seeds_needed(confidence, two_sided=False)
+    alpha = f"{1 - confidence:.2g}"
+    intro = (
+        "Written by `rlvr repro` from the runs' records alone (`<claim>/results/<arm>/seed<s>.json`, "
+        "each naming its run directory, machine and commit, and records written since issue 45 "
+        "the commit at the run's start and its config's hash); every number below is "
+        "one of theirs. A test's verdict is the exact sign-flip permutation test (Fisher 1935; "
+        "Pitman 1937) of the paired differences a - b, seed by seed, against the claimed side of "
+        f"the margin, one-sided at level {alpha}: reproduced when p on the claimed side is at "
+        f"most {alpha}, opposite when p on the other side is, else inconclusive. With n seeds the "
+        "smallest p is 2^-n (all n seeds on one side): 0.125 with 3 seeds, 0.031 with 5, so "
+        f"with fewer than {needed} seeds a test is 'inconclusive: n seeds cannot support "
+        f"{level}' whatever its seeds show. The claims' rules, written before their runs, name a "
+        "95% bootstrap interval of the mean difference; with 3 seeds that interval is exactly "
+        "[min, max] of the 3 differences (each seed alone fills a resample 1 time in 27, more "
+        "than a 2.5% tail), which lies on one side of 0 1 time in 8 when nothing differs: not a "
+        "95% interval. The exact test, whose level is true for any number of seeds, decides instead."
+    )
     lines = [
         "# What the papers claim, and what rlvr reproduces",
         "",
-        "Written by `rlvr repro` from the runs' records alone (`<claim>/results/<arm>/seed<s>.json`,",
-        "each naming its run directory, machine and commit); every number below is one of",
-        "theirs. A test's verdict compares the 95% bootstrap",
-        "interval of the paired difference a - b (seed by seed) with 0 in the claimed direction:",
-        "reproduced (the interval on the claimed side), opposite (on the other), inconclusive.",
+        *textwrap.wrap(intro, width=96, break_on_hyphens=False),
         "",
-        "| claim | paper | metric | a - b claimed | a by seed | b by seed "
-        "| mean a - b [95% CI] | verdict | wall time |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| claim | paper | metric | a - b claimed | a by seed | b by seed | mean a - b "
+        "| p, claimed side / other side | verdict | wall time |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     details = []
     for claim in claims:
-        r = verdict(claim)
+        r = verdict(claim, confidence)
         for i, test in enumerate(r["tests"]):
             a, b = test["compare"]
             got = r["values"][test["metric"]]
@@ -502,16 +704,15 @@ def results_table(claims: list[Claim], directory: Path) -> str:
                 ", ".join(f"{got[arm][s]:.3f}" if s in got[arm] else "-" for s in claim.seeds)
                 for arm in (a, b)
             ]
-            diff = "-"
-            if "diff" in test:
-                est, low, high = test["diff"]
-                diff = f"{est:+.3f} [{low:+.3f}, {high:+.3f}]"
+            mean, p = "-", "-"
+            if "mean" in test:
+                mean, p = f"{test['mean']:+.3f}", f"{test['p']:.3g} / {test['p_opposite']:.3g}"
             sign = f"{'>' if test['direction'] == 'greater' else '<'} {test['margin']:g}"
             title, paper = (claim.title, claim.paper) if i == 0 else ("", "")
             wall = f"{r['seconds'] / 60:.1f} min" if i == 0 else ""
             lines.append(
                 f"| {title} | {paper} | {test['metric']} | {a} - {b} {sign} | {by_seed[0]} "
-                f"| {by_seed[1]} | {diff} | {test['verdict']} | {wall} |"
+                f"| {by_seed[1]} | {mean} | {p} | {test['verdict']} | {wall} |"
             )
         details += [
             "",
@@ -521,7 +722,11 @@ def results_table(claims: list[Claim], directory: Path) -> str:
             "",
             f"Decision rule (committed before the runs): {claim.rule}",
             "",
+            _seeds_line(claim, confidence),
+            "",
             "Machines: " + (_machines(claim) or "none yet"),
+            "",
+            "Commits: " + (_commits(claim) or "none yet"),
             "",
             "Records: "
             + (
@@ -534,4 +739,6 @@ def results_table(claims: list[Claim], directory: Path) -> str:
         ]
         if claim.figure is not None and claim_figure(claim, claim.folder / "figure.png"):
             details += ["", f"![{claim.figure} by step]({claim.name}/figure.png)"]
-    return "\n".join(lines + details) + "\n"
+    table = "\n".join(lines + details) + "\n"
+    history = _history(previous, superseded(previous, table, today))
+    return table + ("\n".join(history) + "\n" if history else "")

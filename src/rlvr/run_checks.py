@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from rlvr.errors import RunDirError
 
-# Beyond the weights and AdamW's moments a checkpoint holds the tokenizer, the trainer state,
-# the random streams and the batches sampled ahead; and the disk should not be left full.
-MARGIN_BYTES = 64 * 2**20
-MARGIN_FRACTION = 0.1
+SMALL_FILES_BYTES = 2**20
+"""A checkpoint's files besides its tensors and tokenizer: the random streams (rng.pt, about
+20 KB), the scheduler, the trainer state, the configs and the checksums (a few KB each)."""
+TENSOR_ENTRY_BYTES = 2**10
+"""Per stored tensor, its entries in model.safetensors' header and optimizer.pt's pickle (about
+100 B and 850 B measured)."""
 
 
 def free_bytes(path: Path) -> int:
@@ -66,16 +69,28 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def checkpoint_bytes(weights: int, trained: int) -> int:
-    """About how many bytes one checkpoint takes: ``weights`` bytes of stored weights, AdamW's
-    two moments of the ``trained`` bytes of trained parameters, and a margin."""
-    return int((weights + 2 * trained) * (1 + MARGIN_FRACTION)) + MARGIN_BYTES
+def checkpoint_bytes(weights: int, trained: int, tensors: int, tokenizer: int) -> int:
+    """The bytes one checkpoint takes, at most: ``weights`` bytes of stored weights, AdamW's two
+    moments of the ``trained`` bytes of trained parameters, the ``tokenizer``'s files, and the
+    margin for the rest: :data:`TENSOR_ENTRY_BYTES` for each of the ``tensors`` stored and
+    :data:`SMALL_FILES_BYTES`. The batches an asynchronous run has sampled ahead (pending.pt)
+    grow with the run and are not counted."""
+    return weights + 2 * trained + tokenizer + tensors * TENSOR_ENTRY_BYTES + SMALL_FILES_BYTES
 
 
-def learner_bytes(learner: Any, model_spec: str) -> tuple[int, int]:
-    """(bytes of the weights a checkpoint stores, bytes of the parameters AdamW trains) of a
-    learner: counted on its modules in this process, or for Ray's learners (no policy here)
-    from the model's config on the meta device (fp32, as the learners hold it)."""
+def tokenizer_bytes(tokenizer: Any) -> int:
+    """The bytes of the files a checkpoint saves of ``tokenizer`` (saved once to a temporary
+    directory and measured)."""
+    with tempfile.TemporaryDirectory() as directory:
+        tokenizer.save_pretrained(directory)
+        return sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
+
+
+def learner_bytes(learner: Any, model_spec: str) -> tuple[int, int, int]:
+    """(bytes of the weights a checkpoint stores, bytes of the parameters AdamW trains, how many
+    tensors it stores) of a learner: counted on its modules in this process, or for Ray's
+    learners (no policy here) from the model's config on the meta device (fp32, as the learners
+    hold it)."""
     import torch
 
     policy = getattr(learner, "policy", None)
@@ -99,31 +114,37 @@ def learner_bytes(learner: Any, model_spec: str) -> tuple[int, int]:
     def size(params: dict[int, torch.Tensor]) -> int:
         return sum(p.numel() * p.element_size() for p in params.values())
 
-    return size(weights), size(trained)
+    return size(weights), size(trained), len(weights)
 
 
-def check_run_start(cfg: Any, run_dir: Path, learner: Any) -> None:
+def check_run_start(cfg: Any, run_dir: Path, learner: Any, tokenizer: Any) -> None:
     """Before a run's first step: RunDirError unless the run directory and its ``checkpoints``
     directory can be written and (when the run writes checkpoints) their disk has room for one
-    (:func:`checkpoint_bytes` of the learner's parameters)."""
+    (:func:`checkpoint_bytes` of the learner's parameters and the ``tokenizer``)."""
     run_dir = Path(run_dir)
     check_writable(run_dir)
     checkpoints = run_dir / "checkpoints"
     if checkpoints.exists():
         check_writable(checkpoints, "checkpoint directory")
     if cfg.checkpoint.every or cfg.checkpoint.save_final:
-        check_checkpoint_room(checkpoints, *learner_bytes(learner, cfg.model.name))
+        weights, trained, tensors = learner_bytes(learner, cfg.model.name)
+        check_checkpoint_room(checkpoints, weights, trained, tensors, tokenizer_bytes(tokenizer))
 
 
-def check_checkpoint_room(checkpoints: Path, weights: int, trained: int) -> None:
-    """RunDirError unless the disk of ``checkpoints`` has room for one checkpoint of a policy
-    with ``weights`` bytes of weights and ``trained`` bytes of trained parameters."""
-    need = checkpoint_bytes(weights, trained)
+def check_checkpoint_room(
+    checkpoints: Path, weights: int, trained: int, tensors: int, tokenizer: int
+) -> None:
+    """RunDirError unless the disk of ``checkpoints`` has room for one checkpoint
+    (:func:`checkpoint_bytes`) of a policy with ``weights`` bytes of weights, ``trained`` bytes
+    of trained parameters and ``tensors`` stored tensors, and a ``tokenizer`` of that many
+    bytes."""
+    need = checkpoint_bytes(weights, trained, tensors, tokenizer)
     free = free_bytes(_existing(checkpoints))
     if free < need:
         raise RunDirError(
             f"not enough disk space for a checkpoint in {checkpoints}: one needs about "
             f"{_gb(need)} ({_gb(weights)} of weights + {_gb(2 * trained)} of AdamW state + "
-            f"margin), the disk has {_gb(free)} free. Free some space or choose another "
+            f"{_gb(need - weights - 2 * trained)} of tokenizer and other files), the disk has "
+            f"{_gb(free)} free. Free some space or choose another "
             "logging.run_dir (checkpoint.every: 0 with checkpoint.save_final: false writes none)"
         )

@@ -511,6 +511,9 @@ class AdvantageEstimator:
         token_level: returns [N, T] advantages instead of [N].
         uses_token_kl: reads ``token_kl`` (when its ``beta`` > 0): the KL can go in the reward.
         paper: the method's paper (shown by ``rlvr algorithms``), or "".
+        group_relative: each sample's advantage compares its reward with the other rewards of
+            its group (GRPO, RLOO, ...): a group of one has no baseline, and a group whose
+            rewards are all equal teaches nothing.
     """
 
     name: str
@@ -520,6 +523,7 @@ class AdvantageEstimator:
     token_level: bool
     uses_token_kl: bool
     paper: str = ""
+    group_relative: bool = False
 
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
@@ -532,6 +536,7 @@ def register_advantage(
     token_level: bool = False,
     uses_token_kl: bool = False,
     paper: str = "",
+    group_relative: bool = False,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
     """Decorator: add ``fn(inputs: AdvantageInputs, **hyperparams) -> AdvantageOutput``.
 
@@ -542,6 +547,9 @@ def register_advantage(
         token_level: the estimator returns [N, T] advantages.
         uses_token_kl: the estimator reads ``token_kl``.
         paper: the method's paper, e.g. 'Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300'.
+        group_relative: the advantage compares each reward with the others of its group (a
+            run refuses ``rollout.group_size`` 1, and warns when every group's rewards stay
+            equal).
     """
     optional = {f.name for f in fields(AdvantageInputs)} - {"rewards", "group_ids"}
     unknown = set(requires) - optional
@@ -553,7 +561,14 @@ def register_advantage(
         ADVANTAGES.add(
             name,
             AdvantageEstimator(
-                name, fn, tuple(requires), params, token_level, uses_token_kl, paper
+                name,
+                fn,
+                tuple(requires),
+                params,
+                token_level,
+                uses_token_kl,
+                paper,
+                group_relative,
             ),
         )
         return fn
@@ -569,19 +584,25 @@ def _need(name: str, inputs: AdvantageInputs, field: str) -> torch.Tensor:
     return value
 
 
-@register_advantage("grpo", paper='Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300')
+@register_advantage(
+    "grpo", paper='Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300', group_relative=True
+)
 def _grpo_estimator(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutput:
     return AdvantageOutput(grpo(inputs.rewards, inputs.group_ids, eps))
 
 
 @register_advantage(
-    "dr_grpo", paper='Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783'
+    "dr_grpo",
+    paper='Liu et al. 2025, "Understanding R1-Zero-Like Training", arXiv:2503.20783',
+    group_relative=True,
 )
 def _dr_grpo_estimator(inputs: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(dr_grpo(inputs.rewards, inputs.group_ids))
 
 
-@register_advantage("rloo", paper='Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740')
+@register_advantage(
+    "rloo", paper='Ahmadian et al. 2024, "Back to Basics", arXiv:2402.14740', group_relative=True
+)
 def _rloo_estimator(inputs: AdvantageInputs) -> AdvantageOutput:
     return AdvantageOutput(rloo(inputs.rewards, inputs.group_ids))
 
@@ -593,7 +614,7 @@ def _reinforce_estimator(inputs: AdvantageInputs, baseline: float = 0.0) -> Adva
     return AdvantageOutput(reinforce(inputs.rewards, baseline))
 
 
-@register_advantage("gpg", paper='Chu et al. 2025, "GPG", arXiv:2504.02546')
+@register_advantage("gpg", paper='Chu et al. 2025, "GPG", arXiv:2504.02546', group_relative=True)
 def _gpg_estimator(inputs: AdvantageInputs, valid_scaling: bool = True) -> AdvantageOutput:
     return AdvantageOutput(gpg(inputs.rewards, inputs.group_ids, valid_scaling))
 
@@ -627,6 +648,7 @@ def _reinforce_pp_estimator(
     requires=("mask",),
     token_level=True,
     uses_token_kl=True,
+    group_relative=True,
 )
 def _reinforce_pp_baseline_estimator(
     inputs: AdvantageInputs, beta: float = 0.0, eps: float = 1e-6

@@ -84,6 +84,7 @@ def bnpo(rewards: torch.Tensor, group_ids: torch.Tensor, max_weight: float = 1e6
 @register_advantage(
     "bnpo",
     paper='Xiao et al. 2025, "BNPO: Beta Normalization Policy Optimization", arXiv:2506.02864',
+    group_relative=True,
 )
 def _bnpo_estimator(inputs: AdvantageInputs, max_weight: float = 1e6) -> AdvantageOutput:
     return AdvantageOutput(bnpo(inputs.rewards, inputs.group_ids, max_weight))

@@ -20,9 +20,12 @@ Defaults are the paper's: r = 2e-4, (omega_low, omega_high) = (1, 5); k = 2e-4, 
 recipes also set PPO's clip wide: ``clip_low: 1``, ``clip_high`` large, for Clip-Cov). The means
 are over the tokens the loss is given, as in the paper's implementation (verl): the micro-batch
 (both kinds are registered with ``batch_statistics``, so ``train.micro_batch_size`` changes their
-selection). Clip-Cov's random pick uses its own generator seeded with ``seed`` on each call, so a
-resumed run picks as the uninterrupted one. Select with ``algorithm.policy_loss: clip_cov`` or
-``kl_cov`` (``params: {policy_loss: {ratio: ..., ...}}``).
+selection). Clip-Cov's random pick draws from its own generator seeded with ``seed``, the key of
+the call's stream: the learner passes stream_key(train.seed, optimizer step, the micro-batch's
+first row), a new stream at every step (the paper's code draws from one advancing global
+generator) that a resumed run draws again (the step count is checkpointed with the LR
+schedule). Select with ``algorithm.policy_loss: clip_cov`` or ``kl_cov``
+(``params: {policy_loss: {ratio: ..., ...}}``).
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ def clip_cov_policy_loss(
         clip_low, clip_high: PPO's clip range.
         ratio: r, the fraction of valid tokens taken out (at least one when any qualifies).
         cov_low, cov_high: omega_low < Cov < omega_high picks the candidates.
-        seed: the generator seed of the random pick.
+        seed: the key of this call's random stream (the pick's generator seed; the learner
+            passes a new one per optimizer step and micro-batch).
     Returns:
         loss [B, T] and metrics; ``is_cov_detached`` [B, T] marks the tokens taken out.
     """

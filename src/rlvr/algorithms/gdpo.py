@@ -52,6 +52,7 @@ def gdpo(
     "gdpo",
     paper='Liu et al. 2026, "GDPO", arXiv:2601.05242',
     requires=("reward_terms", "term_weights"),
+    group_relative=True,
 )
 def _gdpo_estimator(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutput:
     terms = _need("gdpo", inputs, "reward_terms")

@@ -284,18 +284,26 @@ class PolicyLoss:
 
     Attributes:
         name: key in :data:`POLICY_LOSSES`.
-        fn: ``fn(logp, old_logp, advantages, mask, *, clip_low, clip_high, dual_clip)
+        fn: ``fn(logp, old_logp, advantages, mask, *, clip_low, clip_high, dual_clip, seed)
             -> (loss [B, T], info)``.
         sequence_level: the ratio is a sequence quantity (needs per-sequence advantages to be
             the paper's method).
         dual_clip: accepts a dual-clip bound.
         clip_space: "ratio" (clip_low, clip_high bound the ratio: 1 - clip_low >= 0), "log"
-            (they bound log rho), or None (no clipping).
+            (they bound log rho), "probability" / "divergence" (they bound pi - pi_old / a
+            divergence: DPPO), or None (no clipping). A config that switches a preset to a loss
+            of another clip space without setting clip_low / clip_high gets the loss's own
+            defaults (:func:`rlvr.algorithms.resolve`).
         summary: one line.
         batch_statistics: the loss reads statistics over all the tokens it is given (the
             micro-batch), as Clip-Cov / KL-Cov's covariance: its value depends on
             ``train.micro_batch_size``, so it is exempt from micro-batch invariance.
         paper: the method's paper (shown by ``rlvr algorithms``), or "".
+        sampler_anchored: the loss measures its ratio and trust region against the sampler's
+            (rollout engine's) log-probs, not pi_old: the learner passes those as ``old_logp``
+            (DPPO, whose paper anchors the trust region to the behaviour policy). Its ratio is
+            then the whole sampler correction, so TIS / MIS (``algorithm.tis_cap``,
+            ``mis_band``, which weight by pi_old / pi_sampler) are refused with it.
     """
 
     name: str
@@ -306,6 +314,7 @@ class PolicyLoss:
     summary: str
     batch_statistics: bool = False
     paper: str = ""
+    sampler_anchored: bool = False
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -320,18 +329,27 @@ def register_policy_loss(
     summary: str = "",
     batch_statistics: bool = False,
     paper: str = "",
+    sampler_anchored: bool = False,
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: add ``fn(logp, old_logp, advantages, [mask, clip_low, clip_high,
-    dual_clip,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
+    dual_clip, seed,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
     :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``, ``clip_low``,
-    ``clip_high`` and ``dual_clip`` its signature names (as keywords), so a plain loss function
-    registers as it is; ``algorithm.params.policy_loss`` fills its other arguments."""
+    ``clip_high``, ``dual_clip`` and ``seed`` its signature names (as keywords), so a plain loss
+    function registers as it is; ``algorithm.params.policy_loss`` fills its other arguments."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSSES.add(
             name,
             PolicyLoss(
-                name, fn, sequence_level, dual_clip, clip_space, summary, batch_statistics, paper
+                name,
+                fn,
+                sequence_level,
+                dual_clip,
+                clip_space,
+                summary,
+                batch_statistics,
+                paper,
+                sampler_anchored,
             ),
         )
         return fn
@@ -374,11 +392,11 @@ register_policy_loss(
 
 def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
     """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip`` (None: all, it takes ``**kwargs``)."""
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed`` (None: all, it takes ``**kwargs``)."""
     parameters = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
-    return frozenset(parameters) & {"mask", "clip_low", "clip_high", "dual_clip"}
+    return frozenset(parameters) & {"mask", "clip_low", "clip_high", "dual_clip", "seed"}
 
 
 def policy_loss(
@@ -390,6 +408,7 @@ def policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     dual_clip: float | None = None,
+    seed: int = 0,
     **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token policy loss of the kind registered as ``kind``.
@@ -402,12 +421,15 @@ def policy_loss(
         kind: a key of :data:`POLICY_LOSSES`.
         logp: [B, T] log pi of the sampled tokens (requires grad).
         old_logp: [B, T] log pi_old of the same tokens (no grad); ``logp.detach()`` on the
-            first minibatch of an on-policy step.
+            first minibatch of an on-policy step; the sampler's log-probs for a
+            ``sampler_anchored`` kind (DPPO).
         advantages: [B] per-sequence or [B, T] per-token advantages ("geometric": [B] only).
         mask: [B, T] completion mask (sequence-level kinds average over it).
         clip_low, clip_high: eps_low, eps_high (ratio space; log space for "geometric";
-            unused by "none").
+            delta_low, delta_high for "dppo_tv" / "dppo_kl"; unused by "none").
         dual_clip: the dual-clip bound c > 1 ("token" and "sequence" only), or None.
+        seed: the key of this call's random stream, for the kinds that draw (Clip-Cov's pick);
+            the learner passes a new one per optimizer step and micro-batch.
         params: the loss's own keyword arguments (``algorithm.params.policy_loss``).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
@@ -423,7 +445,13 @@ def policy_loss(
             f"logp, old_logp and mask must all be [B, T], got {tuple(logp.shape)}, "
             f"{tuple(old_logp.shape)} and {tuple(mask.shape)}"
         )
-    standard = {"mask": mask, "clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual_clip}
+    standard = {
+        "mask": mask,
+        "clip_low": clip_low,
+        "clip_high": clip_high,
+        "dual_clip": dual_clip,
+        "seed": seed,
+    }
     takes = _standard_arguments(spec.fn)
     given = standard if takes is None else {k: v for k, v in standard.items() if k in takes}
     return spec.fn(logp, old_logp, advantages, **given, **params)

@@ -57,6 +57,7 @@ def forward_weights(rewards: torch.Tensor, rho1: float) -> torch.Tensor:
 @register_advantage(
     "noisy_verifier",
     paper='Cai et al. 2025, "RL with Verifiable yet Noisy Rewards", arXiv:2510.00915',
+    group_relative=True,
 )
 def _noisy_verifier_estimator(
     inputs: AdvantageInputs,

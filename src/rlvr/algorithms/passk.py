@@ -1,6 +1,10 @@
 """Pass@k training: advantages that reward a group for solving a problem in k tries, not each
 sample for being right (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
-and Exploitation of Large Reasoning Models", arXiv:2508.10751; verl's ``grpo_passk``).
+and Exploitation of Large Reasoning Models", arXiv:2508.10751, its analytical advantage).
+
+This is not verl's ``grpo_passk``, which implements another paper (Tang et al. 2025,
+"Optimizing Language Models for Inference Time Objectives using Reinforcement Learning",
+arXiv:2503.19595): there only each group's best sample gets an advantage, r_max - r_second_max.
 
 Training on pass@1 rewards sharpens the policy onto answers it already finds and lowers pass@k
 at large k. Pass@k training scores every size-k subset of a group by max(reward) and gives each
@@ -56,7 +60,9 @@ def passk_advantages(
     return out.to(rewards.dtype)
 
 
-@register_advantage("passk", paper='Chen et al. 2025, "Pass@k Training", arXiv:2508.10751')
+@register_advantage(
+    "passk", paper='Chen et al. 2025, "Pass@k Training", arXiv:2508.10751', group_relative=True
+)
 def _passk_estimator(
     inputs: AdvantageInputs, k: int = 2, threshold: float = 1.0
 ) -> AdvantageOutput:

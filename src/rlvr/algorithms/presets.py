@@ -19,6 +19,7 @@ aggregated with ``aggregation``; with kl_in == "reward" the KL enters the advant
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,8 +55,10 @@ class Preset:
         policy_loss: policy loss kind (:data:`POLICY_LOSSES`): token, sequence, geometric,
             cispo, none.
         clip_low: eps_low (ratio clipped below at 1 - clip_low; log-space bound -clip_low for
-            geometric; weight bound for cispo).
-        clip_high: eps_high (1 + clip_high; log-space clip_high for geometric).
+            geometric; weight bound for cispo; delta_low for dppo_tv / dppo_kl), in the clip
+            space of ``policy_loss`` (:func:`resolve` on switching to another space).
+        clip_high: eps_high (1 + clip_high; log-space clip_high for geometric; delta_high for
+            dppo_tv / dppo_kl).
         dual_clip: dual-clip bound c (> 1) for negative advantages (token, sequence), or None.
         aggregation: loss aggregation (:data:`AGGREGATIONS`).
         beta: weight of the KL to the reference policy (0: no reference model).
@@ -158,12 +161,37 @@ class Preset:
         it (DPO, IPO)."""
         return self.beta > 0 or OBJECTIVES[self.objective].needs_reference
 
+    @property
+    def learns_from_reward_differences(self) -> bool:
+        """Its updates come from how the rewards of a group's sampled completions differ: a
+        group-relative advantage (GRPO, RLOO, ...) or pairs ranked by reward (online DPO,
+        REBEL). Such a run needs groups of two or more, and learns nothing while every group's
+        rewards are equal. Not so SFT and offline DPO (the data's completions), rejection
+        sampling (it imitates every verified sample), on-policy distillation (the teacher's
+        log-probs) or an estimator with its own baseline (REINFORCE, ReMax, SPO, PPO's GAE)."""
+        if self.samples != "policy":
+            return False
+        kind = OBJECTIVES[self.objective].kind
+        return kind == "pairs" or (
+            kind == "policy_gradient" and ADVANTAGES[self.advantage].group_relative
+        )
+
 
 FIXED_FIELDS = ("name", "citation", "summary")
 
 ARGUMENTS_FILLED = {
     "advantage": ("inputs", "beta", "gamma", "lam", "baseline"),
-    "policy_loss": ("logp", "old_logp", "advantages", "mask", "clip_low", "clip_high", "dual_clip"),
+    "policy_loss": (
+        "logp",
+        "old_logp",
+        "sampler_logp",
+        "advantages",
+        "mask",
+        "clip_low",
+        "clip_high",
+        "dual_clip",
+        "seed",
+    ),
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl_estimator": ("logp", "ref_logp"),
     "group_filter": ("rewards", "lengths"),
@@ -781,8 +809,28 @@ def get_preset(name: str) -> Preset:
     return PRESETS.get_or_raise(name)
 
 
+def _loss_bounds(preset: Preset, loss: object) -> dict[str, Any]:
+    """The clip_low / clip_high defaults of the policy loss ``loss`` (its function's signature)
+    when its clip space differs from that of ``preset.policy_loss``: the preset's bounds are in
+    its own loss's space (a PPO ratio offset of 0.2 is no DPPO-KL threshold in nats). Empty when
+    the spaces agree, ``loss`` is not registered, or it clips nothing."""
+    spec = POLICY_LOSSES.get(loss) if isinstance(loss, str) else None
+    if spec is None or spec.clip_space in (None, POLICY_LOSSES[preset.policy_loss].clip_space):
+        return {}
+    parameters = inspect.signature(spec.fn).parameters
+    return {
+        name: parameters[name].default
+        for name in ("clip_low", "clip_high")
+        if name in parameters and parameters[name].default is not inspect.Parameter.empty
+    }
+
+
 def resolve(preset_name: str, **overrides: object) -> Preset:
     """The preset ``preset_name`` with ``overrides`` applied, validated.
+
+    A ``policy_loss`` override of another clip space than the preset's loss (e.g. ``dppo_kl``,
+    nats, on the ``grpo`` preset, a ratio) takes that loss's own clip_low / clip_high defaults
+    (``dppo_kl``: 0.05) for the bounds the overrides do not set.
 
     Args:
         preset_name: a key of :data:`PRESETS`.
@@ -798,7 +846,8 @@ def resolve(preset_name: str, **overrides: object) -> Preset:
     unknown = sorted(set(overrides) - set(accepted))
     if unknown:
         raise ValueError(f"unknown algorithm fields {unknown}; accepted: {', '.join(accepted)}")
-    resolved = dataclasses.replace(preset, **overrides)
+    bounds = _loss_bounds(preset, overrides.get("policy_loss", preset.policy_loss))
+    resolved = dataclasses.replace(preset, **{**bounds, **overrides})
     validate(resolved)
     return resolved
 

@@ -60,6 +60,7 @@ def unlikeliness_rewards(
     "unlikeliness",
     paper='He et al. 2025, "Rewarding the Unlikely", arXiv:2506.02355',
     requires=("mask", "student_logp"),
+    group_relative=True,
 )
 def _unlikeliness_estimator(
     inputs: AdvantageInputs, beta_rank: float = 0.25, eps: float = 1e-6

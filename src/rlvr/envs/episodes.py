@@ -25,14 +25,25 @@ kept on the episode (``Episode.fault``). A group none of whose environments can 
 whose every episode faulted (nothing could be learnt from it), or calls of
 :data:`HUNG_IN_A_ROW` problems in a row out of time (the environment is down; each call would
 cost the time limit again) stop the run either way.
+
+A hung environment costs a group about two time limits, not one per episode: the calls of a
+group's episodes (their resets, then their steps at each turn) run one after another in place
+until one runs out of time; the group's other calls of that turn then start together, each on a
+thread of its own under its own time limit (:func:`_group_calls`). Each call that runs out of
+time is told at once on stderr (a ``warning:`` line). Environments are closed (their optional
+``close()``) the same way.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+import sys
+import threading
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from itertools import groupby
+from typing import Any, TypeVar
 
 import torch
 
@@ -45,6 +56,8 @@ from rlvr.rollout.streams import derive
 from rlvr.rollout.turns import TurnSession
 
 TRUNCATION_MARK = " ...[truncated]"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,8 @@ class _FaultLog:
             self.timeouts.clear()
         if faults.on_error == "raise":
             raise fault
+        if isinstance(fault, EnvTimeout):  # told now: the draw's faults are told when it ends
+            print(f"warning: {fault}", file=sys.stderr, flush=True)
         if len(self.timeouts) >= HUNG_IN_A_ROW:
             raise EnvFault(
                 f"{fault}; the calls of {len(self.timeouts)} problems in a row ran out of time: "
@@ -193,6 +208,56 @@ def _guarded(call: Callable[[], Any], where: str, what: str, faults: Faults) -> 
         ) from None
     except Exception as err:  # noqa: BLE001 - the environment's own failure, reported
         raise EnvFault(f"{where}: {what} raised {_one_line(err)}") from err
+
+
+def _group_calls(calls: list[Callable[[], T]]) -> Iterator[T | EnvFault]:
+    """Each of a group's calls into its environments, made (see the module docstring): its
+    result or the :class:`EnvFault` it raised, in order. In place, an environment may time its
+    own checks with SIGALRM (main thread only, :mod:`rlvr.envs.deadline`; on a thread SIGALRM
+    cannot time a check: GEM's math grader then fails, a fault of that episode); side by side,
+    once one call has run out of time, the group's other calls cost one time limit together."""
+    for k, call in enumerate(calls):
+        try:
+            result: T | EnvFault = call()
+        except EnvFault as fault:
+            result = fault
+        yield result
+        if isinstance(result, EnvTimeout):
+            yield from _side_by_side(calls[k + 1 :])
+            return
+
+
+def _side_by_side(calls: list[Callable[[], T]]) -> Iterator[T | EnvFault]:
+    """Each call's result or its :class:`EnvFault`, in order, the calls started together, each
+    on a thread of its own (under its own time limit: each returns within it)."""
+    results: dict[int, T | BaseException] = {}
+
+    def run(k: int) -> None:
+        try:
+            results[k] = calls[k]()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            results[k] = err
+
+    threads = [
+        threading.Thread(target=run, args=(k,), name="env-call", daemon=True)
+        for k in range(len(calls))
+    ]
+    for thread in threads:
+        thread.start()
+    for k, thread in enumerate(threads):
+        thread.join()
+        result = results[k]
+        if isinstance(result, BaseException) and not isinstance(result, EnvFault):
+            raise result
+        yield result
+
+
+def _started(
+    make_env: Callable[[], Environment], problem: Problem, seed: int, faults: Faults
+) -> tuple[Environment, list[Message]]:
+    """A fresh environment, reset with the problem and seed, and its first messages."""
+    env = _guarded(make_env, f"problem {problem.id!r}", "making the env", faults)
+    return env, _checked_reset(env, problem, seed, faults)
 
 
 def _checked_reset(env: Environment, problem: Problem, seed: int, faults: Faults) -> list[Message]:
@@ -297,15 +362,13 @@ def start_episodes(
     log = _FaultLog()
     for p, (problem, seed) in enumerate(zip(problems, seeds, strict=True)):
         first, group = None, len(episodes)
-        for _ in range(n):
-            try:
-                env = _guarded(make_env, f"problem {problem.id!r}", "making the env", faults)
-                messages = renderer.first_messages(_checked_reset(env, problem, seed, faults))
-            except EnvFault as fault:
+        for started in _group_calls([partial(_started, make_env, problem, seed, faults)] * n):
+            if isinstance(started, EnvFault):
                 envs.append(None)
-                episodes.append(Episode(fault=log.fault(fault, faults, problem)))
+                episodes.append(Episode(fault=log.fault(started, faults, problem)))
                 continue
             log.ok()
+            env, messages = started[0], renderer.first_messages(started[1])
             if first is None:
                 first = messages
                 prompts.append(renderer.prompt_ids(messages))
@@ -334,15 +397,42 @@ def _end_with_fault(episode: Episode, fault: str) -> None:
     episode.truncated = True
 
 
-def _close(env: Environment | None, faults: Faults) -> None:
-    """An environment's optional ``close()`` (a connection, a subprocess), its failure ignored:
-    the episode is over."""
-    close = getattr(env, "close", None)
-    if callable(close):
-        try:
-            call_with_deadline(close, faults.timeout_s)
-        except (Exception, Deadline):  # noqa: BLE001 - nothing of the episode depends on it
-            pass
+def _close_all(envs: list[Environment | None], faults: Faults) -> None:
+    """The environments' optional ``close()`` (a connection, a subprocess), made as a group's
+    calls are (:func:`_group_calls`: hung ones cost about two time limits in all), their
+    failures ignored: the episodes are over."""
+    closes = [(env, getattr(env, "close", None)) for env in envs]
+    calls = [
+        partial(_guarded, close, f"env {type(env).__name__}", "close()", faults)
+        for env, close in closes
+        if callable(close)
+    ]
+    for _ in _group_calls(calls):
+        pass
+
+
+def _observation(
+    renderer: ChatRenderer, episode: Episode, action: list[int], result: StepResult, budget: Budget
+) -> list[int] | None:
+    """Records a step's result on the episode; the observation's tokens when the episode goes
+    on, or None when it has ended (by the environment; truncated: no room left for an action
+    after the observation, or an observation that cannot be cut to fit)."""
+    history = list(episode.messages)
+    _record_step(episode, result)
+    if result.done:
+        episode.terminated, episode.truncated = result.terminated, result.truncated
+        return None
+    obs, shown, cut = _fit_observation(
+        renderer, history, action, result.messages, budget.max_observation_tokens
+    )
+    episode.observations_cut += int(cut)
+    if shown is not result.messages:
+        episode.messages[len(history) :] = shown
+    room = budget.max_episode_tokens - len(episode.completion_ids) - len(obs)
+    if room < 1 or len(obs) > budget.max_observation_tokens:
+        episode.truncated = True
+        return None
+    return obs
 
 
 def run_episodes(
@@ -385,46 +475,44 @@ def run_episodes(
                 episode.add(ids, out.logprobs[row])
                 episode.finished = out.finished[row]
                 episode.messages.append({"role": "assistant", "content": decode(ids)})
-                env = envs[e]
-                if env is None:  # its reset faulted: the group's prompt, one action
+                if envs[e] is None:  # its reset faulted: the group's prompt, one action
                     _end_with_fault(episode, episode.fault or "")
-                    continue
-                where = (
-                    f"env {type(env).__name__}, problem {problems[e // n].id!r}, turn {turn + 1}"
-                )
-                try:
-                    result = _checked_step(env, episode.messages[-1]["content"], where, faults)
-                except EnvFault as fault:
-                    _end_with_fault(episode, log.fault(fault, faults, problems[e // n]))
-                    continue
-                log.ok()
-                history = list(episode.messages)
-                _record_step(episode, result)
-                if result.done:
-                    episode.terminated, episode.truncated = result.terminated, result.truncated
-                    continue
-                obs, shown, cut = _fit_observation(
-                    renderer, history, ids, result.messages, budget.max_observation_tokens
-                )
-                episode.observations_cut += int(cut)
-                if shown is not result.messages:
-                    episode.messages[len(history) :] = shown
-                room = budget.max_episode_tokens - len(episode.completion_ids) - len(obs)
-                too_long = len(obs) > budget.max_observation_tokens
-                if turn + 1 == budget.max_turns or room < 1 or too_long:
-                    episode.truncated = True
-                    continue
-                episode.add(obs, None)
-                keep.append(row)
-                observations.append(obs)
+            stepped = [row for row, e in enumerate(live) if envs[e] is not None]
+            for p, group in groupby(stepped, key=lambda row: live[row] // n):
+                rows = list(group)
+                calls = [
+                    partial(
+                        _checked_step,
+                        envs[live[row]],
+                        episodes[live[row]].messages[-1]["content"],
+                        f"env {type(envs[live[row]]).__name__}, problem {problems[p].id!r}, "
+                        f"turn {turn + 1}",
+                        faults,
+                    )
+                    for row in rows
+                ]
+                for row, result in zip(rows, _group_calls(calls), strict=True):
+                    episode = episodes[live[row]]
+                    if isinstance(result, EnvFault):
+                        _end_with_fault(episode, log.fault(result, faults, problems[p]))
+                        continue
+                    log.ok()
+                    obs = _observation(renderer, episode, out.completion_ids[row], result, budget)
+                    if obs is None:
+                        continue
+                    if turn + 1 == budget.max_turns:  # no action follows this observation
+                        episode.truncated = True
+                        continue
+                    episode.add(obs, None)
+                    keep.append(row)
+                    observations.append(obs)
             live = [live[row] for row in keep]
             if not live:
                 break
             session.extend(keep, observations)
         session.close()  # the engine's caches are not kept while the learner trains
     finally:
-        for env in envs:
-            _close(env, faults)
+        _close_all(envs, faults)
     if all(e.fault is not None for e in episodes):
         raise EnvFault(
             f"every episode of this batch ({len(episodes)}) ended in an environment fault; the "

@@ -21,7 +21,10 @@ chat template renders each observation as a user message, as for every environme
   by ``info["suffix"]`` when GEM gives one and the episode goes on (the line that asks for the
   next move), none at GEM's terminal-state marker; reward as GEM gives it; ``terminated`` as GEM's;
   ``truncated`` only when GEM truncated without terminating (its single-turn tasks report both);
-  GEM's info is kept.
+  GEM's info is kept. GEM tells an action it could not parse (a game's move with no
+  ``\\boxed{...}``) only by its format-error reward (``LanguageGameReward.format_error_reward``,
+  -0.1): a game's step with that reward is an invalid action (``action_valid: False``, counted in
+  ``tools/invalid_frac`` and the evaluation's invalid actions).
 
 GEM's tools (``env.params.wrappers: [python_tool]``, names of GEM's ``WRAPPER_FACTORY``) wrap
 the environment as GEM's own scripts do: an action holding a ``<python>...</python>`` block (or a
@@ -96,6 +99,7 @@ class GemEnv:
         self._env: Any = None
         self._done = True
         self._counts = (0, 0)  # GEM's tool uses and successes so far in the episode
+        self._format_error = format_error_reward(env_id)
 
     def _make(self) -> Any:
         try:
@@ -131,6 +135,8 @@ class GemEnv:
             calls, ok = counts[0] - self._counts[0], counts[1] - self._counts[1]
             info.update(tool_calls=calls, tool_errors=calls - ok, action_valid=calls == ok)
             self._counts = counts
+        if reward == self._format_error:  # a game's action with no parseable move
+            info["action_valid"] = False
         return StepResult(
             _messages(observation, None if self._done else info),
             reward=float(reward),
@@ -138,6 +144,17 @@ class GemEnv:
             truncated=truncated,
             info=info,
         )
+
+
+def format_error_reward(env_id: str) -> float | None:
+    """The reward by which GEM's game ``env_id`` answers an action it cannot parse (GEM's
+    ``LanguageGameReward.format_error_reward``); None for its other environments, which have no
+    such reward."""
+    if not env_id.startswith("game:"):
+        return None
+    from gem.utils.constants import LanguageGameReward
+
+    return float(LanguageGameReward.format_error_reward)
 
 
 def tool_wrapper(names: list[str] | str | None) -> Any:

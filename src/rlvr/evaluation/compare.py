@@ -5,7 +5,10 @@ probability of improvement and performance profiles (see :mod:`rlvr.evaluation.s
 A *source* is an eval directory (``summary.json``) or a run directory. A run contributes the
 eval directories of its latest evaluated checkpoint (``RUN/eval-*`` made by ``rlvr eval RUN``),
 one score per task, or, for a training-log metric such as ``eval/greedy_accuracy``, the last
-value logged in its ``metrics.jsonl``. Sources are grouped into *methods* explicitly
+value logged in its ``metrics.jsonl``. An evaluation outside a run (``rlvr eval BASE --like
+RUN``: a base model) stands beside runs for their ``eval/greedy_*`` metrics when it is greedy
+(temperature 0, ``rlvr eval``'s default): its summary's metric of that name, as the trainer's
+greedy held-out evaluation computes it. Sources are grouped into *methods* explicitly
 (``--method NAME=path1,path2``) or by their run config: the config's top-level ``name`` when
 it has one, else configs that are identical up to ``train.seed`` (and the ``logging``,
 ``checkpoint`` and ``eval`` sections) form one method. Evaluations of a model outside any run
@@ -13,7 +16,15 @@ are grouped by model.
 
 Methods whose evaluations kept their samples and share their problems (equal problem ids, as
 ``rlvr eval BASE --like RUN`` and ``rlvr eval RUN`` give) are also compared problem by problem
-(:func:`paired_comparisons`, :mod:`rlvr.evaluation.paired`).
+(:func:`paired_comparisons`, :mod:`rlvr.evaluation.paired`), with an interval resampling the
+seeds, then the problems.
+
+Every interval here is a bootstrap over a method's runs (seeds). Its stated level holds only
+with enough seeds: an exact test over ``n`` seeds cannot reach a two-sided p below
+``2^(1-n)`` (:func:`rlvr.evaluation.stats.seeds_needed`: 6 seeds for 95%), and a percentile
+bootstrap of 3 seeds' mean is the range of the 3 values. :func:`compare` marks each method,
+pair and paired comparison whose seeds cannot support ``confidence`` (``supports_level``);
+``rlvr compare`` flags them in its tables.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from rlvr.evaluation.stats import (
     bootstrap_ci,
     performance_profile_ci,
     probability_of_improvement_ci,
+    seeds_needed,
 )
 
 _IGNORED_SECTIONS = ("logging", "checkpoint", "eval")
@@ -160,6 +172,25 @@ def _problem_hashes(evals: list[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
     return hashes
 
 
+def _greedy_metric(path: Path, summary: dict[str, Any], metric: str) -> str:
+    """The summary metric an evaluation outside a run gives for a run's training-log
+    ``metric``: ``eval/greedy_<name>`` is ``<name>`` of a greedy evaluation (temperature 0),
+    which scores the problems as the trainer's greedy held-out evaluation does."""
+    name = metric.removeprefix("eval/greedy_")
+    if name == metric or "/" in name:
+        raise EvalError(
+            f"--metric {metric}: {path} is an evaluation outside a run, which stands for a "
+            "run's eval/greedy_* metrics only (eval/greedy_accuracy: its greedy accuracy)"
+        )
+    if (summary.get("sampling") or {}).get("temperature") != 0:
+        raise EvalError(
+            f"--metric {metric}: {path} was not sampled greedily (temperature 0), so it is not "
+            "comparable with a run's greedy evaluation; evaluate it with rlvr eval's defaults "
+            "(--n 1), or compare a summary metric such as pass@1"
+        )
+    return name
+
+
 def load_source(path: Path, metric: str) -> Source:
     """Read one source's scores for ``metric`` (see the module docstring)."""
     path = Path(path)
@@ -184,7 +215,9 @@ def load_source(path: Path, metric: str) -> Source:
         )
 
     config = read_run_config(run_dir) if run_dir is not None else {}
-    if "/" in metric:
+    if "/" in metric and run_dir is None and evals:  # an evaluation outside a run, e.g. a base
+        scores, per_problem = _eval_scores(path, evals, _greedy_metric(path, evals[0][1], metric))
+    elif "/" in metric:
         if run_dir is None:
             raise EvalError(
                 f"--metric {metric}: a training-log metric needs run directories ({path} is "
@@ -204,8 +237,7 @@ def load_source(path: Path, metric: str) -> Source:
         summary = evals[0][1]
         model = str(summary.get("model") or summary.get("model_path"))
         group_key, label = f"model:{model}", str(summary.get("tag") or model)
-    hashes = _problem_hashes(evals) if "/" not in metric else {}
-    return Source(path, scores, group_key, label, config, per_problem, hashes)
+    return Source(path, scores, group_key, label, config, per_problem, _problem_hashes(evals))
 
 
 def _disambiguate(groups: dict[str, list[Source]]) -> dict[str, list[Source]]:
@@ -290,9 +322,10 @@ def default_taus(pooled: np.ndarray) -> np.ndarray:
     return np.linspace(lo, hi, 101)
 
 
-def _method_problems(sources: list[Source], task: str) -> tuple[dict[str, float], str]:
-    """``({problem id: mean over the method's runs}, "")`` on ``task``, or ``({}, why not)``
-    when a run kept no samples or the runs were evaluated on different problems."""
+def _method_problems(sources: list[Source], task: str) -> tuple[dict[str, list[float]], str]:
+    """``({problem id: its score in each of the method's runs}, "")`` on ``task``, or
+    ``({}, why not)`` when a run kept no samples or the runs were evaluated on different
+    problems."""
     maps: list[dict[str, float]] = []
     for source in sources:
         values = source.per_problem.get(task)
@@ -306,7 +339,7 @@ def _method_problems(sources: list[Source], task: str) -> tuple[dict[str, float]
         if _differ(source, sources[0], task):
             return {}, f"{source.path} saw other prompts or answers than {sources[0].path}"
         maps.append(values)
-    return {pid: float(np.mean([m[pid] for m in maps])) for pid in maps[0]}, ""
+    return {pid: [m[pid] for m in maps] for pid in maps[0]}, ""
 
 
 def _differ(a: Source, b: Source, task: str) -> bool:
@@ -320,17 +353,20 @@ def paired_comparisons(
     groups: dict[str, list[Source]], tasks: list[str], reps: int, confidence: float, seed: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Per task and pair of methods evaluated on the same problems (equal problem ids), the
-    paired per-problem comparison of :func:`rlvr.evaluation.paired.paired_comparison` (a
-    method's per-problem score is the mean over its runs).
+    paired per-problem comparison of :func:`rlvr.evaluation.paired.paired_comparison` of the
+    methods' ``[runs, problems]`` scores (its interval resamples runs, then problems).
 
     Returns:
-        ``(paired, skipped)``: entries ``{"x", "y", "task", "n_problems", "mean_diff", "wins",
-        "ties", "losses", "p_value", "test"}``, and ``{"x", "y", "task", "reason"}`` for pairs
-        that could not be paired (none at all when no source kept per-problem scores).
+        ``(paired, skipped)``: entries ``{"x", "y", "task", "n_problems", "seeds",
+        "mean_diff", "wins", "ties", "losses", "p_value", "test", "supports_level"}``
+        (``supports_level``: both methods have the :func:`seeds_needed` runs for
+        ``confidence``), and ``{"x", "y", "task", "reason"}`` for pairs that could not be
+        paired (none at all when no source kept per-problem scores).
     """
     if not any(s.per_problem for sources in groups.values() for s in sources):
         return [], []
     names = list(groups)
+    needed = seeds_needed(confidence, two_sided=True)
     paired, skipped = [], []
     for t, task in enumerate(tasks):
         per_method = {name: _method_problems(groups[name], task) for name in names}
@@ -348,13 +384,14 @@ def paired_comparisons(
                     skipped.append({"x": x, "y": y, "task": task, "reason": reason})
                     continue
                 entry = paired_comparison(
-                    np.array(list(xs.values())),
-                    np.array([ys[p] for p in xs]),
+                    np.array(list(xs.values())).T,
+                    np.array([ys[p] for p in xs]).T,
                     reps,
                     confidence,
                     seed + 1000 * (i + 1) + j + 100_000 * t,
                 )
-                paired.append({"x": x, "y": y, "task": task, **entry})
+                supports = min(entry["seeds"]) >= needed
+                paired.append({"x": x, "y": y, "task": task, **entry, "supports_level": supports})
     return paired, skipped
 
 
@@ -366,12 +403,14 @@ def compare(
 ) -> dict[str, Any]:
     """Aggregate statistics per method and probability of improvement per pair.
 
-    Returns a JSON-ready dict: ``tasks``, ``methods`` (per method: ``runs``, ``sources``,
-    ``scores`` [runs][tasks], and ``mean``/``median``/``iqm`` each as
-    ``[estimate, low, high]``, ``profile`` with ``low``/``high`` bands), ``taus``, and
-    ``improvement`` (per pair i < j: ``x``, ``y``, ``p`` as ``[estimate, low, high]``), and
-    ``paired`` / ``paired_skipped`` (:func:`paired_comparisons`) for methods evaluated on the
-    same problems.
+    Returns a JSON-ready dict: ``tasks``, ``seeds_needed`` (the runs a method needs for a
+    two-sided ``confidence`` over seeds: :func:`rlvr.evaluation.stats.seeds_needed`),
+    ``methods`` (per method: ``runs``, ``sources``, ``scores`` [runs][tasks], and
+    ``mean``/``median``/``iqm`` each as ``[estimate, low, high]``, ``profile`` with
+    ``low``/``high`` bands, ``supports_level``: runs >= ``seeds_needed``), ``taus``, and
+    ``improvement`` (per pair i < j: ``x``, ``y``, ``p`` as ``[estimate, low, high]``,
+    ``supports_level`` of both methods), and ``paired`` / ``paired_skipped``
+    (:func:`paired_comparisons`) for methods evaluated on the same problems.
     """
     task_sets = {name: [sorted(s.scores) for s in sources] for name, sources in groups.items()}
     tasks = sorted(next(iter(groups.values()))[0].scores)
@@ -388,6 +427,7 @@ def compare(
     }
     pooled = np.concatenate([m.ravel() for m in matrices.values()])
     taus = default_taus(pooled)
+    needed = seeds_needed(confidence, two_sided=True)
     methods = {}
     for i, (name, matrix) in enumerate(matrices.items()):
         entry: dict[str, Any] = {
@@ -399,6 +439,7 @@ def compare(
             entry[stat_name] = list(bootstrap_ci(matrix, stat, reps, confidence, seed + i))
         profile, lo, hi = performance_profile_ci(matrix, taus, reps, confidence, seed + i)
         entry["profile"] = {"value": profile.tolist(), "low": lo.tolist(), "high": hi.tolist()}
+        entry["supports_level"] = entry["runs"] >= needed
         methods[name] = entry
     names = list(matrices)
     improvement = []
@@ -408,11 +449,13 @@ def compare(
             p = probability_of_improvement_ci(
                 matrices[x], matrices[y], reps, confidence, seed + 1000 * (i + 1) + j
             )
-            improvement.append({"x": x, "y": y, "p": list(p)})
+            supports = methods[x]["supports_level"] and methods[y]["supports_level"]
+            improvement.append({"x": x, "y": y, "p": list(p), "supports_level": supports})
     paired, skipped = paired_comparisons(groups, tasks, reps, confidence, seed)
     return {
         "tasks": tasks,
         "confidence": confidence,
+        "seeds_needed": needed,
         "reps": reps,
         "taus": taus.tolist(),
         "methods": methods,

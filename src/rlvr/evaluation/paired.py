@@ -4,13 +4,17 @@ When two evaluations share their problems, the per-problem differences ``d_i = x
 remove the between-problem variance that dominates unpaired intervals (an easy problem is easy
 for both), so far smaller differences are resolved than by comparing the two means.
 
-* mean difference ``mean(d)`` with a percentile-bootstrap interval over problems (problems are
-  resampled as pairs);
-* wins / ties / losses: problems where ``x_i > y_i``, ``x_i == y_i``, ``x_i < y_i``;
+* mean difference ``mean(x) - mean(y)`` with a hierarchical percentile-bootstrap interval
+  (:func:`rlvr.evaluation.stats.hierarchical_bootstrap_diff`): each method's seeds are
+  resampled, then the problems, as pairs (one draw for both methods); with one seed per method
+  this is the paired bootstrap over problems;
+* wins / ties / losses: problems where the seed-averaged ``x_i > y_i``, ``x_i == y_i``,
+  ``x_i < y_i``;
 * a two-sided exact sign test: under "neither is better" a non-tied problem is a win with
   probability 1/2, so ``wins ~ Binomial(wins + losses, 1/2)``. For 0/1 scores (greedy
   accuracy, pass@1 of one sample) the non-tied problems are the discordant pairs and this is
-  exactly McNemar's exact test.
+  exactly McNemar's exact test. It tests the problems, given the seeds: it says nothing about
+  another seed's run.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr.evaluation.stats import bootstrap_mean_ci
+from rlvr.evaluation.stats import hierarchical_bootstrap_diff
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -35,25 +39,30 @@ def sign_test(wins: int, losses: int) -> float:
 def paired_comparison(
     x: np.ndarray, y: np.ndarray, reps: int = 2000, confidence: float = 0.95, seed: int = 0
 ) -> dict[str, Any]:
-    """Compare per-problem scores ``x`` [P] and ``y`` [P] (the same problems, in the same order).
+    """Compare per-problem scores ``x`` and ``y`` of the same problems in the same order: each
+    ``[problems]`` (one seed) or ``[seeds, problems]`` (a method's runs, row by row).
 
     Returns:
-        ``{"n_problems", "mean_diff": [estimate, low, high], "wins", "ties", "losses",
-        "p_value", "test"}``, ``mean_diff`` being ``mean(x - y)`` with its bootstrap interval,
-        ``test`` naming the test behind ``p_value`` (see the module docstring).
+        ``{"n_problems", "seeds", "mean_diff": [estimate, low, high], "wins", "ties",
+        "losses", "p_value", "test"}``: ``seeds`` the runs of x and of y, ``mean_diff``
+        ``mean(x) - mean(y)`` with its hierarchical bootstrap interval, ``test`` naming the test
+        behind ``p_value`` (see the module docstring).
     """
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if x.shape != y.shape or x.ndim != 1 or x.size == 0:
+    x, y = np.atleast_2d(np.asarray(x, np.float64)), np.atleast_2d(np.asarray(y, np.float64))
+    if x.ndim != 2 or y.ndim != 2 or x.shape[1] != y.shape[1] or x.size == 0 or y.size == 0:
         raise ValueError(
-            f"paired scores must be two equal non-empty [P] arrays, got {x.shape}, {y.shape}"
+            "paired scores must be non-empty [problems] or [seeds, problems] arrays of the same "
+            f"problems, got {x.shape}, {y.shape}"
         )
-    d = x - y
+    d = x.mean(axis=0) - y.mean(axis=0)
     wins, losses = int((d > 0).sum()), int((d < 0).sum())
-    low, high = bootstrap_mean_ci(d, reps=reps, confidence=confidence, seed=seed)
-    binary = bool(np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all())
+    estimate, low, high = hierarchical_bootstrap_diff(x, y, reps, confidence, seed)
+    means = np.concatenate([x.mean(axis=0), y.mean(axis=0)])
+    binary = bool(np.isin(means, (0.0, 1.0)).all())
     return {
         "n_problems": int(d.size),
-        "mean_diff": [float(d.mean()), low, high],
+        "seeds": [int(x.shape[0]), int(y.shape[0])],
+        "mean_diff": [estimate, low, high],
         "wins": wins,
         "ties": int(d.size) - wins - losses,
         "losses": losses,

@@ -30,6 +30,13 @@ TRAINING_SERIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 """(panel title, y-axis label, metrics.jsonl keys plotted in it) of the training-curves figure."""
 
+EVENT_STYLES: dict[str, tuple[str, str, str]] = {
+    "resume": ("tab:blue", "--", "resumed"),
+    "lr": ("tab:green", "-.", "learning rate changed"),
+}
+"""(colour, line style, legend label) of each kind of run event marked on the curves: a resume
+and a change of the learning rate or its schedule (``--resume --set train.lr=...``)."""
+
 
 def new_figure(width: float, height: float) -> Figure:
     """A figure attached to an Agg canvas (independent of matplotlib's global backend)."""
@@ -78,9 +85,11 @@ def _plot_lines(
     keys: Sequence[str],
     error_bars: Mapping[str, Callable[[float], tuple[float, float]]],
     marks: Sequence[float],
+    events: Sequence[tuple[float, str]] = (),
 ) -> int:
-    """Plot each key's finite values, with error bars where given, and a red dotted line at
-    each step of ``marks``; returns the number of legend entries."""
+    """Plot each key's finite values, with error bars where given, a red dotted line at each
+    step of ``marks`` and a line styled by :data:`EVENT_STYLES` at each ``(x, kind)`` of
+    ``events``; returns the number of legend entries."""
     entries = 0
     for key in keys:
         xs, ys = _series(rows, key)
@@ -96,7 +105,12 @@ def _plot_lines(
         entries += 1
     for i, step in enumerate(marks):
         ax.axvline(step, color="red", linestyle=":", label="non-finite" if i == 0 else None)
-    return entries + bool(marks)
+    labelled: set[str] = set()
+    for x, kind in events:
+        color, style, label = EVENT_STYLES[kind]
+        ax.axvline(x, color=color, linestyle=style, label=None if kind in labelled else label)
+        labelled.add(kind)
+    return entries + bool(marks) + len(labelled)
 
 
 def _grid(count: int) -> tuple[Figure, list[Any]]:
@@ -114,6 +128,7 @@ def training_figure(
     rows: Sequence[dict[str, Any]],
     error_bars: Mapping[str, Callable[[float], tuple[float, float]]] | None = None,
     marks: Sequence[float] = (),
+    events: Sequence[tuple[float, str]] = (),
 ) -> Figure | None:
     """One panel per :data:`TRAINING_SERIES` entry with data in ``rows`` (metrics.jsonl rows; a
     series whose values are all NaN/inf still gets its panel); None when none has any.
@@ -122,6 +137,8 @@ def training_figure(
         error_bars: metrics key -> function of a plotted value giving its (low, high)
             interval, e.g. a confidence interval of a held-out accuracy.
         marks: steps marked by a red dotted line on every panel (where a metric was NaN/inf).
+        events: ``(x, kind)`` marked on every panel in the style of :data:`EVENT_STYLES`
+            (resumes, learning-rate changes).
     """
     panels = [
         (title, ylabel, keys)
@@ -132,7 +149,7 @@ def training_figure(
         return None
     fig, axes = _grid(len(panels))
     for ax, (title, ylabel, keys) in zip(axes, panels, strict=True):
-        entries = _plot_lines(ax, rows, keys, error_bars or {}, marks)
+        entries = _plot_lines(ax, rows, keys, error_bars or {}, marks, events)
         _style(ax, title, ylabel, legend=entries > 1)
     return fig
 
@@ -152,16 +169,17 @@ def reward_terms_figure(
     rows: Sequence[dict[str, Any]],
     weights: Mapping[str, float] | None = None,
     marks: Sequence[float] = (),
+    events: Sequence[tuple[float, str]] = (),
 ) -> Figure | None:
     """One panel per reward term: its unweighted batch mean per step (``reward/<label>/mean``),
-    titled with its weight when ``weights`` (label -> weight) has it, ``marks`` as in
-    :func:`training_figure`; None without terms."""
+    titled with its weight when ``weights`` (label -> weight) has it, ``marks`` and ``events``
+    as in :func:`training_figure`; None without terms."""
     terms = reward_terms(rows)
     if not terms:
         return None
     fig, axes = _grid(len(terms))
     for ax, term in zip(axes, terms, strict=True):
-        entries = _plot_lines(ax, rows, [f"reward/{term}/mean"], {}, marks)
+        entries = _plot_lines(ax, rows, [f"reward/{term}/mean"], {}, marks, events)
         weight = (weights or {}).get(term)
         title = term if weight is None else f"{term} (weight {weight:g})"
         _style(ax, title, "mean score (unweighted)", legend=entries > 1)

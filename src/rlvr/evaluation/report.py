@@ -1,9 +1,10 @@
 """A self-contained HTML report of a run: a red notice naming any metric that went NaN/inf
 (and where), the held-out accuracy before -> after training with 95% Wilson intervals, training
-curves (with y-axis labels, non-finite steps marked), per-reward-term curves, the code
-sandbox's reward-hacking counters (programs killed per limit, forbidden attempts), the
-sampler/trainer mismatch and its correction (first, last, max), per-category curves, pass@k of
-its evaluations, and samples with their per-term reward breakdown.
+curves (with y-axis labels, non-finite steps, resumes and learning-rate changes marked),
+per-reward-term curves, the code sandbox's reward-hacking counters (programs killed per limit,
+forbidden attempts), the sampler/trainer mismatch and its correction (first, last, max),
+per-category curves, pass@k of its evaluations, and samples with their per-term reward
+breakdown.
 
 The report is one HTML file with inline CSS and its figures embedded as base64 PNG ``data:``
 URIs: no scripts, no external assets, no server; it opens from disk in any browser. Model
@@ -23,6 +24,7 @@ import numpy as np
 
 from rlvr.evaluation.harness import EvalError, load_summary
 from rlvr.evaluation.plots import (
+    EVENT_STYLES,
     TRAINING_SERIES,
     category_figure,
     data_uri,
@@ -37,6 +39,8 @@ MAX_TEXT = 2000  # characters of a prompt/completion shown in the samples table
 Z95 = 1.959963984540054  # standard normal quantile of 0.975: 95% two-sided intervals
 NONFINITE_TEXT = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 """How metrics.jsonl writes non-finite values (older files wrote ``null`` instead)."""
+LR_KEYS = ("train.lr", "train.lr_schedule", "train.warmup_steps", "train.min_lr_ratio")
+"""Config keys whose change on ``--resume`` changes the learning rate from the resumed step."""
 
 _CSS = """
 body { font-family: system-ui, -apple-system, sans-serif; margin: 2em auto; max-width: 1300px;
@@ -103,6 +107,30 @@ def read_metric_rows(
                 row[key] = NONFINITE_TEXT.get(text, math.nan)
                 nonfinite.setdefault(key, []).append((row.get("step"), text))
     return rows, bad, nonfinite
+
+
+def run_events(run_dir: Path) -> list[tuple[float, str, str]]:
+    """The resumes of a run and the learning-rate changes they made, from ``resumes.jsonl``:
+    ``(x, kind, text)`` with kind ``resume`` or ``lr`` (:data:`~rlvr.evaluation.plots.EVENT_STYLES`)
+    and x half a step after the step resumed from, where the curves go on."""
+    rows, _ = _read_jsonl(Path(run_dir) / "resumes.jsonl")
+    events = []
+    for row in rows:
+        step = row.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        checkpoint = row.get("checkpoint")
+        source = f" (from {checkpoint})" if checkpoint else " (no checkpoint: from the start)"
+        events.append((step + 0.5, "resume", f"after step {step}{source}"))
+        changes = row.get("changes") if isinstance(row.get("changes"), dict) else {}
+        lr = [
+            f"{key} {change.get('old')} → {change.get('new')}"
+            for key, change in changes.items()
+            if key in LR_KEYS and isinstance(change, dict)
+        ]
+        if lr:
+            events.append((step + 0.5, "lr", f"from step {step + 1}: {', '.join(lr)}"))
+    return events
 
 
 def wilson_interval(accuracy: float, n: int, z: float = Z95) -> tuple[float, float]:
@@ -262,9 +290,16 @@ def _task_text(task: dict[str, Any]) -> str:
     return f"{task.get('name', 'arithmetic')} level {task.get('levels') or task.get('level', '-')}"
 
 
-def _training(rows: list[dict[str, Any]], bad: int, eval_n: int | None, marks: list[float]) -> str:
+def _training(
+    rows: list[dict[str, Any]],
+    bad: int,
+    eval_n: int | None,
+    marks: list[float],
+    events: list[tuple[float, str, str]],
+) -> str:
     """Training curves; held-out accuracies with 95% Wilson intervals when ``eval_n`` (held-out
-    problems per evaluation) is known; ``marks``: steps where a metric was NaN/inf."""
+    problems per evaluation) is known; ``marks``: steps where a metric was NaN/inf; ``events``:
+    the resumes and learning-rate changes (:func:`run_events`), marked and listed."""
     parts = ['<section id="training"><h2>Training curves</h2>']
     bars = {}
     if eval_n is not None:
@@ -272,7 +307,7 @@ def _training(rows: list[dict[str, Any]], bad: int, eval_n: int | None, marks: l
             f"eval/{kind}_accuracy": lambda acc: wilson_interval(acc, eval_n)
             for kind in ("greedy", "sampled")
         }
-    fig = training_figure(rows, bars, marks)
+    fig = training_figure(rows, bars, marks, [(x, kind) for x, kind, _ in events])
     if fig is None:
         parts.append(
             '<p class="note">No training metrics logged (metrics.jsonl is missing or empty).</p>'
@@ -287,6 +322,12 @@ def _training(rows: list[dict[str, Any]], bad: int, eval_n: int | None, marks: l
         ]
         if missing:
             parts.append(f'<p class="note">Not logged in this run: {_e(", ".join(missing))}.</p>')
+        if events:
+            marked = "; ".join(f"{EVENT_STYLES[kind][2]}: {text}" for _, kind, text in events)
+            parts.append(
+                f'<p class="note" id="run-events">Marked on the curves (blue dashed: a resume, '
+                f"green dash-dot: a learning-rate change): {_e(marked)}.</p>"
+            )
     if eval_n is not None and bars:
         parts.append(
             f'<p class="note">Held-out accuracy error bars: 95% Wilson intervals, n = {eval_n}.</p>'
@@ -297,15 +338,21 @@ def _training(rows: list[dict[str, Any]], bad: int, eval_n: int | None, marks: l
     return "".join(parts)
 
 
-def _reward_terms(rows: list[dict[str, Any]], config: dict[str, Any], marks: list[float]) -> str:
+def _reward_terms(
+    rows: list[dict[str, Any]],
+    config: dict[str, Any],
+    marks: list[float],
+    events: list[tuple[float, str, str]],
+) -> str:
     """Per-term reward curves of a run with ``reward.terms`` ("" otherwise), titled with the
-    terms' weights from the config, and the failed calls of each term."""
+    terms' weights from the config, ``marks`` and ``events`` as in :func:`_training`, and the
+    failed calls of each term."""
     weights = {
         term.get("label") or term.get("name"): term.get("weight", 1.0)
         for term in (config.get("reward") or {}).get("terms") or []
         if isinstance(term, dict)
     }
-    fig = reward_terms_figure(rows, weights, marks)
+    fig = reward_terms_figure(rows, weights, marks, [(x, kind) for x, kind, _ in events])
     if fig is None:
         return ""
     parts = [
@@ -600,14 +647,15 @@ def build_report(run_dir: Path, eval_dirs: list[Path] | None = None, max_samples
     marks = sorted(  # steps where some metric was NaN/inf
         {float(s) for where in nonfinite.values() for s, _ in where if isinstance(s, int | float)}
     )
+    events = run_events(run_dir)
     evals = find_eval_dirs(run_dir) if eval_dirs is None else list(eval_dirs)
     created = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sections = [
         _alerts(rows, nonfinite),
         _before_after(rows, config),
         _overview(run_dir, config, rows),
-        _training(rows, bad, _eval_n(rows, config)[0], marks),
-        _reward_terms(rows, config, marks),
+        _training(rows, bad, _eval_n(rows, config)[0], marks, events),
+        _reward_terms(rows, config, marks, events),
         _sandbox(rows),
         _mismatch(rows),
         _categories(rows),

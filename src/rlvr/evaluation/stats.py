@@ -16,6 +16,21 @@ Precipice" (NeurIPS; the ``rliable`` library), reimplemented with numpy/scipy:
   function of ``tau`` (the run-score distribution), averaged over tasks.
 
 All bootstrap functions take a ``seed`` and are deterministic given it.
+
+How many seeds a stated level needs. A percentile bootstrap over seeds cannot hold 95% with a
+handful of seeds: a resample of 3 per-seed values is one seed's value 3 times with
+probability 1/27 = 3.7% for each seed, more than the 2.5% of each tail, so the central 95%
+interval of their mean is exactly [min, max] of the 3 values, and "it lies above 0" means "all
+3 seeds above 0", which happens 1 time in 8 when nothing differs. Two remedies here:
+
+* :func:`sign_flip_p`, the exact sign-flip permutation test over seeds (Fisher 1935; Pitman
+  1937), whose level is exact for any number of seeds but whose smallest attainable p is
+  ``2^-n`` one-sided (``2^(1-n)`` two-sided): with fewer than :func:`seeds_needed` seeds no
+  result can reach the level, and saying so is the honest verdict;
+* :func:`hierarchical_bootstrap_diff` for per-problem metrics of several seeds: seeds are
+  resampled, then problems (Field & Welsh 2007; Ren et al. 2010; the problems crossed with
+  the seeds as in Owen 2007), so the interval carries the seed-to-seed variation that a
+  bootstrap over problems alone leaves out.
 """
 
 from __future__ import annotations
@@ -193,3 +208,92 @@ def bootstrap_mean_ci(
     rng = np.random.default_rng(seed)
     means = v[rng.integers(0, v.size, size=(reps, v.size))].mean(axis=1)
     return percentile_interval(means, confidence)
+
+
+def sign_flip_p(differences: np.ndarray | list, alternative: str = "greater") -> float:
+    """Exact one-sided p-value of the sign-flip permutation test of paired differences ``d``
+    (one per seed): Fisher 1935 (*The Design of Experiments*, sec. 21), Pitman 1937
+    ("Significance tests which may be applied to samples from any populations", JRSS
+    Suppl. 4:119-130).
+
+    Under the null hypothesis each ``d_i`` is symmetric about 0, so each of the ``2^n`` sign
+    assignments of ``|d_i|`` is equally likely; the statistic is ``sum(d)`` and
+    ``p = #{s in {-1, 1}^n : sum_i s_i |d_i| >= sum_i d_i} / 2^n`` for ``"greater"`` (``<=`` for
+    ``"less"``), enumerated exactly. The smallest attainable p is ``2^-n`` (all ``n``
+    differences on the tested side, none zero): 0.125 with 3 seeds, 0.0625 with 4, 0.031 with
+    5, so a one-sided 5% level needs 5 seeds (:func:`seeds_needed`). A zero difference counts
+    as half on each side (its two signs give the same sum).
+
+    Args:
+        differences: ``[n]`` paired differences, ``1 <= n <= 20`` (``2^n`` sums are formed).
+        alternative: ``"greater"`` (the differences lie above 0) or ``"less"``.
+    """
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if not 1 <= d.size <= 20 or not np.all(np.isfinite(d)):
+        raise ValueError(f"sign_flip_p needs 1 to 20 finite differences (got {d.size})")
+    if alternative not in ("greater", "less"):
+        raise ValueError(f"alternative must be greater or less (got {alternative!r})")
+    bits = (np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1
+    sums = (1 - 2 * bits) @ np.abs(d)  # every sign assignment's sum, [2^n]
+    observed = float(d.sum())
+    slack = 1e-12 * max(1.0, float(np.abs(d).sum()))  # float ties count as ties
+    hits = sums >= observed - slack if alternative == "greater" else sums <= observed + slack
+    return float(hits.mean())
+
+
+def seeds_needed(confidence: float, two_sided: bool) -> int:
+    """The fewest seeds with which an exact test over seeds can reach ``1 - confidence``: the
+    smallest p of :func:`sign_flip_p` with ``n`` seeds is ``2^-n`` one-sided and ``2^(1-n)``
+    two-sided, so 95% needs 5 seeds one-sided and 6 two-sided. With fewer, no outcome of the
+    seeds is significant at that level, and an interval over seeds that claims it does not
+    hold it."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1) (got {confidence})")
+    alpha, sides, n = 1 - confidence, 2 if two_sided else 1, 1
+    while sides * 0.5**n > alpha + 1e-12:
+        n += 1
+    return n
+
+
+def hierarchical_bootstrap_diff(
+    x: np.ndarray | list,
+    y: np.ndarray | list,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``mean(x) - mean(y)`` of two methods' per-problem scores ``[seeds, problems]`` (the same
+    problems in the same column order), with a two-level percentile-bootstrap interval.
+
+    Each resample draws each method's seeds with replacement (independently: the methods'
+    runs are not paired), then the problems with replacement, one draw shared by every seed and
+    both methods: the problems are crossed with the seeds (every seed is scored on the same
+    problems), which is Owen 2007's pigeonhole bootstrap ("The pigeonhole bootstrap", Ann.
+    Appl. Stat. 1(2):386-411); for nested data the same order, top level first, is Field &
+    Welsh 2007 ("Bootstrapping clustered data", JRSS B 69(3):369-390) and Ren et al. 2010
+    ("Nonparametric bootstrapping for hierarchical data", J. Appl. Stat. 37(9):1487-1498).
+    With one seed per method it is the paired bootstrap over problems; with several, the
+    seed-to-seed variation widens the interval where averaging the seeds first would hide it.
+    The seed level is still a bootstrap of a few values: with fewer than
+    :func:`seeds_needed` seeds its interval cannot hold ``confidence`` across seeds.
+
+    Returns:
+        ``(estimate, low, high)``.
+    """
+    xm, ym = as_matrix(x), as_matrix(y)
+    if xm.shape[1] != ym.shape[1]:
+        raise ValueError(
+            f"x and y must score the same problems (got {xm.shape[1]} and {ym.shape[1]})"
+        )
+    rng = np.random.default_rng(seed)
+    problems = xm.shape[1]
+    values = np.empty(reps)
+    for start in range(0, reps, 256):  # bounded memory: [chunk, problems] at a time
+        n = min(256, reps - start)
+        wx = rng.multinomial(xm.shape[0], np.full(xm.shape[0], 1 / xm.shape[0]), size=n)
+        wy = rng.multinomial(ym.shape[0], np.full(ym.shape[0], 1 / ym.shape[0]), size=n)
+        wp = rng.multinomial(problems, np.full(problems, 1 / problems), size=n)
+        per_problem = wx @ xm / xm.shape[0] - wy @ ym / ym.shape[0]  # [n, problems]
+        values[start : start + n] = (per_problem * wp).sum(axis=1) / problems
+    lo, hi = percentile_interval(values, confidence)
+    return float(xm.mean() - ym.mean()), lo, hi

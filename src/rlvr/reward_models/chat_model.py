@@ -15,19 +15,32 @@ Two questions are asked of a judge:
   no sampling. For a local model it is exactly ``softmax(logits)[first token of the choice]`` at
   the position after the assistant's turn header (the choices' first tokens must differ).
 
-:class:`LocalChatModel` batches callers: requests that arrive while a batch runs (the reward's
-worker threads, the server's concurrent requests) wait and go in the next batch together.
+:class:`LocalChatModel` shares its model between callers' threads (the reward's worker threads,
+the server's concurrent requests). Requests with the same settings that wait together form one
+job, decoded as one batch (at most ``max_batch`` samples), and jobs take turns on the model in
+the order they asked (a fair lock). With ``slice_tokens`` a turn decodes at most that many tokens
+of each sample, and the job then waits behind the jobs that asked meanwhile (round robin; the
+samples' key/value caches are kept between turns, :func:`~rlvr.rollout.torch_engine.open_session`),
+so a long generation does not hold up the short ones that arrive after it; the tokens sampled
+are the same as in one turn (each position draws from its own stream, whichever turn samples it).
+A caller's ``cancelled()`` is read at each turn: a cancelled request leaves its job, raising
+:class:`Cancelled`, and its samples are not decoded further.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from rlvr.rollout.base import SamplingParams
+    from rlvr.rollout.turns import TurnSession
 
 Chat = list[dict[str, Any]]
 """A chat: ``[{"role": "system"|"user"|"assistant", "content": str}, ...]``."""
@@ -54,6 +67,15 @@ class Generation:
     finish_reason: str = "stop"
 
 
+class ChoiceProbs(list[float]):
+    """One chat's choice probabilities (a list of floats, one per choice) with the tokens the
+    question cost: an endpoint's ``usage`` of its one-token reply."""
+
+    def __init__(self, probs: Sequence[float], prompt_tokens: int, completion_tokens: int) -> None:
+        super().__init__(probs)
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+
 class ChatModel(Protocol):
     """A model a judge reward asks (see the module docstring)."""
 
@@ -72,7 +94,8 @@ class ChatModel(Protocol):
 
     def choice_probs(self, chats: Sequence[Chat], choices: Sequence[str]) -> list[list[float]]:
         """For each chat, ``[len(choices)]`` probabilities of each choice as the reply's first
-        token (not renormalised: they sum to at most 1)."""
+        token (not renormalised: they sum to at most 1); a :class:`ChoiceProbs` where the model
+        reports the tokens the question cost."""
 
 
 def resolve_model_spec(spec: str) -> str:
@@ -89,46 +112,290 @@ def resolve_model_spec(spec: str) -> str:
     return spec
 
 
+class Cancelled(Exception):
+    """A request given up because its caller no longer wants it (its ``cancelled()`` turned
+    true, e.g. the client of ``rlvr serve`` disconnected)."""
+
+
+def _never() -> bool:
+    """A caller that never cancels."""
+    return False
+
+
+class _FairLock:
+    """A lock granted in the order it is asked for. ``threading.Lock`` is not fair: a thread
+    that releases it and asks again at once often gets it back before the threads already
+    waiting, which would let one long job starve the others."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._issued = 0  # tickets handed out
+        self._serving = 0  # the ticket whose holder has the lock
+        self._abandoned: set[int] = set()  # tickets whose threads stopped waiting
+
+    def _advance(self) -> None:
+        """Hand the lock to the next ticket still waiting (called holding ``_cond``)."""
+        self._serving += 1
+        while self._serving in self._abandoned:
+            self._abandoned.remove(self._serving)
+            self._serving += 1
+        self._cond.notify_all()
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the ``with`` block, after every thread that asked before."""
+        with self._cond:
+            ticket = self._issued
+            self._issued += 1
+            try:
+                self._cond.wait_for(lambda: self._serving == ticket)
+            except BaseException:  # e.g. KeyboardInterrupt: the ticket must not block the queue
+                if self._serving == ticket:
+                    self._advance()
+                else:
+                    self._abandoned.add(ticket)
+                raise
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._advance()
+
+
 @dataclass
 class _Request:
+    """One caller's items, answered by a job."""
+
     key: Any
     items: list[Any]
-    done: bool = False
+    cancelled: Callable[[], bool]
+    taken: bool = False  # in a job
+    done: threading.Event = field(default_factory=threading.Event)
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
 
+    def answer(self, result: list[Any] | None = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result or [], error
+        self.done.set()
 
-class _Batcher:
-    """Runs requests with equal keys together: a caller queues its items, then whoever holds
-    the run lock takes every queued request with its key and runs their items as one batch."""
+
+class _Job(Protocol):
+    """The work on a batch of requests, done a turn at a time."""
+
+    def step(self) -> bool:
+        """Run one turn; True once every request of the batch is answered."""
+
+
+def _run(job: _Job, batch: list[_Request]) -> bool:
+    """One turn of ``job``: whether it is over (an error answers every request still open)."""
+    try:
+        return job.step()
+    except BaseException as err:
+        for r in batch:
+            if not r.done.is_set():
+                r.answer(error=err)
+        return True
+
+
+class _Scheduler:
+    """Shares a model between callers' threads (see the module docstring): each caller queues
+    its request and, when its turn comes, starts a job for it and the queued requests with the
+    same key, then drives the job a turn at a time until all of them are answered."""
 
     def __init__(self) -> None:
         self._queue: list[_Request] = []
         self._queue_lock = threading.Lock()
-        self._run_lock = threading.Lock()
+        self.turns = _FairLock()
 
-    def submit(self, key: Any, items: list[Any], run: Callable[[list[Any]], list[Any]]) -> list:
-        request = _Request(key, items)
+    def submit(
+        self,
+        key: Any,
+        items: list[Any],
+        start: Callable[[list[_Request]], _Job],
+        per_job: int,
+        cancelled: Callable[[], bool] = _never,
+    ) -> list[Any]:
+        """The results of ``items`` (one per item, in order) from jobs ``start(batch)`` of at
+        most ``per_job`` items (more items: several jobs, one after the other); raises the
+        job's error, or :class:`Cancelled` once ``cancelled()``."""
+        out: list[Any] = []
+        for lo in range(0, len(items), per_job):
+            request = _Request(key, items[lo : lo + per_job], cancelled)
+            with self._queue_lock:
+                self._queue.append(request)
+            job: _Job | None = None
+            batch: list[_Request] = []
+            while True:
+                with self.turns.held():
+                    if job is None:
+                        batch = self._take(request, per_job)
+                        if not batch:  # another caller's job answers it
+                            break
+                        job = start(batch)
+                    if _run(job, batch):
+                        break
+            request.done.wait()
+            if request.error is not None:
+                raise request.error
+            out += request.result
+        return out
+
+    def _take(self, request: _Request, per_job: int) -> list[_Request]:
+        """``request`` and the queued requests with its key, in the order they came, as many
+        as fit ``per_job`` items ([] when a job took ``request`` already)."""
         with self._queue_lock:
-            self._queue.append(request)
-        with self._run_lock:
-            if not request.done:
-                with self._queue_lock:
-                    batch = [r for r in self._queue if r.key == key]
-                    self._queue = [r for r in self._queue if r.key != key]
-                try:
-                    results = run([item for r in batch for item in r.items])
-                except BaseException as err:  # every request of the batch sees the error
-                    for r in batch:
-                        r.error, r.done = err, True
-                else:
-                    at = 0
-                    for r in batch:
-                        r.result, r.done = results[at : at + len(r.items)], True
-                        at += len(r.items)
-        if request.error is not None:
-            raise request.error
-        return request.result
+            if request.taken:
+                return []
+            batch, size = [request], len(request.items)
+            for other in self._queue:
+                if other is not request and other.key == request.key:
+                    if size + len(other.items) <= per_job:
+                        batch.append(other)
+                        size += len(other.items)
+            for r in batch:
+                r.taken = True
+            self._queue = [r for r in self._queue if not r.taken]
+            return batch
+
+
+class _OneTurn:
+    """A job answering its batch in one turn: ``run`` over all the requests' items."""
+
+    def __init__(self, batch: list[_Request], run: Callable[[list[Any]], list[Any]]) -> None:
+        self.batch, self.run = batch, run
+
+    def step(self) -> bool:
+        results = self.run([item for r in self.batch for item in r.items])
+        at = 0
+        for r in self.batch:
+            r.answer(results[at : at + len(r.items)])
+            at += len(r.items)
+        return True
+
+
+class _Decoding:
+    """A job sampling ``n`` replies to each prompt of its batch in one
+    :class:`~rlvr.rollout.turns.TurnSession`, at most ``slice_tokens`` tokens per sample and
+    turn (None: to the end in one turn)."""
+
+    def __init__(
+        self,
+        chat: LocalChatModel,
+        batch: list[_Request],
+        sampling: SamplingParams,
+        n: int,
+        slice_tokens: int | None,
+    ) -> None:
+        self.chat, self.batch, self.sampling, self.n = chat, batch, sampling, n
+        self.slice = slice_tokens or sampling.max_new_tokens
+        self.prompts = [p for r in batch for p in r.items]
+        total = len(self.prompts) * n  # sample i answers prompt i // n
+        self.keys = torch.empty(0, dtype=torch.long)  # each sample's stream, drawn at the start
+        self.request_of = [i for i, r in enumerate(batch) for _ in range(len(r.items) * n)]
+        self.ids: list[list[int]] = [[] for _ in range(total)]
+        self.logprobs: list[list[float]] = [[] for _ in range(total)]
+        self.stopped = [False] * total
+        self.live: list[int] = []  # the sample of each row of the session
+        self.session: TurnSession | None = None
+
+    def step(self) -> bool:
+        for r in self.batch:
+            if not r.done.is_set() and r.cancelled():
+                r.answer(error=Cancelled("the caller cancelled the request"))
+        if not self._finished():
+            if self.session is None:
+                self._open()
+            else:
+                keep = [row for row, s in enumerate(self.live) if self._going(s)]
+                self.session.extend(keep, [[] for _ in keep])
+                self.live = [self.live[row] for row in keep]
+            self._sample()
+            self._answer()
+        if self._finished() and self.session is not None:
+            self.session.close()
+        return self._finished()
+
+    def _finished(self) -> bool:
+        return all(r.done.is_set() for r in self.batch)
+
+    def _going(self, sample: int) -> bool:
+        """Whether ``sample`` is still decoded: not ended, its request still open."""
+        return (
+            not self.stopped[sample]
+            and len(self.ids[sample]) < self.sampling.max_new_tokens
+            and not self.batch[self.request_of[sample]].done.is_set()
+        )
+
+    def _open(self) -> None:
+        """The samples' streams, and the session over the prompts of the requests still
+        open."""
+        from rlvr.rollout.streams import random_keys
+        from rlvr.rollout.torch_engine import open_session
+
+        # the model's own random streams: sampling here never moves torch's global generator
+        self.keys = random_keys(len(self.ids), self.chat._generator)
+        self.live = [s for s in range(len(self.ids)) if self._going(s)]
+        prompts = [self.prompts[s // self.n] for s in self.live[:: self.n]]
+        self.session = open_session(self.chat.engine, prompts, self.n)
+
+    def _sample(self) -> None:
+        """One turn's tokens of the live samples."""
+        assert self.session is not None
+        budgets = [
+            min(self.slice, self.sampling.max_new_tokens - len(self.ids[s])) for s in self.live
+        ]
+        # position t of a sample draws from uniforms(key, t) = uniforms(key + t0, t - t0): this
+        # turn's first position t0 is what the sample has, whichever turn samples it
+        done = torch.tensor([len(self.ids[s]) for s in self.live], dtype=torch.long)
+        out = self.session.sample(self.sampling, self.keys[self.live] + done, budgets)
+        for s, ids, logprobs, stopped in zip(
+            self.live, out.completion_ids, out.logprobs, out.finished, strict=True
+        ):
+            keep, self.stopped[s] = self._settle(self.ids[s], ids, stopped)
+            self.ids[s] += ids[:keep]
+            self.logprobs[s] += logprobs[:keep]
+
+    def _settle(self, before: list[int], new: list[int], stopped: bool) -> tuple[int, bool]:
+        """How many of a turn's tokens ``new`` to keep and whether the sample ended there, as
+        one long turn over ``before + new`` decides. The engine reads stop strings in the
+        decoded tail of the turn's own tokens; a stop string spans at most ``window - 1``
+        tokens, so the first ones of ``new`` are read again here with the ``window`` tokens that
+        end at each: a stop string that began in ``before`` ends there, and a tail cut short
+        by the turn's start may decode differently (a partial UTF-8 character)."""
+        stops = self.sampling.stop
+        if not stops or not before:
+            return len(new), stopped
+        window = max(len(s.encode()) for s in stops) + 1
+        for j in range(min(len(new), window - 1)):
+            text = self.chat.decode((before + new[: j + 1])[-window:])
+            if any(s in text for s in stops):
+                return j + 1, True
+        if stopped and len(new) < window and new[-1] not in self.sampling.stop_token_ids:
+            return len(new), False  # a stop string read in a tail cut short: not one
+        return len(new), stopped
+
+    def _answer(self) -> None:
+        """Answer the open requests whose samples have all ended."""
+        at = 0
+        for r in self.batch:
+            samples = range(at, at + len(r.items) * self.n)
+            at = samples.stop
+            if r.done.is_set() or any(self._going(s) for s in samples):
+                continue
+            replies = [self._generation(s) for s in samples]
+            r.answer([replies[k : k + self.n] for k in range(0, len(replies), self.n)])
+
+    def _generation(self, sample: int) -> Generation:
+        prompt, ids = self.prompts[sample // self.n], self.ids[sample]
+        return Generation(
+            text=self.chat.decode(ids),
+            prompt_tokens=len(prompt),
+            completion_tokens=len(ids),
+            prompt_ids=list(prompt),
+            ids=list(ids),
+            logprobs=list(self.logprobs[sample]),
+            finish_reason="stop" if self.stopped[sample] else "length",
+        )
 
 
 class LocalChatModel:
@@ -145,6 +412,8 @@ class LocalChatModel:
             engine over the same weights, in this process); verdict probabilities are read
             from the torch model's forward either way (exact, one pass).
         kv_cache_gb: vLLM's KV cache on the CPU (None: 1 GiB).
+        slice_tokens: most tokens a job decodes per sample in one turn before the jobs waiting
+            get theirs (None: a job runs to its end in one turn; see the module docstring).
     """
 
     def __init__(
@@ -157,6 +426,7 @@ class LocalChatModel:
         seed: int = 0,
         engine: str = "torch",
         kv_cache_gb: float | None = None,
+        slice_tokens: int | None = None,
     ) -> None:
         from rlvr.models import load_model, load_tokenizer, quiet_transformers, stop_token_ids
         from rlvr.rollout import TorchEngine
@@ -186,9 +456,18 @@ class LocalChatModel:
                 max_batch=max_batch,
                 decode=self.decode,
             )
+        if slice_tokens is not None and slice_tokens < 1:
+            raise ValueError(f"slice_tokens must be >= 1 or None, got {slice_tokens}")
         self.max_batch = max_batch
-        self._batcher = _Batcher()
+        self.slice_tokens = slice_tokens
+        self._scheduler = _Scheduler()
         self._generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest prompt + reply the model takes, in tokens (its config's
+        ``max_position_embeddings``; None where the config does not say)."""
+        return getattr(self.model.config, "max_position_embeddings", None) or None
 
     def decode(self, ids: list[int]) -> str:
         """Token ids as text, special tokens skipped."""
@@ -225,8 +504,10 @@ class LocalChatModel:
         n: int = 1,
         stop: Sequence[str] = (),
         top_p: float = 1.0,
+        cancelled: Callable[[], bool] = _never,
     ) -> list[list[Generation]]:
-        """:meth:`generate` on prompts given as token ids (the server's ``/v1/completions``)."""
+        """:meth:`generate` on prompts given as token ids (the server's ``/v1/completions``);
+        raises :class:`Cancelled` once ``cancelled()`` is true (read at each turn)."""
         from rlvr.rollout import SamplingParams
 
         sampling = SamplingParams(
@@ -236,30 +517,13 @@ class LocalChatModel:
             stop_token_ids=self.stops,
             stop=tuple(stop),
         )
-        key = ("generate", sampling, n)
-        return self._batcher.submit(key, list(prompts), lambda ps: self._generate(ps, sampling, n))
-
-    def _generate(self, prompts: list[list[int]], sampling: Any, n: int) -> list[list[Generation]]:
-        from rlvr.rollout.streams import random_keys
-
-        # the judge's own random streams: sampling here never moves torch's global generator
-        keys = random_keys(len(prompts) * n, self._generator)
-        rollout = self.engine.generate(prompts, n, sampling, keys)
-        out: list[Generation] = []
-        for i, ids in enumerate(rollout.completion_ids):
-            prompt = rollout.prompt_ids[i // n]
-            out.append(
-                Generation(
-                    text=self.decode(ids),
-                    prompt_tokens=len(prompt),
-                    completion_tokens=len(ids),
-                    prompt_ids=list(prompt),
-                    ids=list(ids),
-                    logprobs=list(rollout.logprobs[i]),
-                    finish_reason="stop" if rollout.finished[i] else "length",
-                )
-            )
-        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+        return self._scheduler.submit(
+            ("generate", sampling, n),
+            list(prompts),
+            lambda batch: _Decoding(self, batch, sampling, n, self.slice_tokens),
+            max(1, self.max_batch // n),
+            cancelled,
+        )
 
     def choice_tokens(self, choices: Sequence[str]) -> list[int]:
         """The first token of each choice; a ValueError when two share it (the verdict
@@ -284,25 +548,23 @@ class LocalChatModel:
     def choice_probs(self, chats: Sequence[Chat], choices: Sequence[str]) -> list[list[float]]:
         tokens = self.choice_tokens(choices)
         prompts = [self.encode(c) for c in chats]
-        dist = self._batcher.submit(("next", None), prompts, self._next_token_probs)
+        dist = self._scheduler.submit(
+            "next", prompts, lambda batch: _OneTurn(batch, self._next_token_probs), self.max_batch
+        )
         return [[float(d[t]) for t in tokens] for d in dist]
 
     @torch.no_grad()
     def _next_token_probs(self, prompts: list[list[int]]) -> list[torch.Tensor]:
-        """``[V]`` softmax of the logits after each prompt (fp32): left-padded batches with
-        the positions of the unpadded prompts, and only the last position through the output
-        layer (``logits_to_keep=1``: the ``[B, T, V]`` logits of a batch of judge questions
-        would take gigabytes)."""
-        out: list[torch.Tensor] = []
-        for lo in range(0, len(prompts), self.max_batch):
-            chunk = prompts[lo : lo + self.max_batch]
-            ids, mask = _left_pad(chunk, self.tokenizer.pad_token_id, self.device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
-            ).logits[:, -1]
-            out += list(torch.softmax(logits.float(), dim=-1).cpu())
-        return out
+        """``[V]`` softmax of the logits after each prompt (fp32; at most ``max_batch`` prompts,
+        the scheduler's jobs): a left-padded batch with the positions of the unpadded prompts,
+        and only the last position through the output layer (``logits_to_keep=1``: the
+        ``[B, T, V]`` logits of a batch of judge questions would take gigabytes)."""
+        ids, mask = _left_pad(prompts, self.tokenizer.pad_token_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+        ).logits[:, -1]
+        return list(torch.softmax(logits.float(), dim=-1).cpu())
 
     @torch.no_grad()
     def reply_logprobs(
@@ -310,11 +572,11 @@ class LocalChatModel:
     ) -> tuple[list[float], list[list[tuple[int, float]]]]:
         """For each reply token, its log-prob and the ``k`` most likely tokens with theirs at
         its position: the model's own distribution (temperature 1), one forward over prompt +
-        reply."""
+        reply (only the reply's positions through the output layer)."""
         if not ids:
             return [], []
         seq = torch.tensor([prompt_ids + ids], device=self.device)
-        logits = self.model(input_ids=seq).logits[0, len(prompt_ids) - 1 : -1].float()
+        logits = self.model(input_ids=seq, logits_to_keep=len(ids) + 1).logits[0, :-1].float()
         logp = torch.log_softmax(logits, dim=-1)
         own = logp.gather(1, torch.tensor(ids, device=self.device)[:, None])[:, 0].tolist()
         values, index = logp.topk(k, dim=-1)

@@ -3,9 +3,11 @@ API), asked with the ``openai`` client.
 
 Each chat is one ``/v1/chat/completions`` request; a batch's requests run concurrently, at most
 ``max_concurrency`` at a time per endpoint. A request gets ``timeout_s`` and is retried up to
-``retries`` times with exponential backoff (the client's own retry policy: connection errors,
-timeouts, 408/409/429 and 5xx answers); a request that still fails raises
-:class:`JudgeError`, which the reward handles per ``reward.on_error``. The API key is read from
+``retries`` times (what the openai client retries: connection errors, timeouts, 408/409/429 and
+5xx answers): at once after a timeout (it has waited its time), after a backoff of 0.5 s, 1 s,
+2 s, ... (at most 8 s) otherwise; so an endpoint that stops answering fails after
+``timeout_s`` x (``retries`` + 1), no longer. A request that still fails raises
+:class:`JudgeError` naming the endpoint, which the reward handles per ``reward.on_error``. The API key is read from
 the environment variable ``api_key_env`` names, never from a config file.
 
 :meth:`HttpChatModel.choice_probs` asks for one token with ``top_logprobs`` and reads each
@@ -17,15 +19,18 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlvr.errors import RlvrError
-from rlvr.reward_models.chat_model import Chat, Generation
+from rlvr.reward_models.chat_model import Chat, ChoiceProbs, Generation
 
 #: Most alternatives an OpenAI-compatible endpoint returns per position.
 TOP_LOGPROBS = 20
+#: HTTP statuses a request is retried on (with every 5xx), as the openai client retries.
+RETRIED_STATUSES = frozenset({408, 409, 429})
 
 
 class JudgeError(RlvrError, RuntimeError):
@@ -76,8 +81,9 @@ class HttpChatModel:
         self.base_url = base_url
         self.system_prompt = system_prompt
         self.max_concurrency = max_concurrency
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=key, timeout=timeout_s, max_retries=retries
+        self.timeout_s, self.retries = timeout_s, retries
+        self._client = openai.OpenAI(  # retried here: no backoff after a timeout
+            base_url=base_url, api_key=key, timeout=timeout_s, max_retries=0
         )
         self._slots = threading.BoundedSemaphore(max_concurrency)
 
@@ -90,20 +96,55 @@ class HttpChatModel:
         import openai
 
         with self._slots:
-            try:
-                return self._client.chat.completions.create(
-                    model=self.name, messages=self._messages(chat), **kwargs
-                )
-            except openai.OpenAIError as err:
-                raise JudgeError(
-                    f"judge {self.name!r} at {self.base_url}: {type(err).__name__}: {err}"
-                ) from None
+            attempt = 0
+            while True:
+                try:
+                    return self._client.chat.completions.create(
+                        model=self.name, messages=self._messages(chat), **kwargs
+                    )
+                except openai.OpenAIError as err:
+                    if attempt == self.retries or not _retried(err):
+                        raise JudgeError(self._failure(err)) from None
+                    if not isinstance(err, openai.APITimeoutError):
+                        time.sleep(min(0.5 * 2**attempt, 8.0))
+                attempt += 1
+
+    def _failure(self, err: Exception) -> str:
+        """What went wrong with a request, and for a timeout or an unreachable endpoint the
+        settings that decide how long it is waited for."""
+        import openai
+
+        tries = f"{self.retries + 1} tries (retries={self.retries})"
+        where = f"judge {self.name!r} at {self.base_url}: {type(err).__name__}"
+        if isinstance(err, openai.APITimeoutError):
+            return (
+                f"{where}: no answer within timeout_s x (retries + 1) = {self.timeout_s:g} s x "
+                f"{self.retries + 1} = {self.timeout_s * (self.retries + 1):g} s; raise the "
+                "judge's timeout_s or retries (reward.judges), or set reward.on_error: zero to "
+                "score a judge call that fails during training 0"
+            )
+        if isinstance(err, openai.APIConnectionError):
+            return f"{where}: {str(err).rstrip('.')} after {tries}; is its server up at base_url?"
+        return f"{where}: {err}"
 
     def _map(self, chats: Sequence[Chat], **kwargs: Any) -> list[Any]:
+        """Each chat's answer, asked concurrently; once one request has failed, the chats still
+        queued are not sent (the batch fails with it, without waiting for them)."""
         if len(chats) <= 1:
             return [self._ask(c, **kwargs) for c in chats]
+        failed = threading.Event()
+
+        def ask(chat: Chat) -> Any:
+            if failed.is_set():  # after a failure of a chat before it, which is raised first
+                return None
+            try:
+                return self._ask(chat, **kwargs)
+            except JudgeError:
+                failed.set()
+                raise
+
         with ThreadPoolExecutor(min(len(chats), self.max_concurrency)) as pool:
-            return list(pool.map(lambda c: self._ask(c, **kwargs), chats))
+            return list(pool.map(ask, chats))
 
     def generate(
         self,
@@ -142,7 +183,7 @@ class HttpChatModel:
             out.append(replies)
         return out
 
-    def choice_probs(self, chats: Sequence[Chat], choices: Sequence[str]) -> list[list[float]]:
+    def choice_probs(self, chats: Sequence[Chat], choices: Sequence[str]) -> list[ChoiceProbs]:
         answers = self._map(
             chats, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS
         )
@@ -156,8 +197,26 @@ class HttpChatModel:
                     f"judge {self.name!r} at {self.base_url}: no top_logprobs in its answer "
                     f"({err}); the endpoint must support logprobs for verdict probabilities"
                 ) from None
-            out.append([_choice_prob(found, c) for c in choices])
+            usage = answer.usage
+            out.append(
+                ChoiceProbs(
+                    [_choice_prob(found, c) for c in choices],
+                    usage.prompt_tokens if usage else 0,
+                    usage.completion_tokens if usage else 0,
+                )
+            )
         return out
+
+
+def _retried(err: Exception) -> bool:
+    """Whether a failed request is tried again: no connection or no answer in time, or an HTTP
+    status of :data:`RETRIED_STATUSES` or 5xx."""
+    import openai
+
+    if isinstance(err, openai.APIConnectionError):  # APITimeoutError is one
+        return True
+    status = getattr(err, "status_code", None)
+    return isinstance(status, int) and (status in RETRIED_STATUSES or status >= 500)
 
 
 def _choice_prob(found: dict[str, float], choice: str) -> float:

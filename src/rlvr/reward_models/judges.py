@@ -23,7 +23,13 @@ from typing import Any
 import torch
 
 from rlvr.config import JudgeConfig
-from rlvr.reward_models.chat_model import Chat, ChatModel, Generation, LocalChatModel
+from rlvr.reward_models.chat_model import (
+    Chat,
+    ChatModel,
+    ChoiceProbs,
+    Generation,
+    LocalChatModel,
+)
 from rlvr.reward_models.http_model import HttpChatModel
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -92,12 +98,12 @@ class Judge:
                 self._cache.update(fresh)
                 while len(self._cache) > self.config.cache_size:
                     self._cache.popitem(last=False)
-        tokens = [g for a in answers if isinstance(a, list) for g in a]
+        counted = [_tokens(a) for a in answers]
         usage = Usage(
             calls=len(todo),
             cache_hits=len(keys) - len(todo),
-            prompt_tokens=sum(g.prompt_tokens for g in tokens if isinstance(g, Generation)),
-            completion_tokens=sum(g.completion_tokens for g in tokens if isinstance(g, Generation)),
+            prompt_tokens=sum(p for p, _ in counted),
+            completion_tokens=sum(c for _, c in counted),
             seconds=seconds,
         )
         return [{**known, **fresh}[k] for k in keys], usage
@@ -128,6 +134,16 @@ class Judge:
             list(choices),
             lambda todo: self.model.choice_probs(todo, choices),
         )
+
+
+def _tokens(answer: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens of one chat's answer: its replies' (a list of
+    :class:`Generation`) or its choice probabilities' (:class:`ChoiceProbs`); 0 where the model
+    reports none."""
+    if isinstance(answer, ChoiceProbs):
+        return answer.prompt_tokens, answer.completion_tokens
+    replies = [g for g in answer if isinstance(g, Generation)] if isinstance(answer, list) else []
+    return sum(g.prompt_tokens for g in replies), sum(g.completion_tokens for g in replies)
 
 
 _JUDGES: dict[str, Judge] = {}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from rlvr.errors import RlvrError
 from rlvr.rewards.executor import ExecutorKind, RewardCall, RewardExecutor
 from rlvr.rewards.protocol import (
     DEFAULT_MAX_ABS,
@@ -328,7 +329,7 @@ class CombinedReward:
             except RewardError as err:
                 raise RewardConfigError(
                     f"start-up check of reward {term.label!r} failed: called "
-                    f"{_describe(term, call)}: {err.detail}; {SIGNATURE_HELP}"
+                    f"{_describe(term, call)}: {err.detail}; {_check_hint(status, err)}"
                 ) from err
             probed[term.label] = float(scores[0])
         return probed
@@ -489,7 +490,7 @@ def _validate(
         return RewardError(term.label, index, completions[index], detail, problem_id)
 
     if status == "timeout":
-        raise fail(first, f"timed out after {timeout_s}s")
+        raise fail(first, f"timed out after {timeout_s}s (reward.timeout_s){_judge_wait(term)}")
     if status == "error":
         raise fail(first, f"{type(value).__name__}: {value}") from value
     if term.entry.kind == "sample":
@@ -520,6 +521,30 @@ def _validate(
             )
         scores.append(v if isinstance(v, Score) else float(v))
     return scores
+
+
+def _check_hint(status: str, err: RewardError) -> str:
+    """What a failed start-up check adds to its detail: the reward protocol for a reward that
+    raised or returned a bad value; not for a call that timed out (its detail names
+    reward.timeout_s) or rlvr's own error (a judge's endpoint down or too slow, which names the
+    judge's settings), where the check's own rule is what the user needs."""
+    if status == "timeout" or isinstance(err.__cause__, RlvrError):
+        return "a start-up check stops the run whatever reward.on_error says"
+    return SIGNATURE_HELP
+
+
+def _judge_wait(term: _Term) -> str:
+    """For a term whose judge is an endpoint (``params.judge``, an http judge's config): how long
+    the endpoint is waited for, which the reward's time limit cut short; else nothing."""
+    judge = term.params.get("judge")
+    if not isinstance(judge, Mapping) or judge.get("engine") != "http":
+        return ""
+    wait = judge["timeout_s"] * (judge["retries"] + 1)
+    return (
+        f", before its judge at {judge['base_url']} answered or failed (it is waited for up to "
+        f"timeout_s x (retries + 1) = {judge['timeout_s']:g} s x {judge['retries'] + 1} = "
+        f"{wait:g} s): raise reward.timeout_s above that"
+    )
 
 
 def _show(value: Any) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rlvr.data.base import Problem, Task
+from rlvr.reward_models.http_model import JudgeError
 from rlvr.rewards.registry import get_reward
 
 if TYPE_CHECKING:
@@ -200,7 +201,13 @@ def probe_judge(
                 ("wrong", f"The answer is {wrong_answer(problem, problems)}."),
                 ("bare_reference", problem.answer),
             ]
-        scores = fn([t for _, t in probes], problem, **{**params, "guard": False})
+        try:
+            scores = fn([t for _, t in probes], problem, **{**params, "guard": False})
+        except JudgeError as err:  # the judge model failed (its endpoint), not the questions
+            raise JudgeError(
+                f"judge probe of {reward!r} (start-up, before step 1; it stops the run whatever "
+                f"reward.on_error says) failed: {err}"
+            ) from None
         rows += [(kind, text, float(s)) for (kind, text), s in zip(probes, scores, strict=True)]
 
     def rate(kind: str, accepted: bool) -> ProbeRate:

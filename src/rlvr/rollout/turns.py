@@ -56,7 +56,8 @@ class TurnSession(Protocol):
 
     def extend(self, keep: list[int], observations: list[list[int]]) -> None:
         """Keep rows ``keep`` (current row indices, in that order: the new rows), each followed
-        by its observation tokens ``observations`` (at least one token each)."""
+        by its observation tokens ``observations`` (none: the next turn goes on with the
+        episode's action, as a turn cut at its budget would have)."""
 
     def close(self) -> None:
         """Free what the engine holds for these episodes (their caches)."""

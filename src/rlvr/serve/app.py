@@ -3,81 +3,215 @@ and ``/v1/models``, served by uvicorn (FastAPI).
 
 One machine serves a judge (or any model rlvr loads: a spec, a checkpoint, a run's latest
 checkpoint) to several runs, and the ``openai`` client works against it. The model is a
-:class:`~rlvr.reward_models.chat_model.LocalChatModel`: concurrent requests are decoded in one
-batch by rlvr's torch engine.
+:class:`~rlvr.reward_models.chat_model.LocalChatModel`: concurrent requests with the same
+settings are decoded in one batch by rlvr's engine.
 
 Beyond OpenAI's schema each choice carries ``token_ids`` (the reply's ids exactly as sampled)
 and the response ``prompt_token_ids``, so a client can rebuild an episode token-exactly without
 re-tokenising text. With ``logprobs`` the log-probs are the model's own (temperature 1, from one
 forward pass over prompt + reply, as vLLM's default ``raw_logprobs``), with the ``top_logprobs``
 most likely tokens at each position. Not supported (a 400 error saying so): ``stream``, tools,
-``response_format``, several prompts in one ``/v1/completions`` request.
+``response_format``, ``logit_bias``, penalties, several prompts in one ``/v1/completions``
+request.
+
+One server is shared, so no request may hold it:
+
+* Requests are checked before any work; a bad one is a 400 with OpenAI's error body naming the
+  parameter. ``max_tokens`` (or ``max_completion_tokens``) is a positive integer of at most
+  ``max_tokens_limit`` (``rlvr serve --max-tokens-limit``), and the prompt plus it must fit the
+  context (the model's ``max_position_embeddings``, or ``--max-model-len``), as vLLM's server
+  refuses; omitted, it is the context left after the prompt, at most ``max_tokens_limit``. A
+  prompt that leaves no room is refused with its token count and the limit, before the model
+  sees it. ``n``, ``temperature``, ``top_p``, ``stop``, ``logprobs`` and token ids are checked
+  against OpenAI's ranges (and the vocabulary).
+* Jobs take turns of :data:`SLICE_TOKENS` tokens per sample on the model (round robin, see
+  :mod:`rlvr.reward_models.chat_model`): a request that arrives while a long one decodes waits
+  at most one turn of each job ahead of it, not for their ends.
+* A request whose client disconnects (the connection is polled every
+  :data:`DISCONNECT_POLL_S` seconds) is cancelled: its samples are not decoded past the turn
+  under way.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
+import asyncio
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from rlvr.reward_models.chat_model import Generation, LocalChatModel
+from rlvr.reward_models.chat_model import Cancelled, Generation, LocalChatModel
 
 #: Most ``top_logprobs`` per position (OpenAI's limit).
 MAX_TOP_LOGPROBS = 20
+#: Most completions and stop strings per request (OpenAI's limits; at most ``--max-batch``
+#: completions too, the sequences decoded at once).
+MAX_N = 128
+MAX_STOPS = 4
+#: The default of ``rlvr serve --max-tokens-limit``: most tokens of one completion.
+MAX_TOKENS_LIMIT = 4096
+#: Tokens a job decodes per sample in one turn before the jobs waiting get theirs.
+SLICE_TOKENS = 32
+#: Seconds between two checks that a request's client is still connected.
+DISCONNECT_POLL_S = 0.2
 
 
 class RequestError(ValueError):
-    """A request the server cannot answer (400, with OpenAI's error body)."""
+    """A request the server cannot answer (400, with OpenAI's error body): ``param`` names the
+    parameter at fault, ``code`` is OpenAI's (e.g. ``context_length_exceeded``)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
 
 
-def _int(body: dict[str, Any], key: str, default: int, lo: int, hi: int | None = None) -> int:
-    value = body.get(key, default)
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(body: dict[str, Any], key: str, default: int, lo: int, hi: int) -> int:
+    """``body[key]`` (``default`` when absent or null), an integer in [lo, hi]."""
+    value = body.get(key)
     if value is None:
-        value = default
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi and value > hi):
-        bound = f"in [{lo}, {hi}]" if hi else f">= {lo}"
-        raise RequestError(f"{key} must be an integer {bound}, got {value!r}")
+        return default
+    if not _is_int(value) or not lo <= value <= hi:
+        raise RequestError(f"{key} must be an integer in [{lo}, {hi}], got {value!r}", key)
     return value
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """The generation settings of a request body (OpenAI's names and defaults)."""
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    """``body[key]`` (``default`` when absent or null), a number in [lo, hi]."""
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool) or not lo <= value <= hi:
+        raise RequestError(f"{key} must be a number in [{lo}, {hi}], got {value!r}", key)
+    return float(value)
+
+
+def _sampling(body: dict[str, Any], max_n: int) -> dict[str, Any]:
+    """The generation settings of a request body but its length (OpenAI's names, defaults and
+    ranges; at most ``max_n`` completions)."""
     if body.get("stream"):
-        raise RequestError("stream is not supported by rlvr serve")
-    for unsupported in ("tools", "functions", "response_format"):
+        raise RequestError("stream is not supported by rlvr serve", "stream")
+    for unsupported in ("tools", "functions", "response_format", "logit_bias"):
         if body.get(unsupported):
-            raise RequestError(f"{unsupported} is not supported by rlvr serve")
-    temperature = body.get("temperature", 1.0)
-    temperature = 1.0 if temperature is None else temperature
-    top_p = body.get("top_p", 1.0)
-    top_p = 1.0 if top_p is None else top_p
-    if not isinstance(temperature, int | float) or temperature < 0:
-        raise RequestError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not isinstance(top_p, int | float) or not 0 < top_p <= 1:
-        raise RequestError(f"top_p must be in (0, 1], got {top_p!r}")
+            raise RequestError(f"{unsupported} is not supported by rlvr serve", unsupported)
+    for penalty in ("presence_penalty", "frequency_penalty"):
+        if _number(body, penalty, 0.0, -2.0, 2.0) != 0:
+            raise RequestError(f"{penalty} is not supported by rlvr serve (only 0)", penalty)
+    top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+    if top_p == 0:
+        raise RequestError("top_p must be a number in (0, 1], got 0", "top_p")
     stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else list(stop)
-    if not all(isinstance(s, str) and s for s in stop):
-        raise RequestError(f"stop must be a string or a list of non-empty strings, got {stop!r}")
-    tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    stop = [stop] if isinstance(stop, str) else stop
+    if (
+        not isinstance(stop, list)
+        or len(stop) > MAX_STOPS
+        or not all(isinstance(s, str) and s for s in stop)
+    ):
+        raise RequestError(
+            f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings, "
+            f"got {stop!r}",
+            "stop",
+        )
     return {
-        "max_new_tokens": _int({"max_tokens": tokens}, "max_tokens", 256, 1),
-        "temperature": float(temperature),
-        "top_p": float(top_p),
-        "n": _int(body, "n", 1, 1, 128),
+        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+        "top_p": top_p,
+        "n": _int(body, "n", 1, 1, max_n),
         "stop": stop,
     }
 
 
 class Server:
-    """The API's logic, independent of the web framework (tested directly and through HTTP)."""
+    """The API's logic, independent of the web framework (tested directly and through HTTP).
 
-    def __init__(self, model: LocalChatModel, name: str) -> None:
+    Args:
+        model: what answers.
+        name: the model name clients ask for.
+        max_tokens_limit: most tokens of one completion.
+        max_model_len: longest prompt + completion, in tokens (None: the model's context).
+    """
+
+    def __init__(
+        self,
+        model: LocalChatModel,
+        name: str,
+        max_tokens_limit: int = MAX_TOKENS_LIMIT,
+        max_model_len: int | None = None,
+    ) -> None:
+        context = model.context_length
+        if max_model_len is not None and context is not None and max_model_len > context:
+            raise ValueError(
+                f"max_model_len {max_model_len} exceeds the context of {model.name} "
+                f"({context} tokens)"
+            )
+        context = max_model_len or context
+        if context is None:
+            raise ValueError(f"{model.name}'s config has no context length: give max_model_len")
+        if max_tokens_limit < 1 or context < 2:
+            raise ValueError(
+                f"max_tokens_limit ({max_tokens_limit}) and the context ({context}) leave no room "
+                "for a prompt and a completion"
+            )
         self.model = model
         self.name = name
+        self.max_tokens_limit = max_tokens_limit
+        self.context = context
+        self.vocab = model.model.get_input_embeddings().num_embeddings
+        self.max_n = min(MAX_N, model.max_batch)
+
+    def _asked_tokens(self, body: dict[str, Any]) -> tuple[str, int | None]:
+        """The completion length a request asks for (its key and value; None: not given),
+        checked against ``max_tokens_limit``."""
+        key = (
+            "max_completion_tokens"
+            if body.get("max_completion_tokens") is not None
+            else "max_tokens"
+        )
+        value = body.get(key)
+        if value is None:
+            return key, None
+        if not _is_int(value) or value < 1:
+            raise RequestError(f"{key} must be a positive integer, got {value!r}", key)
+        if value > self.max_tokens_limit:
+            raise RequestError(
+                f"{key} is too large: {value}. This server generates at most "
+                f"{self.max_tokens_limit} tokens per completion (rlvr serve --max-tokens-limit)",
+                key,
+            )
+        return key, value
+
+    def _max_new_tokens(self, asked: tuple[str, int | None], prompt_tokens: int, where: str) -> int:
+        """The completion length of a request that asks for ``asked`` (from
+        :meth:`_asked_tokens`) and whose prompt (its ``where``: messages or prompt) has
+        ``prompt_tokens`` tokens: as asked, or the room the context leaves (at most
+        ``max_tokens_limit``); a :class:`RequestError` when they do not fit the context."""
+        key, tokens = asked
+        if prompt_tokens >= self.context:
+            raise RequestError(
+                f"This model's maximum context length is {self.context} tokens. However, your "
+                f"{where} has {prompt_tokens} tokens, leaving no room for a completion. Please "
+                f"reduce the length of the {where}.",
+                where,
+                "context_length_exceeded",
+            )
+        if tokens is None:
+            return min(self.max_tokens_limit, self.context - prompt_tokens)
+        if prompt_tokens + tokens > self.context:
+            raise RequestError(
+                f"This model's maximum context length is {self.context} tokens. However, you "
+                f"requested {prompt_tokens + tokens} tokens ({prompt_tokens} in the {where}, "
+                f"{tokens} in the completion). Please reduce the length of the {where} or "
+                "completion.",
+                key,
+                "context_length_exceeded",
+            )
+        return tokens
 
     def _logprobs(self, g: Generation, k: int) -> list[dict[str, Any]]:
         """Per reply token: its text, log-prob, bytes and the ``k`` most likely tokens."""
@@ -112,14 +246,17 @@ class Server:
     def _check_model(self, body: dict[str, Any]) -> None:
         asked = body.get("model")
         if asked not in (None, self.name):
-            raise RequestError(f"model {asked!r} is not served here; this server has {self.name!r}")
+            raise RequestError(
+                f"model {asked!r} is not served here; this server has {self.name!r}", "model"
+            )
 
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A ``/v1/chat/completions`` request body answered."""
+    def chat(self, body: dict[str, Any], cancelled: Callable[[], bool]) -> dict[str, Any]:
+        """A ``/v1/chat/completions`` request body answered (:class:`Cancelled` raised once
+        ``cancelled()``)."""
         self._check_model(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise RequestError("messages must be a non-empty list of {role, content}")
+            raise RequestError("messages must be a non-empty list of {role, content}", "messages")
         for m in messages:
             if not (
                 isinstance(m, dict)
@@ -127,15 +264,20 @@ class Server:
                 and isinstance(m.get("content", ""), str)
             ):
                 raise RequestError(
-                    "each message needs a role (system, user or assistant) and a string content"
+                    "each message needs a role (system, user or assistant) and a string content",
+                    "messages",
                 )
-        settings = _sampling(body)
-        want = bool(body.get("logprobs"))
+        settings = _sampling(body, self.max_n)
+        want = body.get("logprobs") or False
+        if not isinstance(want, bool):
+            raise RequestError(f"logprobs must be true or false, got {want!r}", "logprobs")
         k = _int(body, "top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+        asked = self._asked_tokens(body)  # before the prompt is encoded
         prompt = self.model.encode(
             [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
         )
-        (replies,) = self.model.generate_ids([prompt], **settings)
+        settings["max_new_tokens"] = self._max_new_tokens(asked, len(prompt), "messages")
+        (replies,) = self.model.generate_ids([prompt], cancelled=cancelled, **settings)
         choices = []
         for i, g in enumerate(replies):
             choice: dict[str, Any] = {
@@ -148,22 +290,32 @@ class Server:
             choices.append(choice)
         return self._response("chat.completion", prompt, replies, choices)
 
-    def completions(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A ``/v1/completions`` request body answered (one prompt: text or token ids)."""
+    def completions(self, body: dict[str, Any], cancelled: Callable[[], bool]) -> dict[str, Any]:
+        """A ``/v1/completions`` request body answered (one prompt: text or token ids;
+        :class:`Cancelled` raised once ``cancelled()``)."""
         self._check_model(body)
+        settings = _sampling(body, self.max_n)
+        k = body.get("logprobs")
+        k = None if k is None else _int(body, "logprobs", 0, 0, MAX_TOP_LOGPROBS)
+        asked = self._asked_tokens(body)  # before the prompt is encoded
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]
         if isinstance(prompt, str):
             ids = self.model.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
             ids = list(prompt)
+            if not all(0 <= t < self.vocab for t in ids):
+                raise RequestError(
+                    f"prompt token ids must be in [0, {self.vocab}) (the model's vocabulary)",
+                    "prompt",
+                )
         else:
-            raise RequestError("prompt must be one string or one list of token ids")
-        settings = _sampling(body)
-        k = body.get("logprobs")
-        k = None if k is None else _int(body, "logprobs", 0, 0, MAX_TOP_LOGPROBS)
-        (replies,) = self.model.generate_ids([ids], **settings)
+            raise RequestError("prompt must be one string or one list of token ids", "prompt")
+        if not ids:
+            raise RequestError("the prompt has no tokens", "prompt")
+        settings["max_new_tokens"] = self._max_new_tokens(asked, len(ids), "prompt")
+        (replies,) = self.model.generate_ids([ids], cancelled=cancelled, **settings)
         choices = []
         for i, g in enumerate(replies):
             logprobs = None
@@ -215,13 +367,26 @@ def _offsets(tokens: list[str]) -> list[int]:
     return out
 
 
-def create_app(model: LocalChatModel, name: str) -> Any:
-    """The FastAPI application serving ``model`` under the model name ``name``."""
-    server = Server(model, name)
+def create_app(
+    model: LocalChatModel,
+    name: str,
+    max_tokens_limit: int = MAX_TOKENS_LIMIT,
+    max_model_len: int | None = None,
+) -> Any:
+    """The FastAPI application serving ``model`` under the model name ``name`` (limits: see
+    :class:`Server`)."""
+    server = Server(model, name, max_tokens_limit, max_model_len)
     app = FastAPI(title="rlvr serve", version="1")
 
-    def error(status: int, message: str, kind: str) -> JSONResponse:
-        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    def error(status: int, err: Exception, kind: str) -> JSONResponse:
+        body = {
+            "error": {
+                "message": str(err),
+                "type": kind,
+                "param": getattr(err, "param", None),
+                "code": getattr(err, "code", None),
+            }
+        }
         return JSONResponse(body, status_code=status)
 
     async def body_of(request: Request) -> dict[str, Any]:
@@ -233,11 +398,13 @@ def create_app(model: LocalChatModel, name: str) -> Any:
             raise RequestError("the request body must be a JSON object")
         return body
 
-    def answer(handler: Any, body: dict[str, Any]) -> JSONResponse:
+    def answer(handler: Any, body: dict[str, Any], cancelled: Callable[[], bool]) -> JSONResponse:
         try:
-            return JSONResponse(handler(body))
+            return JSONResponse(handler(body, cancelled))
         except RequestError as err:
-            return error(400, str(err), "invalid_request_error")
+            return error(400, err, "invalid_request_error")
+        except Cancelled as err:  # the client is gone: nobody reads this
+            return error(499, err, "cancelled")
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -248,14 +415,24 @@ def create_app(model: LocalChatModel, name: str) -> Any:
         return {"status": "ok"}
 
     def endpoint(handler: Any) -> Any:
-        """A POST endpoint: the JSON body checked, ``handler`` run on a worker thread."""
+        """A POST endpoint: the JSON body checked, ``handler`` run on a worker thread while the
+        connection is watched; a client that disconnects cancels its request."""
 
         async def run(request: Request) -> JSONResponse:
             try:
                 body = await body_of(request)
             except RequestError as err:
-                return error(400, str(err), "invalid_request_error")
-            return await run_in_threadpool(answer, handler, body)
+                return error(400, err, "invalid_request_error")
+            gone = threading.Event()
+            work = asyncio.ensure_future(run_in_threadpool(answer, handler, body, gone.is_set))
+            try:
+                while not work.done():
+                    await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+                    if not work.done() and await request.is_disconnected():
+                        gone.set()
+                return work.result()
+            finally:
+                gone.set()  # also when this coroutine is cancelled (the server stopping)
 
         return run
 
@@ -274,16 +451,25 @@ def serve(
     max_batch: int = 64,
     on_ready: Any = None,
     engine: str = "torch",
+    max_tokens_limit: int = MAX_TOKENS_LIMIT,
+    max_model_len: int | None = None,
 ) -> None:
     """Load ``spec`` (a model spec, checkpoint or run directory) and serve it until interrupted;
     ``on_ready(url)`` is called once the server listens (the URL of its ``/v1`` API);
-    ``engine``: ``torch`` or ``vllm`` decodes the replies."""
+    ``engine``: ``torch`` or ``vllm`` decodes the replies; limits: see :class:`Server`."""
     import torch
     import uvicorn
 
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    model = LocalChatModel(spec, dtypes[dtype], device, max_batch=max_batch, engine=engine)
-    app = create_app(model, name or spec)
+    model = LocalChatModel(
+        spec,
+        dtypes[dtype],
+        device,
+        max_batch=max_batch,
+        engine=engine,
+        slice_tokens=SLICE_TOKENS,
+    )
+    app = create_app(model, name or spec, max_tokens_limit, max_model_len)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
     server = uvicorn.Server(config)
     if on_ready is not None:

@@ -18,7 +18,8 @@ the top-entropy ones) and the preset's parts::
     (the estimator, batch whitening, sign weights; KL in the reward for REINFORCE++/PPO) or,
     for multi-turn episodes, ``turn_credit`` (``algorithm.credit``);
 (2) l^PG, the clipped (or GSPO / GMPO / CISPO / REINFORCE) surrogate of the ratio
-    pi_theta / pi_old and A: ``algorithms.policy_loss`` in :func:`_micro_batch_loss`;
+    pi_theta / pi_old and A: ``algorithms.policy_loss`` in :func:`_micro_batch_loss` (a
+    ``sampler_anchored`` loss, DPPO, takes pi_sampler for pi_old);
 (3) w, the sampler-trainer correction pi_old / pi_sampler truncated (TIS) or masked (MIS):
     :func:`_sampler_weights`;
 (4) the KL to the reference in the loss (``kl_in: loss``): ``algorithms.kl_penalty`` in
@@ -67,6 +68,7 @@ from rlvr.distributed.data_parallel import DataParallel
 from rlvr.guards import first_nonfinite
 from rlvr.judging import snapshot_params, update_sparsity
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
+from rlvr.rollout.streams import stream_key
 from rlvr.trainer.batch import Sampled, Trajectories
 
 if TYPE_CHECKING:
@@ -275,22 +277,28 @@ def _micro_batch_loss(
     old = logp.detach() if step.old_logp is None else step.old_logp[sub_rows, :width]
     adv = step.advantages[sub_rows]
     adv = adv[:, :width] if adv.dim() == 2 else adv
+    sampler_logp = step.sampler_logp[sub_rows, :width]
+    sampled = algo.samples == "policy"
     if learner.objective.kind == "imitation":  # SFT / RFT: -w_i log pi on the kept samples
         loss_tok, info = algorithms.nll_loss(logp, adv), {}
     else:
+        # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
+        # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
+        anchored = algorithms.POLICY_LOSSES[algo.policy_loss].sampler_anchored and sampled
         loss_tok, info = algorithms.policy_loss(
             algo.policy_loss,
             logp,
-            old,
+            sampler_logp if anchored else old,
             adv,
             sub.action_mask,
             algo.clip_low,
             algo.clip_high,
             algo.dual_clip,
+            # Clip-Cov's random pick: a new stream per optimizer step and micro-batch, named by
+            # the checkpointed step count, so a resumed run draws as the uninterrupted one
+            seed=stream_key(cfg.train.seed, learner.scheduler.last_epoch, int(sub_rows[0])),
             **algo.params.get("policy_loss", {}),
         )
-    sampler_logp = step.sampler_logp[sub_rows, :width]
-    sampled = algo.samples == "policy"
     weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe, sampled)
     if weights is not None:  # TIS / MIS (importance.py)
         loss_tok = loss_tok * weights

@@ -36,17 +36,18 @@ from rlvr.progress import ProgressDisplay
 from rlvr.trainer.batch import Sampled, Trajectories
 from rlvr.trainer.build import RunParts, encode_problem
 from rlvr.trainer.collect import Collector
-from rlvr.trainer.metrics import fmt_eval, sample_rows, staleness, step_metrics
+from rlvr.trainer.metrics import fmt_eval, note, sample_rows, staleness, step_metrics
 from rlvr.trainer.protocols import Learners, Update
 from rlvr.trainer.publish_check import check_publish, make_probe, rounding_floor
 
 
 class StopRequested:
     """SIGINT/SIGTERM set a flag; the loop checkpoints at the end of the step and exits.
-    A second SIGINT interrupts at once."""
+    A second SIGINT interrupts at once, after ``forced()`` (which says how to resume)."""
 
-    def __init__(self) -> None:
+    def __init__(self, forced: Callable[[], None] = lambda: None) -> None:
         self.signal: int | None = None
+        self.forced = forced
 
     def __enter__(self) -> StopRequested:
         interrupts.check()  # a Ctrl-C of the start-up that library code swallowed stops it here
@@ -57,6 +58,7 @@ class StopRequested:
 
     def _handle(self, signum: int, frame: object) -> None:
         if self.signal is not None and signum == signal.SIGINT:
+            self.forced()
             raise KeyboardInterrupt
         self.signal = signum
 
@@ -168,7 +170,7 @@ class Loop:
                 f"({self.guard.streak + 1}/{self.guard.limit} in a row stop the run)"
             )
         metrics = {
-            **step_metrics(data, self.parts.task),
+            **step_metrics(data, self.parts.task, self.cfg.eval.reward_threshold),
             **sampling_metrics,
             **train_metrics,
             **lag,
@@ -238,7 +240,9 @@ class Loop:
         rows = sample_rows(data, max(1, self.cfg.logging.samples_per_step))
         self.logger.log_samples(step, rows[: self.cfg.logging.samples_per_step])
         self.progress.update(step, metrics)
-        if rows:  # an empty batch (no group passed the selector) has no sample to look at
+        # equal rewards stall only an update made of reward differences (not SFT, distillation,
+        # offline DPO), and an empty batch (no group passed the selector) has no sample to show
+        if rows and self.learners.algo.learns_from_reward_differences:
             self.progress.stall_check(metrics, rows[0])
         self.guard.observe(step, bad)
         if self.guard.tripped:  # the update before the first bad step may have diverged too
@@ -295,12 +299,24 @@ class Loop:
 
     # ------------------------------------------------------------ the run
 
+    def stopped_at_once(self) -> None:
+        """Says how a run stopped at once by a second Ctrl-C goes on: from its last checkpoint
+        (the step it was in is lost), or from the start when none was written."""
+        last = latest_checkpoint(self.run_dir)
+        how = (
+            "no checkpoint was written yet: start the run again"
+            if last is None
+            else f"resume from its last checkpoint ({last.name}) with: "
+            f"rlvr train --resume {self.run_dir}"
+        )
+        note(f"stopped at once by a second Ctrl-C after step {self.state.step}; {how}")
+
     def run(self, summary: dict[str, Any]) -> None:
         """Evaluate the initial policy (``eval.before``), train to ``train.steps`` (or a stop
         signal), checkpoint and evaluate the final policy (``eval.after``); results go to
         ``summary``."""
         cfg, progress = self.cfg, self.progress
-        with StopRequested() as stop, progress:
+        with StopRequested(self.stopped_at_once) as stop, progress:
             if cfg.eval.before and self.eval_problems and self.state.step == 0:
                 progress.print(
                     f"[dim]evaluating the initial policy on {len(self.eval_problems)} held-out "

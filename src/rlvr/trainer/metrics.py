@@ -26,9 +26,11 @@ def warn(text: str) -> None:
     note(f"warning: {text}")
 
 
-def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:
+def step_metrics(data: Trajectories, task: Task, threshold: float) -> dict[str, float]:
     """Reward, length, group and per-category statistics of one step's samples (answers as the
-    task's verifier reads them)."""
+    task's verifier reads them); a sample is correct (``reward/accuracy``) when its reward is
+    at least ``threshold`` (``eval.reward_threshold``, as a held-out sample judged by the
+    reward)."""
     rewards, group_ids = data.rewards, data.group_ids
     if len(data) == 0:  # no group passed the selector: nothing sampled is kept
         return {"rollout/tokens_per_s": data.tokens_per_s}
@@ -39,7 +41,7 @@ def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:
     metrics = {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item() if len(rewards) > 1 else 0.0,
-        "reward/accuracy": (rewards >= 1.0).float().mean().item(),
+        "reward/accuracy": (rewards >= threshold).float().mean().item(),
         "response/length_mean": lengths.mean().item(),
         "response/length_max": lengths.max().item(),
         "response/truncated_frac": 1 - sum(data.finished) / len(data.finished),
@@ -47,7 +49,7 @@ def step_metrics(data: Trajectories, task: Task) -> dict[str, float]:
         **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
         "rollout/tokens_per_s": data.tokens_per_s,
     }
-    right = rewards >= 1.0  # as reward/accuracy: the lengths of right and wrong answers apart
+    right = rewards >= threshold  # as reward/accuracy: lengths of right and wrong answers apart
     for name, rows in (("right", right), ("wrong", ~right)):
         if bool(rows.any()):  # Dr. GRPO: length normalisation lets wrong answers grow
             metrics[f"response/length_{name}_mean"] = lengths[rows].mean().item()

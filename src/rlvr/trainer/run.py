@@ -22,6 +22,7 @@ from rlvr.logging import MetricsLogger
 from rlvr.models import quiet_transformers
 from rlvr.progress import ProgressDisplay
 from rlvr.registries import check_config
+from rlvr.rewards.protocol import RewardError
 from rlvr.rewards.registry import callable_name
 from rlvr.run_checks import check_run_start, check_writable
 from rlvr.rundir import (
@@ -85,7 +86,8 @@ def train(
         ``train.max_nonfinite_steps`` steps in a row were non-finite (:class:`CollapseError`:
         ``train.max_collapsed_steps`` of a collapsed policy; :class:`RunDirError`: a run
         directory that cannot be written or has no room for a checkpoint). A run that fails
-        before its first step leaves no run directory behind.
+        before its first step leaves no run directory behind; a worker or a reward failing
+        after it (:class:`RewardError`, ``reward.on_error: raise``) says how to resume.
     """
     quiet_transformers()
     if resume is not None and overwrite:
@@ -116,6 +118,13 @@ def train(
                 return _run(cfg, run_dir, resume is not None, reward, cleanup, first_step_done)
             except WorkerFailed as err:  # a distributed run that cannot go on
                 raise WorkerFailed(f"{err}. {_resume_sentence(run_dir)}") from None
+            except RewardError as err:  # reward.on_error: raise, mid-run: fix it, then resume
+                if not started[0] and resume is None:
+                    raise  # a new run that never trained is removed: nothing to resume
+                detail = f"{err.detail}. {_resume_sentence(run_dir)}"
+                raise RewardError(
+                    err.reward, err.index, err.completion_head, detail, err.problem_id
+                ) from err
     except BaseException:
         if resume is None and not started[0]:  # leave nothing half-made, the old run back
             remove_artifacts(run_dir)
@@ -176,7 +185,7 @@ def _run(
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.train.seed)
     parts = build_parts(cfg, user_reward, cleanup)
-    check_run_start(cfg, run_dir, parts.learners)  # writable, room for a checkpoint
+    check_run_start(cfg, run_dir, parts.learners, parts.tokenizer)  # writable, room for one
     state = TrainerState(step=0, data_sha256=parts.fingerprint)
     checkpoint, pending = None, []
     if resuming:

@@ -26,10 +26,11 @@ adds the ``--resume`` command); resources the cluster cannot have fail at start.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -65,6 +66,17 @@ class InfeasibleResources(RlvrError, ValueError):
     """The actors ask for more CPUs or GPUs than the Ray cluster has."""
 
 
+class _DropTokenAuthNotice(logging.Filter):
+    """Ray (2.60) warns at every ``ray.init`` that starts a local instance that it enabled token
+    authentication: its default, which rlvr keeps (the token is in ``~/.ray/auth_token``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this")
+
+
+_TOKEN_AUTH_NOTICE = _DropTokenAuthNotice()
+
+
 def import_ray() -> Any:
     try:
         import ray
@@ -91,6 +103,9 @@ def connect(cfg: Config) -> bool:
     if ray.is_initialized():
         return False
     path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)
+    if cfg.distributed.address is None:  # Ray's notice of its default for an instance of ours
+        setup = "ray._private.authentication.authentication_token_setup"
+        logging.getLogger(setup).addFilter(_TOKEN_AUTH_NOTICE)
     ray.init(
         address=cfg.distributed.address or "local",  # null: a new instance, never another's
         include_dashboard=False,
@@ -100,6 +115,43 @@ def connect(cfg: Config) -> bool:
     return True
 
 
+RESOURCE_UNITS = 10_000
+"""Ray counts resources in whole units of 1/10000 (a CPU share is a multiple of 0.0001)."""
+
+
+def fitting_share(node_cpus: Sequence[float], actors: int) -> float:
+    """The most CPUs each of ``actors`` actors can reserve so that all of them fit on nodes of
+    these CPU counts (a node holds floor(its CPUs / share) of them), a multiple of Ray's unit;
+    0 without CPUs. E.g. 3 actors on one 2-CPU node: 0.6666 each; on two: 1 each."""
+    units = [round(n * RESOURCE_UNITS) for n in node_cpus if n > 0]
+    shares = sorted({u // k for u in units for k in range(1, actors + 1)}, reverse=True)
+    for share in shares:
+        if share > 0 and sum(u // share for u in units) >= actors:
+            return share / RESOURCE_UNITS
+    return 0.0
+
+
+def cpus_per_worker(cfg: Config) -> float:
+    """The CPUs each actor reserves: ``distributed.cpus_per_worker``, or (null) the
+    :func:`fitting_share` of the actors on the cluster's live nodes."""
+    d = cfg.distributed
+    if d.cpus_per_worker is not None:
+        return d.cpus_per_worker
+    nodes = import_ray().nodes()
+    cpus = [n["Resources"].get("CPU", 0.0) for n in nodes if n.get("Alive")]
+    return fitting_share(cpus, d.rollout_workers + d.learners)
+
+
+def with_cpus(cfg: Config) -> Config:
+    """``cfg`` with ``distributed.cpus_per_worker`` set (:func:`cpus_per_worker`), as the
+    actors read it: what they reserve, their torch threads."""
+    d = cfg.distributed
+    if d.cpus_per_worker is not None:
+        return cfg
+    chosen = d.model_copy(update={"cpus_per_worker": cpus_per_worker(cfg)})
+    return cfg.model_copy(update={"distributed": chosen})
+
+
 def check_resources(cfg: Config) -> None:
     """Fail at once, naming the resource, when the actors ask for more than the cluster has
     (Ray would wait for it forever)."""
@@ -107,7 +159,8 @@ def check_resources(cfg: Config) -> None:
     d = cfg.distributed
     actors = d.rollout_workers + d.learners
     have = ray.cluster_resources()
-    for name, each, key in (("CPU", d.cpus_per_worker, "cpus"), ("GPU", d.gpus_per_worker, "gpus")):
+    reserved = (("CPU", cpus_per_worker(cfg), "cpus"), ("GPU", d.gpus_per_worker, "gpus"))
+    for name, each, key in reserved:
         need = each * actors
         if need > have.get(name, 0.0) + 1e-9:
             raise InfeasibleResources(
@@ -125,7 +178,7 @@ def check_resources(cfg: Config) -> None:
 
 def _options(cfg: Config) -> dict[str, Any]:
     d = cfg.distributed
-    return {"num_cpus": d.cpus_per_worker, "num_gpus": d.gpus_per_worker, "max_restarts": 0}
+    return {"num_cpus": cpus_per_worker(cfg), "num_gpus": d.gpus_per_worker, "max_restarts": 0}
 
 
 class RayLearners:
@@ -134,6 +187,7 @@ class RayLearners:
 
     def __init__(self, cfg: Config) -> None:
         ray = import_ray()
+        cfg = with_cpus(cfg)
         self.cfg, self._ray, self.version = cfg, ray, 0
         self.algo = resolve_algorithm(cfg)
         self.device = resolve_device(cfg.train.device)
@@ -258,6 +312,7 @@ class RayRollouts:
         note: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
     ) -> None:
         ray = import_ray()
+        cfg = with_cpus(cfg)
         self.cfg, self._ray, self.learners, self.note = cfg, ray, learners, note
         self.user_reward, self.judge_name = user_reward, judge_name
         self.cls = ray.remote(RolloutWorker).options(**_options(cfg), scheduling_strategy="SPREAD")
@@ -461,6 +516,7 @@ def build(
     started = connect(cfg)
     if started:
         cleanup.callback(import_ray().shutdown)
+    cfg = with_cpus(cfg)  # the actors' share of the cluster, once
     check_resources(cfg)
     tokenizer = load_tokenizer(cfg.model.name)
     from transformers import AutoConfig
@@ -476,8 +532,8 @@ def build(
     cleanup.callback(rollouts.close)
     print(
         f"ray: {len(rollouts.workers)} rollout worker(s), {len(learners.ranks)} learner(s) on "
-        f"{len({w['node'] for w in [*rollouts.where, *learners.where]})} node(s), started in "
-        f"{time.perf_counter() - start:.0f} s",
+        f"{len({w['node'] for w in [*rollouts.where, *learners.where]})} node(s), "
+        f"{cpus_per_worker(cfg):g} CPU each, started in {time.perf_counter() - start:.0f} s",
         file=sys.stderr,
         flush=True,
     )

@@ -47,10 +47,10 @@ def _where() -> dict[str, Any]:
 
 
 def _threads(cfg: Config, learner: bool) -> None:
-    """torch threads: one per CPU the actor reserved (at least one); a learner uses
-    ``train.threads`` when set (it trains while the rollout workers wait, unless
-    ``rollout.max_staleness`` overlaps them)."""
-    reserved = max(1, int(cfg.distributed.cpus_per_worker))
+    """torch threads: one per whole CPU the actor reserved (at least one; the driver gives the
+    actors ``cpus_per_worker`` set); a learner uses ``train.threads`` when set (it trains while
+    the rollout workers wait, unless ``rollout.max_staleness`` overlaps them)."""
+    reserved = max(1, int(cfg.distributed.cpus_per_worker or 0))
     torch.set_num_threads((cfg.train.threads or reserved) if learner else reserved)
 
 

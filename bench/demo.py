@@ -1,0 +1,128 @@
+"""The README's demo numbers, recorded: ``make demo``'s job (``configs/demo.yaml``, SmolLM2-135M,
+GRPO on arithmetic) run for several seeds on this machine, one after the other, each in a fresh
+process exactly as ``make demo`` runs it (``rlvr train configs/demo.yaml``, evaluations
+included), so the wall time is what a user waits once the install is done.
+
+Writes ``bench/results/demo-<cpu>.json``: per seed the wall time, the held-out greedy and sampled
+accuracy and mean length before and after training, what ``auto`` precision chose; their spread
+over the seeds (min, mean, max); the machine (CPU model, its bf16 flags, threads), torch and the
+commit. The README's demo table and its header's times quote this file
+(``tests/test_docs.py::test_the_readme_quotes_the_recorded_demo`` checks it).
+
+Usage: python bench/demo.py [--seeds 1 2 3] [--out bench/results/demo-<cpu>.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from rlvr.rollout import describe_device
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+CONFIG = ROOT / "configs" / "demo.yaml"
+EVAL_KEYS = ("eval/greedy_accuracy", "eval/sampled_accuracy", "eval/greedy_length_mean")
+
+
+def commit() -> str:
+    """The checked-out commit (with ``+dirty`` when the tree has changes), read before the runs."""
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return head + ("+dirty" if dirty else "")
+
+
+def cpu_slug(device: str) -> str:
+    """``cpu (AMD EPYC, 2 threads, native bf16)`` -> ``amd-epyc-bf16``: the results file's name,
+    one per kind of machine (the same CPU model with and without bf16 flags differs)."""
+    model = device.split("(", 1)[1].split(",", 1)[0]
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\(r\)|\(tm\)|processor|cpu", "", model.lower()))
+    bf16 = "bf16" if "native bf16" in device else "nobf16"
+    return f"{slug.strip('-')}-{bf16}"
+
+
+def one_seed(seed: int, run_dir: Path) -> dict:
+    """``rlvr train configs/demo.yaml`` with ``train.seed`` = ``seed``: wall time and the held-out
+    evaluations before (step 0) and after (the last step)."""
+    argv = [sys.executable, "-m", "rlvr.cli", "train", str(CONFIG)]
+    for key, value in {
+        "train.seed": seed,
+        "logging.run_dir": run_dir,
+        "logging.progress": "false",
+    }.items():
+        argv += ["--set", f"{key}={value}"]
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/greedy_accuracy" in r]
+    before, after = evals[0], evals[-1]
+    precision = json.loads((run_dir / "precision.json").read_text())
+    return {
+        "seed": seed,
+        "wall_seconds": round(wall, 1),
+        "steps": max(r["step"] for r in rows),
+        "before": {k: before[k] for k in EVAL_KEYS if k in before},
+        "after": {k: after[k] for k in EVAL_KEYS if k in after},
+        "precision": {k: precision[k] for k in ("rollout.dtype", "train.autocast", "source")},
+    }
+
+
+def spread(values: list[float]) -> dict:
+    return {"min": min(values), "mean": statistics.fmean(values), "max": max(values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    device = describe_device("cpu")
+    record = {
+        "benchmark": "demo",
+        "device": device,
+        "config": str(CONFIG.relative_to(ROOT)),
+        "torch": torch.__version__,
+        "commit": commit(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="rlvr-demo-") as tmp:
+        for seed in args.seeds:
+            run = one_seed(seed, Path(tmp) / f"seed{seed}")
+            record["runs"].append(run)
+            print(json.dumps(run), flush=True)
+    runs = record["runs"]
+    record["spread"] = {
+        "wall_minutes": spread([r["wall_seconds"] / 60 for r in runs]),
+        **{
+            f"{when}/{key}": spread([r[when][key] for r in runs])
+            for when in ("before", "after")
+            for key in EVAL_KEYS
+            if all(key in r[when] for r in runs)
+        },
+    }
+    out = args.out or BENCH / "results" / f"demo-{cpu_slug(device)}.json"
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
