@@ -54,7 +54,7 @@ repro: $(STAMP)
 # the demo for 3 seeds, one after the other: wall time and held-out accuracy before/after, their
 # spread, the CPU and the commit, to bench/results/demo-<cpu>.json (the README's demo numbers)
 demo-record: $(STAMP)
-	$(BIN)/python bench/demo.py --seeds 1 2 3
+	$(BIN)/python bench/demo.py --seeds 1 2 3 --repeat
 
 # the agent job: SmolLM2 learns to call a calculator tool (docs/agents.md)
 demo-agent: $(STAMP)

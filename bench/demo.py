@@ -9,7 +9,11 @@ over the seeds (min, mean, max); the machine (CPU model, its bf16 flags, threads
 commit. The README's demo table and its header's times quote this file
 (``tests/test_docs.py::test_the_readme_quotes_the_recorded_demo`` checks it).
 
-Usage: python bench/demo.py [--seeds 1 2 3] [--out bench/results/demo-<cpu>.json]
+``--repeat`` runs the first seed a second time and records whether every logged value that does
+not measure time (rewards, losses, gradient norms, evaluations) came out identical: the
+run-to-run reproducibility a user can expect on this machine.
+
+Usage: python bench/demo.py [--seeds 1 2 3] [--repeat] [--out bench/results/demo-<cpu>.json]
 """
 
 from __future__ import annotations
@@ -50,12 +54,21 @@ def commit() -> str:
 
 
 def cpu_slug(device: str) -> str:
-    """``cpu (AMD EPYC, 2 threads, native bf16)`` -> ``amd-epyc-bf16``: the results file's name,
+    """``cpu (AMD EPYC, 2 threads, avx512_bf16)`` -> ``amd-epyc-bf16``: the results file's name,
     one per kind of machine (the same CPU model with and without bf16 flags differs)."""
     model = device.split("(", 1)[1].split(",", 1)[0]
     slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\(r\)|\(tm\)|processor|cpu", "", model.lower()))
-    bf16 = "bf16" if "native bf16" in device else "nobf16"
+    bf16 = "nobf16" if "no bf16 flags" in device else "bf16"
     return f"{slug.strip('-')}-{bf16}"
+
+
+def logged_values(run_dir: Path) -> list[dict]:
+    """The run's metrics rows without the values that measure the machine (seconds, rates)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in row.items() if not (k.startswith("time/") or "per_s" in k)}
+        for row in rows
+    ]
 
 
 def one_seed(seed: int, run_dir: Path) -> dict:
@@ -92,6 +105,7 @@ def spread(values: list[float]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--repeat", action="store_true", help="run the first seed twice")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = describe_device("cpu")
@@ -109,6 +123,22 @@ def main() -> None:
             run = one_seed(seed, Path(tmp) / f"seed{seed}")
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
+        if args.repeat:
+            seed = args.seeds[0]
+            again = one_seed(seed, Path(tmp) / f"seed{seed}-again")
+            first, second = (
+                logged_values(Path(tmp) / d) for d in (f"seed{seed}", f"seed{seed}-again")
+            )
+            differing = sorted(
+                {k for a, b in zip(first, second, strict=False) for k in a if a.get(k) != b.get(k)}
+            )
+            record["repeat"] = {
+                "seed": seed,
+                "run": again,
+                "identical": first == second,
+                "differing_keys": differing,
+            }
+            print(json.dumps(record["repeat"]), flush=True)
     runs = record["runs"]
     record["spread"] = {
         "wall_minutes": spread([r["wall_seconds"] / 60 for r in runs]),
