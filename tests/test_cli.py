@@ -243,6 +243,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
         "skipped_nonfinite": 0,
         "data_sha256": None,  # a procedural task: its config fixes its data
         "policy_version": 2,
+        "minibatches": 2,  # one per step (Clip-Cov's stream counts them)
         "replay": {},  # no replay buffer (rollout.replay: 0)
     }
 

@@ -17,6 +17,7 @@ thread (faster for tiny models on a busy machine). A failing block is named by f
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -256,3 +257,42 @@ def test_objective_configs_train_on_the_tiny_model(tmp_path, name):
     train(load_config(ROOT / "configs" / f"{name}.yaml", overrides))
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
+
+
+def demo_quotes(record: dict) -> list[str]:
+    """What the README must say of a ``bench/demo.py`` record: the greedy accuracy after
+    training as its mean over the seeds and its range, and the mean wall time in minutes."""
+    after = record["spread"]["after/eval/greedy_accuracy"]
+    wall = record["spread"]["wall_minutes"]
+    return [
+        f"{after['mean']:.1%} ({after['min']:.1%}–{after['max']:.1%})",
+        f"{wall['mean']:.1f} minutes",
+        f"{len(record['runs'])} seeds",
+    ]
+
+
+def test_the_readme_quotes_the_recorded_demo():
+    """The README's demo numbers are those of a committed ``bench/demo.py`` record (``make
+    demo-record``), which names its machine and commit."""
+    records = sorted((ROOT / "bench" / "results").glob("demo-*.json"))
+    assert records, "no bench/results/demo-*.json: run `make demo-record`"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quoted = [
+        r for r in records if all(q in readme for q in demo_quotes(json.loads(r.read_text())))
+    ]
+    assert quoted, f"the README quotes none of {[r.name for r in records]}: " + "; ".join(
+        f"{r.name}: {demo_quotes(json.loads(r.read_text()))}" for r in records
+    )
+    for record in records:
+        data = json.loads(record.read_text())
+        assert data["device"].startswith("cpu (") and data["commit"] and len(data["runs"]) >= 3
+
+
+def test_every_bench_result_names_its_machine():
+    """Each committed benchmark result says which machine it ran on: the CPU's model (not only
+    its architecture) or the GPU's name."""
+    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+        device = json.loads(path.read_text())["device"]
+        assert re.fullmatch(r"(cpu \((?!x86_64\)|unknown).+\)|cuda \(.+\))", device), (
+            f"{path.name}: device {device!r} names no machine"
+        )

@@ -95,10 +95,16 @@ def test_clip_cov_picks_at_random_with_its_own_seeded_stream():
     assert not torch.equal(picks[0]["is_cov_detached"], picks[2]["is_cov_detached"])
 
 
-def test_clip_cov_draws_a_new_pick_each_step_and_the_same_one_at_the_same_step(tiny, monkeypatch):
-    """Clip-Cov's stream is keyed by (train.seed, optimizer step, micro-batch): two steps with
-    the same candidates pick different tokens, and a learner at the same step (a resume: the
-    checkpointed schedule) picks the same ones."""
+# every token a Clip-Cov candidate (an unbounded band, on-policy rho = 1: none clipped by PPO),
+# so each step picks int(0.3 x 10) = 3 of the same 10 tokens
+CLIP_COV_ALL = {
+    "policy_loss": "clip_cov",
+    "params": {"policy_loss": {"ratio": 0.3, "cov_low": -1e9, "cov_high": 1e9}},
+}
+
+
+def _recorded_picks(monkeypatch) -> list[torch.Tensor]:
+    """The tokens each Clip-Cov call of the learner picks, in order."""
     picks = []
     original = rlvr.trainer.learn.algorithms.policy_loss
 
@@ -108,25 +114,58 @@ def test_clip_cov_draws_a_new_pick_each_step_and_the_same_one_at_the_same_step(t
         return loss, info
 
     monkeypatch.setattr(rlvr.trainer.learn.algorithms, "policy_loss", recorded)
-    # every token a candidate (an unbounded band, on-policy rho = 1: none clipped by PPO), so
-    # each step picks int(0.3 x 10) = 3 of the same 10 tokens
-    band = {"ratio": 0.3, "cov_low": -1e9, "cov_high": 1e9}
-    settings = {"policy_loss": "clip_cov", "params": {"policy_loss": band}}
+    return picks
+
+
+def test_clip_cov_draws_a_new_pick_each_step_and_the_same_one_at_the_same_step(
+    tiny, monkeypatch, tmp_path
+):
+    """Clip-Cov's stream is keyed by (train.seed, minibatches so far, micro-batch): two steps
+    with the same candidates pick different tokens, and a learner at the same count (a resume
+    from the checkpoint written after step 1) picks the same ones."""
+    from rlvr.checkpoint import TrainerState
+
+    picks = _recorded_picks(monkeypatch)
     data = _trajectories(tiny)
-    learner = _learner(tiny, micro_batch_size=4, **settings)
+    learner = _learner(tiny, micro_batch_size=4, **CLIP_COV_ALL)
     learner.update(data)
-    schedule = learner.scheduler.state_dict()  # what a checkpoint after step 1 holds
+    learner.save_checkpoint(tmp_path, TrainerState(step=1), tiny[1], keep=2, pending=[])
     learner.update(data)
     first, second = picks
     assert int(first.sum()) == int(second.sum()) == 3
     assert not torch.equal(first, second)  # a new pick at the next step
-    fresh = _learner(tiny, micro_batch_size=4, **settings)
+    fresh = _learner(tiny, micro_batch_size=4, **CLIP_COV_ALL)
     fresh.update(data)
-    assert torch.equal(picks[2], first)  # the same (seed, step): the same pick
-    resumed = _learner(tiny, micro_batch_size=4, **settings)
-    resumed.scheduler.load_state_dict(schedule)
+    assert torch.equal(picks[2], first)  # the same (seed, count): the same pick
+    resumed = _learner(tiny, micro_batch_size=4, **CLIP_COV_ALL)
+    resumed.load_checkpoint(tmp_path, warn=print)
+    assert resumed.minibatches == 1
     resumed.update(data)
     assert torch.equal(picks[3], second)  # resumed at step 2: step 2's pick
+
+
+def test_a_skipped_step_does_not_make_the_next_one_draw_its_clip_cov_stream_again(
+    tiny, monkeypatch
+):
+    """Step 1's gradient norm is non-finite (its optimizer step skipped, the schedule not
+    advanced): step 2 still picks from a stream of its own, not step 1's again."""
+    picks = _recorded_picks(monkeypatch)
+    step, calls = rlvr.trainer.learn._optimizer_step, []
+
+    def skipped_the_first_time(learner, averages):
+        calls.append(1)
+        if len(calls) == 1:
+            raise rlvr.trainer.learn._SkipStep("gradient norm", "policy/grad_norm", math.inf)
+        step(learner, averages)
+
+    monkeypatch.setattr(rlvr.trainer.learn, "_optimizer_step", skipped_the_first_time)
+    data = _trajectories(tiny)
+    learner = _learner(tiny, micro_batch_size=4, **CLIP_COV_ALL)
+    assert learner.update(data)[1] == "gradient norm"
+    assert learner.update(data)[1] is None
+    first, second = picks
+    assert int(first.sum()) == int(second.sum()) == 3
+    assert not torch.equal(first, second)  # before: the same stream, the same pick
 
 
 def test_the_covariance_losses_declare_their_batch_statistics():

@@ -164,11 +164,13 @@ def test_calls_hanging_in_a_row_stop_the_run_as_a_dead_environment(smol_tok):
     assert time.monotonic() - start < 5  # six timeouts, not ten
 
 
-def test_a_hung_environment_costs_a_group_about_one_time_limit_not_one_per_episode(smol_tok, capfd):
+def test_a_hung_environment_costs_a_group_about_two_time_limits_not_one_per_episode(
+    smol_tok, capfd
+):
     """Every call hangs (steps and closes), 3 problems x 4 episodes: a group's first step runs
     out of time in place, its other three together; the third problem's first timeout stops the
-    run as a dead environment: 5 time limits, not 2G + 1 = 9 one after another (and 12 closes,
-    about 2 more, not 12), each timeout told at once."""
+    run as a dead environment: 5 time limits, not 2G + 1 = 9 one after another (and the batch's
+    12 closes, about 2 more, not 12 nor 2 per group), each timeout told at once."""
 
     class Hung(FaultyEnv):
         def close(self):

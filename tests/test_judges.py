@@ -10,7 +10,8 @@ import socket
 import string
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -155,19 +156,166 @@ def test_concurrent_callers_are_batched_together(local, monkeypatch):
         )
         for k in range(3)
     ]
-    scheduler = local._scheduler
-    with scheduler.turns.held():  # as if a job were running: the three callers queue meanwhile
+    with _busy(local):  # the three callers queue meanwhile
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 30
-        while len(scheduler._queue) < 3:
-            assert time.monotonic() < deadline, "the callers never queued"
-            time.sleep(0.01)
+            _wait_queued(local, 1 + threads.index(t))
     for t in threads:
         t.join()
     assert batches == [6]  # one forward batch for the three callers
     together = [g for pair in results for g in pair]
     assert [[g.ids for g in r] for r in together] == [[g.ids for g in r] for r in alone]
+
+
+@contextmanager
+def _busy(model: LocalChatModel) -> Iterator[None]:
+    """The model kept busy by a job of its own (verdict probabilities held in their turn) until
+    the block ends: callers queue meanwhile."""
+    inside, release = threading.Event(), threading.Event()
+    probs = model._next_token_probs
+
+    def held(prompts):
+        inside.set()
+        assert release.wait(30)
+        return probs(prompts)
+
+    model._next_token_probs = held
+    chat = [{"role": "user", "content": "hold"}]
+    thread = threading.Thread(target=model.choice_probs, args=([chat], ["Yes", "No"]))
+    thread.start()
+    try:
+        assert inside.wait(30), "the model never started the job"
+        yield
+    finally:
+        release.set()
+        thread.join()
+        del model._next_token_probs
+
+
+def _wait_queued(model: LocalChatModel, count: int) -> None:
+    """Until ``count`` requests wait for the model."""
+    deadline = time.monotonic() + 30
+    while len(model._scheduler._queue) < count:
+        assert time.monotonic() < deadline, "the callers never queued"
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def sliced() -> LocalChatModel:
+    """Turns of 2 tokens, at most 2 samples at once."""
+    return LocalChatModel("tiny-random-llama", slice_tokens=2, max_batch=2)
+
+
+def _callers(model: LocalChatModel, calls: list[dict]) -> tuple[list[threading.Thread], list]:
+    """A thread per ``generate_ids`` call (its keywords; prompt [1, 2, 3]), started in order
+    once the one before has queued; its replies or error in the list."""
+    out: list = [None] * len(calls)
+
+    def call(k: int) -> None:
+        try:
+            out[k] = model.generate_ids([[1, 2, 3]], **calls[k])
+        except Exception as err:
+            out[k] = err
+
+    threads = [threading.Thread(target=call, args=(k,), daemon=True) for k in range(len(calls))]
+    for k, t in enumerate(threads):
+        t.start()
+        _wait_queued(model, k + 1)
+    return threads, out
+
+
+def test_samples_live_across_jobs_stay_within_max_batch(sliced, monkeypatch):
+    """max_batch 2: a job of 2 samples keeps their caches between its turns of 2 tokens, so a
+    request for 1 sample that comes meanwhile starts once that job is over, not beside it."""
+    calls: list[tuple[str, int]] = []
+    decoder = sliced.engine.decoder
+    prefill, resume = decoder.prefill, decoder.resume
+
+    def prefilled(ids, mask, row_prompt):
+        calls.append(("prefill", len(row_prompt)))
+        return prefill(ids, mask, row_prompt)
+
+    def resumed(histories, new_tokens):
+        calls.append(("resume", len(histories)))
+        return resume(histories, new_tokens)
+
+    monkeypatch.setattr(decoder, "prefill", prefilled)
+    monkeypatch.setattr(decoder, "resume", resumed)
+    with _busy(sliced):
+        threads, out = _callers(
+            sliced, [{"max_new_tokens": 6, "n": 2}, {"max_new_tokens": 6, "n": 1}]
+        )
+    for t in threads:
+        t.join()
+    assert [len(r[0]) for r in out] == [2, 1]
+    assert [len(g.ids) for r in out for g in r[0]] == [6, 6, 6]
+    pair = [("prefill", 2), ("resume", 2), ("resume", 2)]  # 6 tokens in turns of 2
+    single = [("prefill", 1), ("resume", 1), ("resume", 1)]
+    assert calls == pair + single  # not started beside the pair
+
+
+def test_a_judge_without_turns_decodes_with_the_engines_generate(local, monkeypatch):
+    """slice_tokens None: a job is one call of the engine's generate, which keeps no sample's
+    cache past its end (no export of every row's keys and values)."""
+
+    def refuse(rows):
+        raise AssertionError("a cache was exported")
+
+    monkeypatch.setattr(local.engine.decoder, "export", refuse)
+    ((a, b),) = local.generate_ids([[1, 2, 3]], max_new_tokens=4, temperature=1.0, n=2)
+    assert len(a.ids) == len(b.ids) == 4
+
+
+def test_a_caller_is_answered_once_its_own_request_is_done(sliced, monkeypatch):
+    """Two requests in one job, the first answered at the first turn: its caller returns then,
+    while the job goes on for the second."""
+    from rlvr.reward_models import chat_model
+
+    release = threading.Event()
+
+    class FirstThenRest:
+        """A job answering its first request at its first turn, the rest once released."""
+
+        def __init__(self, chat, batch, sampling, n, slice_tokens):
+            self.batch, self.turns = batch, 0
+
+        def step(self) -> bool:
+            self.turns += 1
+            if self.turns == 1:
+                self.batch[0].answer(["first"])
+                return False
+            assert release.wait(30)
+            for r in self.batch[1:]:
+                r.answer(["rest"])
+            return True
+
+    monkeypatch.setattr(chat_model, "_Decoding", FirstThenRest)
+    try:
+        with _busy(sliced):
+            (first, second), out = _callers(sliced, [{"max_new_tokens": 4}] * 2)
+        first.join(timeout=10)
+        assert not first.is_alive() and out[0] == ["first"]  # while the job goes on
+        assert second.is_alive()
+    finally:
+        release.set()
+    second.join()
+    assert out[1] == ["rest"]
+
+
+def test_a_job_that_fails_to_start_answers_every_request_in_it(sliced, monkeypatch):
+    """The error of making a job reaches each of its callers (none left waiting)."""
+    from rlvr.reward_models import chat_model
+
+    def fail(*args):
+        raise RuntimeError("no memory for the job")
+
+    monkeypatch.setattr(chat_model, "_Decoding", fail)
+    with _busy(sliced):
+        threads, out = _callers(sliced, [{"max_new_tokens": 4}] * 2)
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "a caller was left waiting"
+    assert all(isinstance(e, RuntimeError) and "no memory" in str(e) for e in out), out
 
 
 # ---------------------------------------------------------------------- reward kinds
@@ -391,7 +539,7 @@ def test_a_judge_timing_out_at_start_up_names_the_check_and_the_settings(hanging
         reward.check(PROBLEM)
     message = str(info.value)
     assert message.startswith("start-up check of reward 'judge_score' failed")
-    assert "APITimeoutError: no answer within timeout_s x (retries + 1) = 0.5 s x 2" in message
+    assert "APITimeoutError: no answer within timeout_s = 0.5 s on each of 2 tries" in message
     assert "timeout_s or retries (reward.judges)" in message and "reward.on_error" in message
     assert "a reward is f(completion" not in message  # the reward protocol: not the problem
     cfg = build_config({"reward": section})
@@ -399,7 +547,8 @@ def test_a_judge_timing_out_at_start_up_names_the_check_and_the_settings(hanging
         probe_terms(cfg.reward, ArithmeticTask(level=1, n_eval=2), n=1, threshold=0.5)
     message = str(info.value)
     assert message.startswith("judge probe of 'judge_score' (start-up, before step 1")
-    assert "= 0.5 s x 2 = 1 s; raise the judge's timeout_s or retries" in message
+    assert "on each of 2 tries (retries=1): 1." in message  # 1.0 s and a little
+    assert " s in all; raise the judge's timeout_s or retries" in message
 
 
 def test_an_unreachable_judge_at_start_up_is_not_told_how_to_write_a_reward():
@@ -414,7 +563,7 @@ def test_an_unreachable_judge_at_start_up_is_not_told_how_to_write_a_reward():
 def test_a_judge_that_stops_answering_fails_after_timeout_times_tries_naming_it(hanging_server):
     """4 chats, 2 at a time, at an endpoint that never answers: the first two fail after
     timeout_s x (retries + 1) (no backoff after a timeout), the two queued are not sent, and the
-    error names the endpoint and states the formula."""
+    error names the endpoint, its tries and the time they took."""
     from rlvr.reward_models.http_model import HttpChatModel, JudgeError
 
     url = f"http://127.0.0.1:{hanging_server}/v1"
@@ -424,9 +573,73 @@ def test_a_judge_that_stops_answering_fails_after_timeout_times_tries_naming_it(
     with pytest.raises(JudgeError) as info:
         judge.generate(chats, max_new_tokens=4)
     took = time.perf_counter() - start
-    assert 0.9 <= took < 1.6, took  # before: about 2 s a request (backoff), the queued ones too
+    assert 0.9 <= took < 3.0, took  # before: about 4 s (backoffs, the queued ones too)
     assert str(info.value).startswith(f"judge 'judge' at {url}: APITimeoutError: ")
-    assert "no answer within timeout_s x (retries + 1) = 0.3 s x 3 = 0.9 s" in str(info.value)
+    assert "no answer within timeout_s = 0.3 s on each of 3 tries (retries=2): " in str(info.value)
+
+
+@pytest.fixture
+def failing_then_hanging_server():
+    """A TCP server whose first request is answered 503 (retried after a backoff) and whose
+    later ones are never answered."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+            except TimeoutError:
+                continue
+            if held:
+                held.append(conn)
+                continue
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, body = data.split(b"\r\n\r\n", 1)
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            while len(body) < length:
+                body += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def test_a_timeout_after_a_retried_failure_states_the_tries_and_the_time_they_took(
+    failing_then_hanging_server,
+):
+    """A 503 (then a 0.5 s backoff) and a timeout of 0.3 s: the error says one of two tries
+    timed out and the 0.8 s they took, not timeout_s x (retries + 1) = 0.6 s."""
+    from rlvr.reward_models.http_model import HttpChatModel, JudgeError
+
+    url = f"http://127.0.0.1:{failing_then_hanging_server}/v1"
+    judge = HttpChatModel(url, "judge", timeout_s=0.3, retries=1)
+    with pytest.raises(JudgeError) as info:
+        judge.generate([[{"role": "user", "content": "question"}]], max_new_tokens=4)
+    message = str(info.value)
+    assert (
+        "APITimeoutError: no answer within timeout_s = 0.3 s on 1 of 2 tries (retries=1), the "
+        "others failing otherwise (then a backoff): "
+    ) in message, message
+    took = float(message.split("(then a backoff): ")[1].split(" s in all")[0])
+    assert 0.8 <= took < 2.0, message
 
 
 def test_a_reward_time_limit_cutting_its_judge_short_names_the_endpoint(hanging_server):
@@ -442,9 +655,24 @@ def test_a_reward_time_limit_cutting_its_judge_short_names_the_endpoint(hanging_
         reward(["It is 5"], [PROBLEM])
     assert (
         f"timed out after 0.3s (reward.timeout_s), before its judge at "
-        f"http://127.0.0.1:{hanging_server}/v1 answered or failed (it is waited for up to "
-        "timeout_s x (retries + 1) = 0.5 s x 2 = 1 s): raise reward.timeout_s above that"
+        f"http://127.0.0.1:{hanging_server}/v1 answered or failed (each request to it is "
+        "waited for up to timeout_s x (retries + 1) = 0.5 s x 2 = 1 s, once one of its "
+        "max_concurrency = 8 slots is free): raise reward.timeout_s above that"
     ) in str(info.value)
+
+
+def test_a_reward_time_limit_cutting_an_inline_judge_short_names_its_wait(hanging_server):
+    """A judge given inline (params.judge a mapping, not a reward.judges name) has its defaults
+    filled: the timeout names its wait (retries: 2 by default), not a KeyError on retries."""
+    url = f"http://127.0.0.1:{hanging_server}/v1"
+    inline = {"engine": "http", "model": "judge", "base_url": url, "timeout_s": 0.5}
+    terms = [{"name": "judge_score", "params": {"judge": inline}}]
+    with (
+        build_reward(None, terms=terms, timeout_s=0.3) as reward,
+        pytest.raises(RewardError) as info,
+    ):
+        reward(["It is 5"], [PROBLEM])
+    assert "timeout_s x (retries + 1) = 0.5 s x 3 = 1.5 s, once one of its" in str(info.value)
 
 
 def test_a_term_naming_an_undefined_judge_is_a_config_error():

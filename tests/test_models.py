@@ -127,7 +127,7 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
             "model": {"name": "smollm2-135m-instruct"},
             "task": {"name": "arithmetic", "level": 2, "n_eval": 4},
             "reward": {"function": "rewards_for_tests:letter_fraction"},  # dense: always a gradient
-            "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 24},
+            "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 8},
             "algorithm": {"preset": "grpo", "beta": 0.0},
             "train": {"steps": 1, "micro_batch_size": 8},
             "eval": {"before": False, "after": False},

@@ -96,9 +96,10 @@ def test_local_and_ray_with_one_worker_log_the_same_steps(cluster, tmp_path_fact
 def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     cluster, tmp_path_factory, monkeypatch, capfd
 ):
-    """Two rollout workers, each sampling half the groups; ray.kill one while its shard of
-    step 2 is being sampled: it is recreated, given the weights it served, its shard sent
-    again; every step's metrics equal one process's (step 1 undisturbed, 2 and 3 after)."""
+    """AAPO on two rollout workers, each sampling half the groups and keeping an engine over its
+    initial policy for the reference's groups; ray.kill one while its shard of step 2 is being
+    sampled: it is recreated (its reference engine too), given the weights it served, its shard
+    sent again; every step's metrics equal one process's (step 1 undisturbed, 2 and 3 after)."""
     from rlvr.trainer.backends import ray as ray_backend
 
     killed = []
@@ -115,12 +116,18 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
         self.before_get = kill_in_step_two
 
     monkeypatch.setattr(ray_backend.RayRollouts, "__init__", with_hook)
+    settings = {"algorithm": {"preset": "aapo", "beta": None}, "train": {"lr": 5e-2}}
     run_dir = tmp_path_factory.mktemp("killed") / "run"
-    train(build_config(ray_config(run_dir, 2)))
+    cfg = ray_config(run_dir, 2, steps=3, **settings)
+    cfg["algorithm"].pop("beta")
+    train(build_config(cfg))
     assert killed == [1]
     assert "rollout worker 1 failed" in capfd.readouterr().err
-    local = run_once("local", local_config(Path("unused")), tmp_path_factory)
+    local_cfg = local_config(Path("unused"), steps=3, **settings)
+    local_cfg["algorithm"].pop("beta")
+    local = run_once("aapo-local", local_cfg, tmp_path_factory)
     assert comparable(step_rows(run_dir)) == local
+    assert local[3]["policy/loss"] != local[1]["policy/loss"]
 
 
 def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster, tmp_path_factory):
@@ -169,20 +176,6 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     train(build_config(cfg))
     assert comparable(step_rows(run_dir)) == local
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
-
-
-def test_aapo_samples_the_reference_on_each_worker_as_in_one_process(cluster, tmp_path_factory):
-    """AAPO: each rollout worker keeps an engine over its initial policy and samples the
-    reference's groups there; two workers log the same steps as one process."""
-    settings = {"algorithm": {"preset": "aapo", "beta": None}, "train": {"lr": 5e-2}}
-    local_cfg = local_config(Path("unused"), steps=3, **settings)
-    local_cfg["algorithm"].pop("beta")
-    local = run_once("aapo-local", local_cfg, tmp_path_factory)
-    run_dir = tmp_path_factory.mktemp("aapo-ray") / "run"
-    cfg = ray_config(run_dir, 2, steps=3, **settings)
-    cfg["algorithm"].pop("beta")
-    train(build_config(cfg))
-    assert comparable(step_rows(run_dir)) == local
 
 
 def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):

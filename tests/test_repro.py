@@ -113,6 +113,33 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
     assert (claims_dir / "moves" / "figure.png").read_bytes() == figure
 
 
+def test_a_resumed_run_records_the_commit_and_time_of_its_first_start(tmp_path, monkeypatch):
+    """The first invocation trains and is stopped before its record; the second, at another
+    commit, resumes the run: the record names the first start's commit and time."""
+    import rlvr.trainer
+    from rlvr.repro import START_FILE, run_one
+
+    claim = load_claim(_claim(tmp_path / "repro" / "moves", seeds=[1]))
+    train, calls = rlvr.trainer.train, []
+
+    def stopped_the_first_time(cfg, resume=None):
+        train(cfg, resume=resume)
+        calls.append(resume)
+        if len(calls) == 1:
+            raise RuntimeError("stopped")  # after training, before the record
+
+    monkeypatch.setattr("rlvr.trainer.train", stopped_the_first_time)
+    monkeypatch.setattr("rlvr.repro._commit", lambda: f"c{len(calls)}")
+    root = tmp_path / "runs"
+    with pytest.raises(RuntimeError, match="stopped"):
+        run_one(claim, "trained", 1, root)
+    first = json.loads((claim.run_dir(root, "trained", 1) / START_FILE).read_text())
+    assert first["commit_start"] == "c0"
+    record = run_one(claim, "trained", 1, root)
+    assert calls == [None, claim.run_dir(root, "trained", 1)]  # the second call resumed
+    assert (record["commit_start"], record["started"]) == ("c0", first["started"])  # not c1
+
+
 def test_an_untrained_arm_is_evaluated_like_a_trained_one(tmp_path):
     claims_dir, root = tmp_path / "repro", tmp_path / "runs"
     folder = _claim(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from test_trainer import TESTS, step_rows, tiny_config
 from typer.testing import CliRunner
@@ -396,8 +397,73 @@ def test_a_reward_failing_mid_run_says_how_to_resume(tmp_path, monkeypatch):
     output = " ".join(result.output.split())
     assert result.exit_code == 1, output
     assert "the reward's service went away" in output
-    assert f"Resume from its last checkpoint with: rlvr train --resume {run_dir}" in output
+    assert (
+        f"Resume from its last checkpoint (step_000001) with: rlvr train --resume {run_dir}"
+    ) in output
     assert sorted(step_rows(run_dir)) == [1]
+
+
+def test_a_run_failing_before_its_first_checkpoint_says_to_resume_it_from_step_0(
+    tmp_path, monkeypatch
+):
+    """The reward fails at step 2 of a run that checkpoints only at its end: step 1 was logged,
+    so the run directory stays (a new `rlvr train` refuses it) and the error says to resume it,
+    which trains from step 0 again, every earlier row (the initial evaluation's too) replaced."""
+    from rlvr.rewards.protocol import RewardError
+    from rlvr.trainer.loop import Loop
+
+    marker, record = tmp_path / "broken", Loop.record
+
+    def record_then_break_the_reward(self: Loop, *args) -> None:
+        record(self, *args)
+        marker.touch()
+
+    monkeypatch.setattr(Loop, "record", record_then_break_the_reward)
+    run_dir = tmp_path / "run"
+    term = {"name": "rewards_for_tests:fails_when_marked", "params": {"marker": str(marker)}}
+    sections = {
+        "reward": {"function": None, "terms": [term]},
+        "checkpoint": {"every": 0, "save_final": True},
+        "eval": {"before": True, "after": False},
+    }
+    with pytest.raises(RewardError) as info:
+        train(build_config(tiny_config(run_dir, 3, **sections)))
+    assert (
+        f"No checkpoint was written yet: resume it from step 0 with: rlvr train --resume {run_dir}"
+    ) in str(info.value)
+    assert sorted(step_rows(run_dir)) == [1] and latest_checkpoint(run_dir) is None
+    with pytest.raises(ConfigError, match="already holds a run"):  # "start the run again"
+        train(build_config(tiny_config(run_dir, 3, **sections)))
+    monkeypatch.setattr(Loop, "record", record)
+    marker.unlink()
+    train(build_config(tiny_config(run_dir, 3, **sections)), resume=run_dir)
+    assert [r["step"] for r in read_metrics(run_dir)] == [0, 1, 2, 3]  # one initial evaluation
+    resumed = json.loads((run_dir / "resumes.jsonl").read_text())
+    assert resumed["step"] == 0 and resumed["checkpoint"] is None
+    assert [p.name for p in list_checkpoints(run_dir)] == ["step_000003"]
+
+
+def test_an_async_dppo_run_recorded_with_tis_cap_resumes_with_it_set_to_null(tmp_path):
+    """An older rlvr recorded tis_cap: 2.0 for asynchronous DPPO, which DPPO now refuses: the
+    refusal names the --set that resumes the run, and that resume works (the recorded config
+    is compared as written) and records the change."""
+    run_dir = tmp_path / "run"
+    algorithm = {"policy_loss": "dppo_tv"}
+    train(build_config(tiny_config(run_dir, 1, algorithm=algorithm, rollout={"max_staleness": 1})))
+    path = run_dir / "config.yaml"
+    recorded = yaml.safe_load(path.read_text())
+    recorded["algorithm"]["tis_cap"] = 2.0  # what the older validator wrote
+    path.write_text(yaml.safe_dump(recorded, sort_keys=False))
+    with pytest.raises(ConfigError, match="--resume RUN --set algorithm.tis_cap=null"):
+        load_config(path)
+    cfg = load_config(path, ["algorithm.tis_cap=null", "train.steps=2"])
+    train(cfg, resume=run_dir)
+    assert sorted(step_rows(run_dir)) == [1, 2]
+    changes = json.loads((run_dir / "resumes.jsonl").read_text())["changes"]
+    assert changes == {
+        "algorithm.tis_cap": {"old": 2.0, "new": None},
+        "train.steps": {"old": 1, "new": 2},
+    }
 
 
 def test_a_run_whose_rewards_never_vary_says_nothing_is_learning(tmp_path, capsys):

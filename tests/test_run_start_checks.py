@@ -67,20 +67,67 @@ def test_a_read_only_place_stops_the_run_before_anything_is_made(tmp_path, monke
     assert list((tmp_path / "runs").iterdir()) == []
 
 
+def _learners(**algorithm):
+    """(the config, a learner of the tiny model in this process, Ray's learners as the driver
+    sees them: the preset and no policy or modules here)."""
+    import torch
+
+    from rlvr.trainer.build import build_learner, resolve_algorithm
+
+    cfg = build_config(
+        {
+            "model": {"name": "tiny-random-llama"},
+            "rollout": {"dtype": "fp32"},
+            "train": {"autocast": "fp32"},
+            "algorithm": algorithm,
+        }
+    )
+    algo = resolve_algorithm(cfg)
+    local = build_learner(cfg, algo, load_model("tiny-random-llama"), 0, torch.Generator())
+
+    class Remote:  # Ray's learners: counted on the meta device
+        precision = None
+
+    Remote.algo = algo
+    return cfg, local, Remote()
+
+
 def test_the_checkpoint_size_is_the_weights_and_two_adam_moments(tmp_path):
     model = load_model("tiny-random-llama")
     n = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
-
-    class Local:
-        policy = model
-
-    class Remote:  # Ray's learners: no policy in this process, counted on the meta device
-        pass
-
+    cfg, local, remote = _learners(preset="grpo", beta=0.0)
     tensors = len(list(model.parameters()))
-    assert learner_bytes(Local(), "tiny-random-llama") == (4 * n, 4 * n, tensors)
-    assert learner_bytes(Remote(), "tiny-random-llama") == (4 * n, 4 * n, tensors)
+    assert learner_bytes(local, cfg) == (4 * n, 4 * n, tensors)
+    assert learner_bytes(remote, cfg) == (4 * n, 4 * n, tensors)
     assert checkpoint_bytes(4 * n, 4 * n, tensors, 0) == 3 * 4 * n + tensors * 2**10 + 2**20
+
+
+def test_the_modules_beside_the_policy_are_counted_for_ray_learners_too(tmp_path):
+    """PPO's value head, TR-DPO's mixed reference, the semi-online snapshot and the entropy
+    controller: a checkpoint stores them beside the policy; Ray's learners (no modules in the
+    driver) count them from the config as a learner here does, and the checkpoint fits."""
+    import torch
+
+    from rlvr.checkpoint import TrainerState
+    from rlvr.models import load_tokenizer
+    from rlvr.run_checks import tokenizer_bytes
+
+    settings = {"reference_reset_every": 2, "reference_mix": 0.5, "sync_every": 2}
+    cfg, local, remote = _learners(preset="ppo", beta=0.05, entropy_target=0.2, **settings)
+    assert sorted(local.modules()) == ["entropy_control", "published", "reference", "value_head"]
+    policy_only = learner_bytes(_learners(preset="ppo", beta=0.05)[1], cfg)
+    counted = learner_bytes(local, cfg)
+    assert counted[0] > 2 * policy_only[0]  # the reference and the snapshot: a policy each
+    assert learner_bytes(remote, cfg) == counted  # before: the policy alone
+    tokenizer = load_tokenizer("tiny-random-llama")
+    for group in local.optimizer.param_groups:  # one step: AdamW's moments exist
+        for param in group["params"]:
+            param.grad = torch.zeros_like(param)
+    local.optimizer.step()
+    local.save_checkpoint(tmp_path, TrainerState(step=1), tokenizer, keep=2, pending=[])
+    written = sum(f.stat().st_size for f in list_checkpoints(tmp_path)[0].iterdir())
+    need = checkpoint_bytes(*counted, tokenizer_bytes(tokenizer))
+    assert written <= need <= written + 2**20 + counted[2] * 2**10, (written, need)
 
 
 def test_the_room_asked_for_is_the_checkpoint_the_run_writes(tmp_path, monkeypatch):

@@ -339,9 +339,30 @@ def test_replayed_successes_join_their_groups_and_resume_exactly(tmp_path):
             assert rows[step][key] == reference[step][key], (step, key)
 
 
-def test_replay_needs_an_importance_weight(tmp_path):
+def test_replay_needs_an_importance_weight_at_config_time(tmp_path):
     from rlvr.config import ConfigError
 
     cfg = tiny_config(tmp_path / "run", steps=1, rollout={"replay": 2})
-    with pytest.raises(ConfigError, match="needs algorithm.tis_cap"):
-        train(build_config(cfg))
+    with pytest.raises(ConfigError, match=r"needs algorithm.tis_cap \(e.g. 2\), or a sampler-"):
+        build_config(cfg)
+    asynchronous = tiny_config(tmp_path / "run", rollout={"replay": 2, "max_staleness": 1})
+    assert build_config(asynchronous).algorithm.tis_cap == 2.0  # TIS of asynchronous runs
+
+
+def test_dppo_replays_without_tis_its_ratio_to_the_behaviour_policy_is_the_correction(tmp_path):
+    """DPPO's ratio is to a row's sampler log-probs, a replayed row's stored behaviour log-probs:
+    replay needs no tis_cap with it (which DPPO refuses), and trains."""
+    run_dir = tmp_path / "run"
+    cfg = tiny_config(
+        run_dir,
+        steps=2,
+        rollout={"group_size": 2, "prompts_per_step": 6, "replay": 2, "replay_threshold": 0.3},
+        algorithm={"policy_loss": "dppo_tv"},
+    )
+    cfg["task"] = _file_task(tmp_path)  # 6 training rows: step 2 draws them all again
+    built = build_config(cfg)
+    assert built.algorithm.tis_cap is None
+    train(built)
+    rows = step_rows(run_dir)
+    assert sorted(rows) == [1, 2] and rows[2]["sampling/replayed"] > 0
+    assert all(math.isfinite(r["policy/loss"]) for r in rows.values())

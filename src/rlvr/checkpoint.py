@@ -59,6 +59,7 @@ class TrainerState:
     skipped_nonfinite: int = 0  # steps skipped for NaN/inf rewards, loss or gradients so far
     data_sha256: str | None = None  # rlvr.data.data_fingerprint of a file or dataset task
     policy_version: int | None = None  # optimizer updates so far (None: = step, older runs)
+    minibatches: int | None = None  # the learner's minibatches so far (None: older runs)
     replay: dict[str, Any] = field(default_factory=dict)  # the replay buffer's state_dict()
 
 

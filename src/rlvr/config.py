@@ -426,7 +426,8 @@ class RolloutConfig(Section):
         0,
         ge=0,
         description="RePO's replay: this many of a prompt's past successful samples join its "
-        "group when it is drawn again, importance-weighted (needs algorithm.tis_cap); 0: off",
+        "group when it is drawn again, corrected for their age (needs algorithm.tis_cap, or a "
+        "sampler-anchored policy loss: dppo_tv / dppo_kl); 0: off",
     )
     replay_buffer: int = Field(
         16, ge=1, description="replay: the most successful samples kept per prompt"
@@ -1120,7 +1121,9 @@ class Config(Section):
                 f"algorithm.policy_loss {resolved.policy_loss!r} measures its ratio and trust "
                 "region against the sampler's log-probs, which already corrects for the "
                 "sampler: remove algorithm.tis_cap / mis_band (they would weight by "
-                "pi_old / pi_sampler a second time)"
+                "pi_old / pi_sampler a second time). A run whose config.yaml an older rlvr wrote "
+                "with tis_cap: 2.0 (asynchronous DPPO) resumes with: rlvr train --resume RUN "
+                "--set algorithm.tis_cap=null"
             )
         if self.rollout.group_size == 1 and resolved.learns_from_reward_differences:
             kind = algorithms.OBJECTIVES[resolved.objective].kind
@@ -1162,6 +1165,35 @@ class Config(Section):
             and not _sampler_anchored(algo)
         ):
             algo.tis_cap = 2.0
+        return self
+
+    @model_validator(mode="after")
+    def _check_replay(self) -> Config:
+        """RePO's replay (``rollout.replay``) needs a correction for a replayed sample's age:
+        TIS (``algorithm.tis_cap``, set above for asynchronous runs), or a sampler-anchored
+        policy loss (DPPO), whose ratio to a replayed row's stored behaviour log-probs is the
+        correction; and the policy's own single-turn samples to store."""
+        if not self.rollout.replay:
+            return self
+        from rlvr import algorithms
+
+        algo = algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
+        problems = []
+        losses = algorithms.POLICY_LOSSES
+        if self.algorithm.tis_cap is None and not losses[algo.policy_loss].sampler_anchored:
+            anchored = "/".join(k for k, spec in losses.items() if spec.sampler_anchored)
+            problems.append(
+                f"needs algorithm.tis_cap (e.g. 2), or a sampler-anchored policy loss "
+                f"({anchored}), whose ratio to the behaviour policy is the correction"
+            )
+        if algo.samples != "policy" or algo.advantage in ("remax", "reverse_kl", "aapo"):
+            problems.append(
+                "replays the policy's own samples (not with remax, aapo, distillation or data)"
+            )
+        if self.env.name:
+            problems.append("replays single-turn samples (not agent episodes)")
+        if problems:
+            raise ValueError(f"rollout.replay: {'; '.join(problems)}")
         return self
 
     @model_validator(mode="after")

@@ -76,8 +76,8 @@ def resume_hint(run_dir: Path, last_good: Path | None, set_aside: list[Path]) ->
         )
     if last_good is None:
         return aside + (
-            " No earlier checkpoint: start the run again with a lower train.lr (or check the "
-            "reward)."
+            " No earlier checkpoint: resume it from step 0 with a lower learning rate (or check "
+            f"the reward): rlvr train --resume {run_dir} --set train.lr=<lower>"
         )
     return aside + (
         f" Last good checkpoint: {last_good}. Resume from it with a lower learning rate: "

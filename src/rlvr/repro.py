@@ -27,7 +27,8 @@ and logs, not kept in git; the checkpoints are removed once the run's record is 
 ``keep_checkpoints``). A finished run writes its *record*,
 ``repro/<claim>/results/<arm>/seed<s>.json``: the tests' metric values, the wall time, the
 figure's curve, the machine, the run directory, and what ran: the commit and the time read at
-the run's start (``commit_start``, ``started``) and the SHA-256 of its resolved config
+the run's first start (``commit_start``, ``started``; kept in the run directory, so a resumed
+run records those, not the resume's) and the SHA-256 of its resolved config
 (``config_sha256``, :func:`config_sha256`). Records written before these keys existed carry
 ``commit``, read after the run, and still load. Records are small and committed with the
 claim, so the table survives the run directories: a run with a record is finished and
@@ -280,10 +281,6 @@ def run_one(
     arm = claim.arms[arm_name]
     run_dir = claim.run_dir(root, arm_name, seed)
     start = time.perf_counter()
-    started = {
-        "commit_start": _commit(),
-        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
     summary = None
     if arm.config is not None:
         from rlvr.trainer import train
@@ -293,6 +290,7 @@ def run_one(
         resume = run_dir if (run_dir / "config.yaml").is_file() else None
         if resume is not None:
             cfg = load_config(run_dir / "config.yaml", sets)
+        started = _run_start(run_dir, resume is not None)
         started["config_sha256"] = config_sha256(cfg)
         train(cfg, resume=resume)
         if claim.eval:
@@ -302,6 +300,7 @@ def run_one(
         trained = claim.arms[arm.like]
         if claim.finished(arm.like, seed) is None:
             raise ReproError(f"arm {arm_name} is evaluated like {arm.like}'s seed {seed}: not run")
+        started = _start_now()  # an evaluation is made again in whole, never resumed
         like = claim.run_dir(root, arm.like, seed)
         if not (like / "config.yaml").is_file():  # its run directory is gone: the same config
             assert trained.config is not None
@@ -352,6 +351,32 @@ def config_sha256(cfg: Config) -> str:
     data["logging"] = {**data["logging"], "run_dir": None}
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+START_FILE = "repro_start.json"
+"""In a run directory: the commit and time read at the run's first start (:func:`_run_start`)."""
+
+
+def _run_start(run_dir: Path, resuming: bool) -> dict[str, Any]:
+    """What ran, read at the run's start: ``commit_start`` (:func:`_commit`) and ``started``
+    (UTC). A new run writes them into ``run_dir`` (:data:`START_FILE`); a resumed one reads
+    them from there, so its record names the commit and time it started at, not the
+    resume's."""
+    path = run_dir / START_FILE
+    if resuming and path.is_file():
+        return json.loads(path.read_text())
+    started = _start_now()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(started) + "\n")
+    return started
+
+
+def _start_now() -> dict[str, Any]:
+    """``commit_start`` (:func:`_commit`) and ``started`` (UTC, to the minute), read now."""
+    return {
+        "commit_start": _commit(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
 def _commit() -> str | None:

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config, ConfigError, build_config, load_config, read_file
 
 # What rlvr writes into a run directory (eval-* directories too); --overwrite removes these only.
 RUN_ARTIFACTS = (
@@ -132,9 +132,32 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_changes(saved: Config, new: Config) -> dict[str, tuple[Any, Any]]:
-    """``{dotted key: (saved value, new value)}`` for every leaf that differs."""
-    a = _flatten(saved.model_dump(mode="json"))
+def recorded_config(path: Path) -> dict[str, Any]:
+    """A run's ``config.yaml`` as its config's values (``model_dump(mode="json")``), for a
+    resume to compare with: the file loaded and validated; or, where this rlvr refuses it (an
+    older rlvr recorded a value since refused, e.g. ``tis_cap: 2.0`` with DPPO, which the
+    resume's ``--set`` corrects), the values the file holds over the defaults."""
+    try:
+        return load_config(path).model_dump(mode="json")
+    except ConfigError:
+        return _overlay(build_config({}).model_dump(mode="json"), read_file(path))
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top``'s values over ``base``'s, section by section (a value of ``top`` that is not a
+    mapping replaces the whole of ``base``'s)."""
+    out = dict(base)
+    for key, value in top.items():
+        below = base.get(key)
+        both = isinstance(value, dict) and isinstance(below, dict)
+        out[key] = _overlay(below, value) if both else value
+    return out
+
+
+def config_changes(saved: dict[str, Any], new: Config) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (saved value, new value)}`` for every leaf that differs between the values
+    a run recorded (:func:`recorded_config`) and the config ``new``."""
+    a = _flatten(saved)
     b = _flatten(new.model_dump(mode="json"))
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 

@@ -21,10 +21,10 @@ recipes also set PPO's clip wide: ``clip_low: 1``, ``clip_high`` large, for Clip
 are over the tokens the loss is given, as in the paper's implementation (verl): the micro-batch
 (both kinds are registered with ``batch_statistics``, so ``train.micro_batch_size`` changes their
 selection). Clip-Cov's random pick draws from its own generator seeded with ``seed``, the key of
-the call's stream: the learner passes stream_key(train.seed, optimizer step, the micro-batch's
-first row), a new stream at every step (the paper's code draws from one advancing global
-generator) that a resumed run draws again (the step count is checkpointed with the LR
-schedule). Select with ``algorithm.policy_loss: clip_cov`` or ``kl_cov``
+the call's stream: the learner passes stream_key(train.seed, its minibatches so far, the
+micro-batch's first row), a new stream at every minibatch, a skipped optimizer step's too (the
+paper's code draws from one advancing global generator), that a resumed run draws again (the
+count is checkpointed). Select with ``algorithm.policy_loss: clip_cov`` or ``kl_cov``
 (``params: {policy_loss: {ratio: ..., ...}}``).
 """
 
@@ -76,7 +76,7 @@ def clip_cov_policy_loss(
         ratio: r, the fraction of valid tokens taken out (at least one when any qualifies).
         cov_low, cov_high: omega_low < Cov < omega_high picks the candidates.
         seed: the key of this call's random stream (the pick's generator seed; the learner
-            passes a new one per optimizer step and micro-batch).
+            passes a new one per minibatch and micro-batch).
     Returns:
         loss [B, T] and metrics; ``is_cov_detached`` [B, T] marks the tokens taken out.
     """

@@ -429,7 +429,7 @@ def policy_loss(
             delta_low, delta_high for "dppo_tv" / "dppo_kl"; unused by "none").
         dual_clip: the dual-clip bound c > 1 ("token" and "sequence" only), or None.
         seed: the key of this call's random stream, for the kinds that draw (Clip-Cov's pick);
-            the learner passes a new one per optimizer step and micro-batch.
+            the learner passes a new one per minibatch and micro-batch.
         params: the loss's own keyword arguments (``algorithm.params.policy_loss``).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics

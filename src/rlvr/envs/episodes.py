@@ -31,7 +31,9 @@ group's episodes (their resets, then their steps at each turn) run one after ano
 until one runs out of time; the group's other calls of that turn then start together, each on a
 thread of its own under its own time limit (:func:`_group_calls`). Each call that runs out of
 time is told at once on stderr (a ``warning:`` line). Environments are closed (their optional
-``close()``) the same way.
+``close()``) the same way, but as one group of the whole batch: once one close has run out of
+time the batch's other closes run side by side, so hung closes cost about two time limits per
+batch (not per group: no dead-environment check stops a batch's closes).
 """
 
 from __future__ import annotations
@@ -398,9 +400,11 @@ def _end_with_fault(episode: Episode, fault: str) -> None:
 
 
 def _close_all(envs: list[Environment | None], faults: Faults) -> None:
-    """The environments' optional ``close()`` (a connection, a subprocess), made as a group's
-    calls are (:func:`_group_calls`: hung ones cost about two time limits in all), their
-    failures ignored: the episodes are over."""
+    """The environments' optional ``close()`` (a connection, a subprocess), the whole batch's as
+    one group's calls (:func:`_group_calls`): after the first close that runs out of time, every
+    other close of the batch starts at once on a thread of its own, so hung closes cost the batch
+    about two time limits in all, where a group at a time would cost two per group; their
+    failures are ignored: the episodes are over."""
     closes = [(env, getattr(env, "close", None)) for env in envs]
     calls = [
         partial(_guarded, close, f"env {type(env).__name__}", "close()", faults)

@@ -3,8 +3,9 @@
 :class:`ChatModel` is the protocol of the two kinds of judge model: :class:`LocalChatModel`,
 a model rlvr loads itself (any model spec, or a trained run's latest checkpoint) decoded by
 rlvr's torch engine (:class:`~rlvr.rollout.TorchEngine`: batched, no_grad, its own dtype and
-device) or its vLLM engine (:class:`~rlvr.rollout.vllm_engine.VLLMEngine`), and :class:`~rlvr.reward_models.http_model.HttpChatModel`, an OpenAI-compatible
-endpoint (``rlvr serve``, vLLM's server, a hosted API).
+device) or its vLLM engine (:class:`~rlvr.rollout.vllm_engine.VLLMEngine`), and
+:class:`~rlvr.reward_models.http_model.HttpChatModel`, an OpenAI-compatible endpoint
+(``rlvr serve``, vLLM's server, a hosted API).
 
 Two questions are asked of a judge:
 
@@ -16,22 +17,32 @@ Two questions are asked of a judge:
   the position after the assistant's turn header (the choices' first tokens must differ).
 
 :class:`LocalChatModel` shares its model between callers' threads (the reward's worker threads,
-the server's concurrent requests). Requests with the same settings that wait together form one
-job, decoded as one batch (at most ``max_batch`` samples), and jobs take turns on the model in
-the order they asked (a fair lock). With ``slice_tokens`` a turn decodes at most that many tokens
-of each sample, and the job then waits behind the jobs that asked meanwhile (round robin; the
-samples' key/value caches are kept between turns, :func:`~rlvr.rollout.torch_engine.open_session`),
-so a long generation does not hold up the short ones that arrive after it; the tokens sampled
-are the same as in one turn (each position draws from its own stream, whichever turn samples it).
-A caller's ``cancelled()`` is read at each turn: a cancelled request leaves its job, raising
-:class:`Cancelled`, and its samples are not decoded further.
+the server's concurrent requests). A caller queues its request and waits for its own answer,
+given as soon as its own samples end; one thread, running while there is work, decodes for all
+of them. Requests with the same
+settings that wait together form one job, decoded as one batch, and jobs start in the order
+their requests came as long as their samples fit: at most ``max_batch`` samples are live across
+the jobs started and not over (a later job waits for room). Jobs take turns on the model.
+
+With ``slice_tokens``, where the engine keeps the samples' key/value caches between turns
+(rlvr's torch engine with its lean decoder, Llama and Qwen2 models:
+:func:`~rlvr.rollout.torch_engine.open_session`), a turn decodes at most that many tokens of
+each sample, and the job then waits behind the jobs started meanwhile (round robin), so a long
+generation does not hold up the short ones that arrive after it; the tokens sampled are the
+same as in one turn (each position draws from its own stream, whichever turn samples it).
+Elsewhere (the vLLM engine, other architectures), and without ``slice_tokens``, a job is one
+call of the engine's ``generate``: a turn there would prefill each sample's whole history again
+(quadratic in its length), and vLLM would sample other tokens (a seed per request and turn).
+
+A caller's ``cancelled()`` is read while its request waits and at each turn: a cancelled
+request leaves its job, raising :class:`Cancelled`, and its samples are not decoded further.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -122,54 +133,16 @@ def _never() -> bool:
     return False
 
 
-class _FairLock:
-    """A lock granted in the order it is asked for. ``threading.Lock`` is not fair: a thread
-    that releases it and asks again at once often gets it back before the threads already
-    waiting, which would let one long job starve the others."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._issued = 0  # tickets handed out
-        self._serving = 0  # the ticket whose holder has the lock
-        self._abandoned: set[int] = set()  # tickets whose threads stopped waiting
-
-    def _advance(self) -> None:
-        """Hand the lock to the next ticket still waiting (called holding ``_cond``)."""
-        self._serving += 1
-        while self._serving in self._abandoned:
-            self._abandoned.remove(self._serving)
-            self._serving += 1
-        self._cond.notify_all()
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        """Hold the lock for the ``with`` block, after every thread that asked before."""
-        with self._cond:
-            ticket = self._issued
-            self._issued += 1
-            try:
-                self._cond.wait_for(lambda: self._serving == ticket)
-            except BaseException:  # e.g. KeyboardInterrupt: the ticket must not block the queue
-                if self._serving == ticket:
-                    self._advance()
-                else:
-                    self._abandoned.add(ticket)
-                raise
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._advance()
-
-
-@dataclass
+@dataclass(eq=False)
 class _Request:
-    """One caller's items, answered by a job."""
+    """One caller's items, answered by a job started with ``start`` (``samples``: what its
+    items decode at once)."""
 
     key: Any
     items: list[Any]
+    samples: int
+    start: Callable[[list[_Request]], _Job]
     cancelled: Callable[[], bool]
-    taken: bool = False  # in a job
     done: threading.Event = field(default_factory=threading.Event)
     result: list[Any] = field(default_factory=list)
     error: BaseException | None = None
@@ -186,76 +159,140 @@ class _Job(Protocol):
         """Run one turn; True once every request of the batch is answered."""
 
 
-def _run(job: _Job, batch: list[_Request]) -> bool:
-    """One turn of ``job``: whether it is over (an error answers every request still open)."""
-    try:
-        return job.step()
-    except BaseException as err:
-        for r in batch:
+class _Started:
+    """A batch of requests taken from the queue (``samples``: theirs in all): its job is made
+    at its first turn."""
+
+    def __init__(self, batch: list[_Request]) -> None:
+        self.batch = batch
+        self.samples = sum(r.samples for r in batch)
+        self.job: _Job | None = None
+
+    def turn(self) -> bool:
+        """One turn of the job: whether it is over (an error, in making the job or in its
+        turn, answers every request still open)."""
+        try:
+            if self.job is None:
+                self.job = self.batch[0].start(self.batch)
+            return self.job.step()
+        except BaseException as err:
+            self.fail(err)
+            return True
+
+    def fail(self, err: BaseException) -> None:
+        """Answer every request still open with ``err``."""
+        for r in self.batch:
             if not r.done.is_set():
                 r.answer(error=err)
-        return True
 
 
 class _Scheduler:
-    """Shares a model between callers' threads (see the module docstring): each caller queues
-    its request and, when its turn comes, starts a job for it and the queued requests with the
-    same key, then drives the job a turn at a time until all of them are answered."""
+    """Shares a model between callers' threads (see the module docstring): callers queue
+    requests and wait for their own answers, while one thread, running while there is work,
+    starts jobs from the queue and gives them turns on the model.
 
-    def __init__(self) -> None:
-        self._queue: list[_Request] = []
-        self._queue_lock = threading.Lock()
-        self.turns = _FairLock()
+    Args:
+        max_batch: most samples of the jobs started and not over (a job alone may have more).
+    """
+
+    def __init__(self, max_batch: int) -> None:
+        self.max_batch = max_batch
+        self._lock = threading.Lock()  # guards the four below
+        self._queue: list[_Request] = []  # in the order they came
+        self._jobs: deque[_Started] = deque()  # started, in the order of their next turns
+        self._live = 0  # samples of the jobs started and not over
+        self._driving = False  # whether the scheduler's thread runs
 
     def submit(
         self,
         key: Any,
         items: list[Any],
         start: Callable[[list[_Request]], _Job],
-        per_job: int,
+        per_item: int = 1,
         cancelled: Callable[[], bool] = _never,
     ) -> list[Any]:
-        """The results of ``items`` (one per item, in order) from jobs ``start(batch)`` of at
-        most ``per_job`` items (more items: several jobs, one after the other); raises the
-        job's error, or :class:`Cancelled` once ``cancelled()``."""
+        """The results of ``items`` (one per item, in order) from jobs ``start(batch)`` of the
+        requests with ``key``; an item decodes ``per_item`` samples, and a request has at most
+        ``max_batch`` samples (more items: several requests). Raises the job's error, or
+        :class:`Cancelled` once ``cancelled()``."""
+        per_request = max(1, self.max_batch // per_item)
+        given_up = threading.Event()  # the caller stopped waiting: its other requests too
+
+        def abandoned() -> bool:
+            return given_up.is_set() or cancelled()
+
+        requests = [
+            _Request(key, chunk, len(chunk) * per_item, start, abandoned)
+            for chunk in (items[lo : lo + per_request] for lo in range(0, len(items), per_request))
+        ]
+        with self._lock:
+            self._queue += requests
+            if not self._driving:
+                self._driving = True
+                # a new thread starts with OpenMP's default thread count, not the one set here
+                # (vLLM's CPU attention refuses a count other than its engine's)
+                threads = torch.get_num_threads()
+                threading.Thread(
+                    target=self._drive, args=(threads,), name="rlvr-chat-model", daemon=True
+                ).start()
         out: list[Any] = []
-        for lo in range(0, len(items), per_job):
-            request = _Request(key, items[lo : lo + per_job], cancelled)
-            with self._queue_lock:
-                self._queue.append(request)
-            job: _Job | None = None
-            batch: list[_Request] = []
-            while True:
-                with self.turns.held():
-                    if job is None:
-                        batch = self._take(request, per_job)
-                        if not batch:  # another caller's job answers it
-                            break
-                        job = start(batch)
-                    if _run(job, batch):
-                        break
-            request.done.wait()
-            if request.error is not None:
-                raise request.error
-            out += request.result
+        try:
+            for request in requests:
+                request.done.wait()
+                if request.error is not None:
+                    raise request.error
+                out += request.result
+        except BaseException:
+            given_up.set()
+            raise
         return out
 
-    def _take(self, request: _Request, per_job: int) -> list[_Request]:
-        """``request`` and the queued requests with its key, in the order they came, as many
-        as fit ``per_job`` items ([] when a job took ``request`` already)."""
-        with self._queue_lock:
-            if request.taken:
-                return []
-            batch, size = [request], len(request.items)
-            for other in self._queue:
-                if other is not request and other.key == request.key:
-                    if size + len(other.items) <= per_job:
-                        batch.append(other)
-                        size += len(other.items)
-            for r in batch:
-                r.taken = True
-            self._queue = [r for r in self._queue if not r.taken]
-            return batch
+    def _drive(self, threads: int) -> None:
+        """The scheduler's thread, with ``threads`` torch threads: each job started takes a turn
+        after the jobs started before it; a job that is not over goes on after the jobs started
+        during its turn (round robin). Returns once no job is left."""
+        torch.set_num_threads(threads)
+        last: _Started | None = None  # the job that had the last turn
+        over = False
+        while True:
+            with self._lock:
+                if last is not None and over:
+                    self._live -= last.samples
+                self._start_waiting()
+                if last is not None and not over:
+                    self._jobs.append(last)
+                if not self._jobs:
+                    self._driving = False
+                    return
+                last = self._jobs.popleft()
+            over = last.turn()
+
+    def _start_waiting(self) -> None:
+        """Start jobs from the queue (called holding ``_lock``): the first request waiting and
+        the waiting ones with its key, in the order they came, as long as their samples fit
+        within ``max_batch`` with the jobs started (later requests wait for room, a job alone
+        always starts). A waiting request whose caller cancelled is answered so."""
+        for r in self._queue:
+            try:
+                if r.cancelled():
+                    r.answer(error=Cancelled("the caller cancelled the request"))
+            except Exception as err:  # the caller's own check failed: so does its request
+                r.answer(error=err)
+        self._queue = [r for r in self._queue if not r.done.is_set()]
+        while self._queue:
+            first = self._queue[0]
+            room = self.max_batch - self._live
+            if self._live and first.samples > room:
+                return
+            batch, size = [first], first.samples
+            for other in self._queue[1:]:
+                if other.key == first.key and size + other.samples <= room:
+                    batch.append(other)
+                    size += other.samples
+            self._queue = [r for r in self._queue if r not in batch]
+            job = _Started(batch)
+            self._jobs.append(job)
+            self._live += job.samples
 
 
 class _OneTurn:
@@ -274,9 +311,9 @@ class _OneTurn:
 
 
 class _Decoding:
-    """A job sampling ``n`` replies to each prompt of its batch in one
-    :class:`~rlvr.rollout.turns.TurnSession`, at most ``slice_tokens`` tokens per sample and
-    turn (None: to the end in one turn)."""
+    """A job sampling ``n`` replies to each prompt of its batch in turns of at most
+    ``slice_tokens`` tokens per sample, in one :class:`~rlvr.rollout.turns.TurnSession` (the
+    engine's, which keeps the samples' key/value caches between turns)."""
 
     def __init__(
         self,
@@ -284,10 +321,10 @@ class _Decoding:
         batch: list[_Request],
         sampling: SamplingParams,
         n: int,
-        slice_tokens: int | None,
+        slice_tokens: int,
     ) -> None:
         self.chat, self.batch, self.sampling, self.n = chat, batch, sampling, n
-        self.slice = slice_tokens or sampling.max_new_tokens
+        self.slice = slice_tokens
         self.prompts = [p for r in batch for p in r.items]
         total = len(self.prompts) * n  # sample i answers prompt i // n
         self.keys = torch.empty(0, dtype=torch.long)  # each sample's stream, drawn at the start
@@ -382,20 +419,13 @@ class _Decoding:
             at = samples.stop
             if r.done.is_set() or any(self._going(s) for s in samples):
                 continue
-            replies = [self._generation(s) for s in samples]
+            replies = [
+                self.chat.reply(
+                    self.prompts[s // self.n], self.ids[s], self.logprobs[s], self.stopped[s]
+                )
+                for s in samples
+            ]
             r.answer([replies[k : k + self.n] for k in range(0, len(replies), self.n)])
-
-    def _generation(self, sample: int) -> Generation:
-        prompt, ids = self.prompts[sample // self.n], self.ids[sample]
-        return Generation(
-            text=self.chat.decode(ids),
-            prompt_tokens=len(prompt),
-            completion_tokens=len(ids),
-            prompt_ids=list(prompt),
-            ids=list(ids),
-            logprobs=list(self.logprobs[sample]),
-            finish_reason="stop" if self.stopped[sample] else "length",
-        )
 
 
 class LocalChatModel:
@@ -413,7 +443,10 @@ class LocalChatModel:
             from the torch model's forward either way (exact, one pass).
         kv_cache_gb: vLLM's KV cache on the CPU (None: 1 GiB).
         slice_tokens: most tokens a job decodes per sample in one turn before the jobs waiting
-            get theirs (None: a job runs to its end in one turn; see the module docstring).
+            get theirs, where the engine keeps the caches between turns (rlvr's torch engine
+            with its lean decoder; see the module docstring). None, or another engine: a job
+            is one call of the engine's ``generate`` (the effective value is
+            :attr:`slice_tokens`).
     """
 
     def __init__(
@@ -459,9 +492,19 @@ class LocalChatModel:
         if slice_tokens is not None and slice_tokens < 1:
             raise ValueError(f"slice_tokens must be >= 1 or None, got {slice_tokens}")
         self.max_batch = max_batch
-        self.slice_tokens = slice_tokens
-        self._scheduler = _Scheduler()
+        self.slice_tokens = slice_tokens if self._keeps_caches() else None
+        self._scheduler = _Scheduler(max_batch)
         self._generator = torch.Generator().manual_seed(seed)
+
+    def _keeps_caches(self) -> bool:
+        """Whether the engine keeps a job's key/value caches between turns (the session
+        :func:`~rlvr.rollout.torch_engine.open_session` gives it is a
+        :class:`~rlvr.rollout.torch_engine.KVSession`). Elsewhere a turn would prefill each
+        sample's whole history again (quadratic in its length), and vLLM would draw from
+        another seed at each turn."""
+        from rlvr.rollout.torch_engine import KVSession, open_session
+
+        return isinstance(open_session(self.engine, [], 1), KVSession)
 
     @property
     def context_length(self) -> int | None:
@@ -507,7 +550,8 @@ class LocalChatModel:
         cancelled: Callable[[], bool] = _never,
     ) -> list[list[Generation]]:
         """:meth:`generate` on prompts given as token ids (the server's ``/v1/completions``);
-        raises :class:`Cancelled` once ``cancelled()`` is true (read at each turn)."""
+        raises :class:`Cancelled` once ``cancelled()`` is true (read while the request waits
+        and at each turn)."""
         from rlvr.rollout import SamplingParams
 
         sampling = SamplingParams(
@@ -517,12 +561,43 @@ class LocalChatModel:
             stop_token_ids=self.stops,
             stop=tuple(stop),
         )
-        return self._scheduler.submit(
-            ("generate", sampling, n),
-            list(prompts),
-            lambda batch: _Decoding(self, batch, sampling, n, self.slice_tokens),
-            max(1, self.max_batch // n),
-            cancelled,
+        slice_tokens = self.slice_tokens
+
+        def start(batch: list[_Request]) -> _Job:
+            if slice_tokens is None:
+                return _OneTurn(batch, lambda prompts: self._generate(prompts, sampling, n))
+            return _Decoding(self, batch, sampling, n, slice_tokens)
+
+        return self._scheduler.submit(("generate", sampling, n), list(prompts), start, n, cancelled)
+
+    def _generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, n: int
+    ) -> list[list[Generation]]:
+        """``n`` replies to each prompt from one call of the engine's ``generate``."""
+        from rlvr.rollout.streams import random_keys
+
+        # the model's own random streams: sampling here never moves torch's global generator
+        keys = random_keys(len(prompts) * n, self._generator)
+        rollout = self.engine.generate(prompts, n, sampling, keys)
+        out = [
+            self.reply(prompts[i // n], ids, rollout.logprobs[i], rollout.finished[i])
+            for i, ids in enumerate(rollout.completion_ids)
+        ]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    def reply(
+        self, prompt: list[int], ids: list[int], logprobs: list[float], stopped: bool
+    ) -> Generation:
+        """The :class:`Generation` of reply ``ids`` (``stopped``: at a stop token or string)
+        to ``prompt``."""
+        return Generation(
+            text=self.decode(ids),
+            prompt_tokens=len(prompt),
+            completion_tokens=len(ids),
+            prompt_ids=list(prompt),
+            ids=list(ids),
+            logprobs=list(logprobs),
+            finish_reason="stop" if stopped else "length",
         )
 
     def choice_tokens(self, choices: Sequence[str]) -> list[int]:
@@ -549,7 +624,7 @@ class LocalChatModel:
         tokens = self.choice_tokens(choices)
         prompts = [self.encode(c) for c in chats]
         dist = self._scheduler.submit(
-            "next", prompts, lambda batch: _OneTurn(batch, self._next_token_probs), self.max_batch
+            "next", prompts, lambda batch: _OneTurn(batch, self._next_token_probs)
         )
         return [[float(d[t]) for t in tokens] for d in dist]
 

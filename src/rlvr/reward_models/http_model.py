@@ -5,10 +5,12 @@ Each chat is one ``/v1/chat/completions`` request; a batch's requests run concur
 ``max_concurrency`` at a time per endpoint. A request gets ``timeout_s`` and is retried up to
 ``retries`` times (what the openai client retries: connection errors, timeouts, 408/409/429 and
 5xx answers): at once after a timeout (it has waited its time), after a backoff of 0.5 s, 1 s,
-2 s, ... (at most 8 s) otherwise; so an endpoint that stops answering fails after
-``timeout_s`` x (``retries`` + 1), no longer. A request that still fails raises
-:class:`JudgeError` naming the endpoint, which the reward handles per ``reward.on_error``. The API key is read from
-the environment variable ``api_key_env`` names, never from a config file.
+2 s, ... (at most 8 s) otherwise; so a request to an endpoint that stops answering fails
+``timeout_s`` x (``retries`` + 1) after it got one of the ``max_concurrency`` slots, no later
+(the wait for a slot, behind the batch's other requests, comes before). A request that still
+fails raises :class:`JudgeError` naming the endpoint, its tries and the time they took, which
+the reward handles per ``reward.on_error``. The API key is read from the environment variable
+``api_key_env`` names, never from a config file.
 
 :meth:`HttpChatModel.choice_probs` asks for one token with ``top_logprobs`` and reads each
 choice's probability from them (0 when a choice is not among the top 20).
@@ -96,35 +98,49 @@ class HttpChatModel:
         import openai
 
         with self._slots:
-            attempt = 0
+            start, attempt, timeouts = time.monotonic(), 0, 0
             while True:
                 try:
                     return self._client.chat.completions.create(
                         model=self.name, messages=self._messages(chat), **kwargs
                     )
                 except openai.OpenAIError as err:
+                    timeouts += isinstance(err, openai.APITimeoutError)
                     if attempt == self.retries or not _retried(err):
-                        raise JudgeError(self._failure(err)) from None
+                        elapsed = time.monotonic() - start
+                        raise JudgeError(
+                            self._failure(err, attempt + 1, timeouts, elapsed)
+                        ) from None
                     if not isinstance(err, openai.APITimeoutError):
                         time.sleep(min(0.5 * 2**attempt, 8.0))
                 attempt += 1
 
-    def _failure(self, err: Exception) -> str:
-        """What went wrong with a request, and for a timeout or an unreachable endpoint the
+    def _failure(self, err: Exception, tries: int, timeouts: int, elapsed: float) -> str:
+        """What went wrong with a request after ``tries`` tries (``timeouts`` of them timed out)
+        that took ``elapsed`` seconds in all, and for a timeout or an unreachable endpoint the
         settings that decide how long it is waited for."""
         import openai
 
-        tries = f"{self.retries + 1} tries (retries={self.retries})"
+        counted = f"{tries} {'try' if tries == 1 else 'tries'} (retries={self.retries})"
         where = f"judge {self.name!r} at {self.base_url}: {type(err).__name__}"
         if isinstance(err, openai.APITimeoutError):
+            if tries == 1:
+                which = f"on its {counted}"
+            elif timeouts == tries:
+                which = f"on each of {counted}"
+            else:
+                which = f"on {timeouts} of {counted}, the others failing otherwise (then a backoff)"
             return (
-                f"{where}: no answer within timeout_s x (retries + 1) = {self.timeout_s:g} s x "
-                f"{self.retries + 1} = {self.timeout_s * (self.retries + 1):g} s; raise the "
-                "judge's timeout_s or retries (reward.judges), or set reward.on_error: zero to "
-                "score a judge call that fails during training 0"
+                f"{where}: no answer within timeout_s = {self.timeout_s:g} s {which}: "
+                f"{elapsed:.1f} s in all; raise the judge's timeout_s or retries "
+                "(reward.judges), or set reward.on_error: zero to score a judge call that fails "
+                "during training 0"
             )
         if isinstance(err, openai.APIConnectionError):
-            return f"{where}: {str(err).rstrip('.')} after {tries}; is its server up at base_url?"
+            return (
+                f"{where}: {str(err).rstrip('.')} after {counted}, {elapsed:.1f} s in all; is "
+                "its server up at base_url?"
+            )
         return f"{where}: {err}"
 
     def _map(self, chats: Sequence[Chat], **kwargs: Any) -> list[Any]:

@@ -534,16 +534,24 @@ def _check_hint(status: str, err: RewardError) -> str:
 
 
 def _judge_wait(term: _Term) -> str:
-    """For a term whose judge is an endpoint (``params.judge``, an http judge's config): how long
-    the endpoint is waited for, which the reward's time limit cut short; else nothing."""
+    """For a term whose judge is an endpoint (``params.judge``: a named judge's config, or an
+    inline mapping, defaults filled by :func:`~rlvr.reward_models.judges.judge_config`): how long
+    each request to it is waited for, which the reward's time limit cut short; else nothing."""
+    from rlvr.reward_models.judges import judge_config
+
     judge = term.params.get("judge")
     if not isinstance(judge, Mapping) or judge.get("engine") != "http":
         return ""
-    wait = judge["timeout_s"] * (judge["retries"] + 1)
+    try:
+        config = judge_config(judge)
+    except ValueError:  # not a judge's config: its own error is not this timeout's
+        return ""
+    tries = config.retries + 1
     return (
-        f", before its judge at {judge['base_url']} answered or failed (it is waited for up to "
-        f"timeout_s x (retries + 1) = {judge['timeout_s']:g} s x {judge['retries'] + 1} = "
-        f"{wait:g} s): raise reward.timeout_s above that"
+        f", before its judge at {config.base_url} answered or failed (each request to it is "
+        f"waited for up to timeout_s x (retries + 1) = {config.timeout_s:g} s x {tries} = "
+        f"{config.timeout_s * tries:g} s, once one of its max_concurrency = "
+        f"{config.max_concurrency} slots is free): raise reward.timeout_s above that"
     )
 
 

@@ -20,13 +20,18 @@ One server is shared, so no request may hold it:
   parameter. ``max_tokens`` (or ``max_completion_tokens``) is a positive integer of at most
   ``max_tokens_limit`` (``rlvr serve --max-tokens-limit``), and the prompt plus it must fit the
   context (the model's ``max_position_embeddings``, or ``--max-model-len``), as vLLM's server
-  refuses; omitted, it is the context left after the prompt, at most ``max_tokens_limit``. A
-  prompt that leaves no room is refused with its token count and the limit, before the model
-  sees it. ``n``, ``temperature``, ``top_p``, ``stop``, ``logprobs`` and token ids are checked
-  against OpenAI's ranges (and the vocabulary).
-* Jobs take turns of :data:`SLICE_TOKENS` tokens per sample on the model (round robin, see
-  :mod:`rlvr.reward_models.chat_model`): a request that arrives while a long one decodes waits
-  at most one turn of each job ahead of it, not for their ends.
+  refuses. Omitted, it is OpenAI's and vLLM's default: :data:`COMPLETIONS_MAX_TOKENS` for
+  ``/v1/completions``, the context left after the prompt for ``/v1/chat/completions``, each at
+  most ``max_tokens_limit`` and the context left. A prompt that leaves no room is refused with
+  its token count and the limit, before the model sees it. ``n``, ``temperature``, ``top_p``,
+  ``stop``, ``logprobs`` and token ids are checked against OpenAI's ranges (and the
+  vocabulary).
+* With rlvr's torch engine on a Llama or Qwen2 model (which keeps the samples' key/value caches
+  between turns), jobs take turns of :data:`SLICE_TOKENS` tokens per sample on the model
+  (round robin, see :mod:`rlvr.reward_models.chat_model`): a request that arrives while a long
+  one decodes waits at most one turn of each job ahead of it, not for their ends. With the vLLM
+  engine or another architecture, a job decodes to its end in one turn. At most ``--max-batch``
+  samples are decoded at once: a job waits for room.
 * A request whose client disconnects (the connection is polled every
   :data:`DISCONNECT_POLL_S` seconds) is cancelled: its samples are not decoded past the turn
   under way.
@@ -54,7 +59,10 @@ MAX_N = 128
 MAX_STOPS = 4
 #: The default of ``rlvr serve --max-tokens-limit``: most tokens of one completion.
 MAX_TOKENS_LIMIT = 4096
-#: Tokens a job decodes per sample in one turn before the jobs waiting get theirs.
+#: ``max_tokens`` of a ``/v1/completions`` request that gives none (OpenAI's and vLLM's default).
+COMPLETIONS_MAX_TOKENS = 16
+#: Tokens a job decodes per sample in one turn before the jobs waiting get theirs (where the
+#: engine keeps the caches between turns: ``LocalChatModel``'s ``slice_tokens``).
 SLICE_TOKENS = 32
 #: Seconds between two checks that a request's client is still connected.
 DISCONNECT_POLL_S = 0.2
@@ -186,11 +194,18 @@ class Server:
             )
         return key, value
 
-    def _max_new_tokens(self, asked: tuple[str, int | None], prompt_tokens: int, where: str) -> int:
+    def _max_new_tokens(
+        self,
+        asked: tuple[str, int | None],
+        prompt_tokens: int,
+        where: str,
+        default: int | None = None,
+    ) -> int:
         """The completion length of a request that asks for ``asked`` (from
         :meth:`_asked_tokens`) and whose prompt (its ``where``: messages or prompt) has
-        ``prompt_tokens`` tokens: as asked, or the room the context leaves (at most
-        ``max_tokens_limit``); a :class:`RequestError` when they do not fit the context."""
+        ``prompt_tokens`` tokens: as asked, else ``default`` (None: the room the context
+        leaves) at most ``max_tokens_limit`` and that room; a :class:`RequestError` when they
+        do not fit the context."""
         key, tokens = asked
         if prompt_tokens >= self.context:
             raise RequestError(
@@ -201,7 +216,8 @@ class Server:
                 "context_length_exceeded",
             )
         if tokens is None:
-            return min(self.max_tokens_limit, self.context - prompt_tokens)
+            room = self.context - prompt_tokens
+            return min(self.max_tokens_limit, room, room if default is None else default)
         if prompt_tokens + tokens > self.context:
             raise RequestError(
                 f"This model's maximum context length is {self.context} tokens. However, you "
@@ -314,7 +330,9 @@ class Server:
             raise RequestError("prompt must be one string or one list of token ids", "prompt")
         if not ids:
             raise RequestError("the prompt has no tokens", "prompt")
-        settings["max_new_tokens"] = self._max_new_tokens(asked, len(ids), "prompt")
+        settings["max_new_tokens"] = self._max_new_tokens(
+            asked, len(ids), "prompt", COMPLETIONS_MAX_TOKENS
+        )
         (replies,) = self.model.generate_ids([ids], cancelled=cancelled, **settings)
         choices = []
         for i, g in enumerate(replies):
@@ -461,6 +479,7 @@ def serve(
     import uvicorn
 
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    # turns only where the engine keeps the caches between them (LocalChatModel.slice_tokens)
     model = LocalChatModel(
         spec,
         dtypes[dtype],

@@ -23,7 +23,7 @@ from functools import partial
 import torch
 
 from rlvr import algorithms
-from rlvr.config import Config, ConfigError
+from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, hints
 from rlvr.envs.agent import episode_metrics
@@ -77,22 +77,10 @@ class Collector:
 
     def __post_init__(self) -> None:
         rollout = self.cfg.rollout
-        if rollout.replay == 0:
-            return
-        problems = []
-        if self.cfg.algorithm.tis_cap is None:
-            problems.append(
-                "needs algorithm.tis_cap (e.g. 2): the importance weight of a replayed sample"
+        if rollout.replay:  # what replay needs is checked with the config (Config._check_replay)
+            self.replay = ReplayBuffer(
+                rollout.replay, rollout.replay_buffer, rollout.replay_threshold
             )
-        if self.algo.samples != "policy" or self.algo.advantage in ("remax", "reverse_kl", "aapo"):
-            problems.append(
-                "replays the policy's own samples (not with remax, aapo, distillation or data)"
-            )
-        if self.cfg.env.name:
-            problems.append("replays single-turn samples (not agent episodes)")
-        if problems:
-            raise ConfigError(f"rollout.replay: {'; '.join(problems)}")
-        self.replay = ReplayBuffer(rollout.replay, rollout.replay_buffer, rollout.replay_threshold)
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (the learners') from now on, as policy ``version``; the

@@ -294,9 +294,10 @@ def _micro_batch_loss(
             algo.clip_low,
             algo.clip_high,
             algo.dual_clip,
-            # Clip-Cov's random pick: a new stream per optimizer step and micro-batch, named by
-            # the checkpointed step count, so a resumed run draws as the uninterrupted one
-            seed=stream_key(cfg.train.seed, learner.scheduler.last_epoch, int(sub_rows[0])),
+            # Clip-Cov's random pick: a new stream per minibatch and micro-batch, named by the
+            # checkpointed count of minibatches (a skipped one's too: no stream is drawn twice),
+            # so a resumed run draws as the uninterrupted one
+            seed=stream_key(cfg.train.seed, learner.minibatches, int(sub_rows[0])),
             **algo.params.get("policy_loss", {}),
         )
     weights = _sampler_weights(cfg, old, sampler_logp, sub.action_mask, averages, describe, sampled)
@@ -566,6 +567,7 @@ def update_policy(learner: Learner, data: Trajectories) -> tuple[dict[str, float
                     kept = nonzero if skippable else None
                     skip = _sample_gradients(learner, step, rows, kept, epoch == 0, averages)
                 skip = learner.sync_gradients(skip)  # learners sum their gradients
+                learner.minibatches += 1  # counted whether its optimizer step is taken or not
                 if skip is not None:
                     raise skip
                 _optimizer_step(learner, averages)
@@ -686,6 +688,9 @@ class Learner:
         generator: the random stream of minibatch shuffling.
         pad_token_id: pads the batch.
         version: optimizer updates so far (one per :meth:`update` that stepped).
+        minibatches: the minibatches whose gradient was computed so far, their optimizer step
+            taken or skipped (a non-finite loss or gradient): names Clip-Cov's random stream
+            (checkpointed).
         compiled: ``torch.compile(policy)`` for the training forward (``train.compile``), or
             None; it shares the policy's weights.
         group: the data-parallel group of Ray's learners (:mod:`rlvr.distributed.data_parallel`)
@@ -716,6 +721,7 @@ class Learner:
     generator: torch.Generator
     pad_token_id: int
     version: int = 0
+    minibatches: int = 0
     compiled: torch.nn.Module | None = None
     group: DataParallel | None = None
     initial: list[torch.Tensor] | None = None
@@ -1024,6 +1030,7 @@ class Learner:
         """Write the checkpoint of ``state.step``: weights, optimizer, schedule, the shuffling
         stream, the modules of :meth:`modules` and the batches sampled ahead (``pending``)."""
         state.policy_version = self.version
+        state.minibatches = self.minibatches
         save_checkpoint(
             run_dir,
             state,
@@ -1055,17 +1062,21 @@ class Learner:
             return None
         path, state = loaded
         self.version = state.step if state.policy_version is None else state.policy_version
+        # older checkpoints: the optimizer steps, which named the stream then
+        old = state.minibatches is None
+        self.minibatches = self.scheduler.last_epoch if old else state.minibatches
         return path, state, load_pending(path)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything an update depends on, in memory: weights, optimizer, schedule, version
-        (checkpoints store the same pieces as files: :mod:`rlvr.checkpoint`)."""
+        """Everything an update depends on, in memory: weights, optimizer, schedule, version,
+        minibatch count (checkpoints store the same pieces as files: :mod:`rlvr.checkpoint`)."""
         return {
             "policy": self.policy.state_dict(),
             "modules": {k: m.state_dict() for k, m in self.modules().items()},
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "version": self.version,
+            "minibatches": self.minibatches,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -1075,3 +1086,4 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.version = state["version"]
+        self.minibatches = state["minibatches"]

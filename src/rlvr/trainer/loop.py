@@ -41,6 +41,21 @@ from rlvr.trainer.protocols import Learners, Update
 from rlvr.trainer.publish_check import check_publish, make_probe, rounding_floor
 
 
+def how_to_resume(run_dir: Path, kept: bool) -> str:
+    """How a stopped run goes on, as a clause: with ``--resume`` from its last checkpoint, or
+    from step 0 when none was written yet (``kept``: the run directory stays, so a new
+    ``rlvr train`` would refuse it); a run whose directory was removed starts again."""
+    if not kept:
+        return "no checkpoint was written yet: start the run again"
+    last = latest_checkpoint(run_dir)
+    if last is None:
+        return (
+            "no checkpoint was written yet: resume it from step 0 with: "
+            f"rlvr train --resume {run_dir}"
+        )
+    return f"resume from its last checkpoint ({last.name}) with: rlvr train --resume {run_dir}"
+
+
 class StopRequested:
     """SIGINT/SIGTERM set a flag; the loop checkpoints at the end of the step and exits.
     A second SIGINT interrupts at once, after ``forced()`` (which says how to resume)."""
@@ -113,6 +128,8 @@ class Loop:
         last_saved: the step of the newest checkpoint written or loaded (-1: none).
         first_step_done: called once the first step is logged (the run directory is then the
             run's for good).
+        kept: whether the run directory stays if the run stops now: a resumed run's always
+            does (``resumed``), a new run's once its first step is logged.
         pending_stats: what loading the data left out, logged with the first row.
     """
 
@@ -128,6 +145,7 @@ class Loop:
         eval_problems: list[Problem],
         last_saved: int,
         first_step_done: Callable[[], None],
+        resumed: bool,
     ) -> None:
         self.cfg, self.run_dir, self.parts, self.state = cfg, run_dir, parts, state
         self.learners: Learners = parts.learners
@@ -138,6 +156,7 @@ class Loop:
         self.collapse = CollapseGuard(cfg.train.max_collapsed_steps, parts.vocab_size)
         self.last_saved = last_saved
         self.first_step_done = first_step_done
+        self.kept = resumed
         self.pending_stats: dict[str, float] = {}
         prompt = encode_problem(
             parts.tokenizer, cfg.model.system_prompt, parts.task.train_problem(0)
@@ -237,6 +256,7 @@ class Loop:
         self.logger.log(step, {**metrics, **self.pending_stats})
         self.pending_stats = {}
         self.first_step_done()
+        self.kept = True
         rows = sample_rows(data, max(1, self.cfg.logging.samples_per_step))
         self.logger.log_samples(step, rows[: self.cfg.logging.samples_per_step])
         self.progress.update(step, metrics)
@@ -300,15 +320,9 @@ class Loop:
     # ------------------------------------------------------------ the run
 
     def stopped_at_once(self) -> None:
-        """Says how a run stopped at once by a second Ctrl-C goes on: from its last checkpoint
-        (the step it was in is lost), or from the start when none was written."""
-        last = latest_checkpoint(self.run_dir)
-        how = (
-            "no checkpoint was written yet: start the run again"
-            if last is None
-            else f"resume from its last checkpoint ({last.name}) with: "
-            f"rlvr train --resume {self.run_dir}"
-        )
+        """Says how a run stopped at once by a second Ctrl-C goes on (:func:`how_to_resume`; the
+        step it was in is lost)."""
+        how = how_to_resume(self.run_dir, self.kept)
         note(f"stopped at once by a second Ctrl-C after step {self.state.step}; {how}")
 
     def run(self, summary: dict[str, Any]) -> None:

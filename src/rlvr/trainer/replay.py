@@ -10,8 +10,11 @@ sampler's log-probs, text, reward, reward terms), the newest ``rollout.replay_bu
 prompt kept; when the prompt is drawn again, its newest ``rollout.replay`` stored samples join
 its group (taken before this draw's samples are stored), so the group's advantages are
 normalised over fresh and replayed samples together (RePO's "mixed" mode). A replayed sample's
-stored log-probs are its behaviour policy: the truncated importance weight
-min(pi_theta / pi_behaviour, tis_cap) of ``algorithm.tis_cap`` (required) corrects for its age.
+stored log-probs are its behaviour policy (its row's ``sampler_logprobs``), which corrects for its
+age: the truncated importance weight min(pi_theta / pi_behaviour, tis_cap) of
+``algorithm.tis_cap``, or a sampler-anchored policy loss (DPPO: ``dppo_tv`` / ``dppo_kl``), whose
+ratio pi_theta / pi_behaviour, truncated and masked outside its trust region, is the correction
+(one of the two is required: :meth:`rlvr.config.Config._check_replay`).
 The buffer is JSON in every checkpoint (``TrainerState.replay``), so a resumed run replays what
 the uninterrupted one would; it matters where the stream revisits prompts (datasets over
 epochs).

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from rlvr.checkpoint import TrainerState, latest_checkpoint
-from rlvr.config import Config, ConfigError, load_config, save_config
+from rlvr.checkpoint import TrainerState
+from rlvr.config import Config, ConfigError, save_config
 from rlvr.errors import WorkerFailed
 from rlvr.logging import MetricsLogger
 from rlvr.models import quiet_transformers
@@ -31,12 +31,13 @@ from rlvr.rundir import (
     discard_replaced,
     prepare_new_run,
     record_resume,
+    recorded_config,
     remove_artifacts,
     restore_replaced,
 )
 from rlvr.trainer.backends import build_parts
 from rlvr.trainer.build import resume_parts
-from rlvr.trainer.loop import Loop
+from rlvr.trainer.loop import Loop, how_to_resume
 from rlvr.trainer.metrics import data_notes, held_out, note, warn
 
 
@@ -71,7 +72,8 @@ def train(
 
     Args:
         cfg: the run's config.
-        resume: a run directory to continue from its latest good checkpoint. ``cfg`` should
+        resume: a run directory to continue from its latest good checkpoint (with none yet,
+            from step 0: its logged rows are dropped and made again). ``cfg`` should
             then be the run's saved ``config.yaml`` with any changes (the CLI loads it and
             applies ``--set``): length, learning rate and schedule, sampling, eval and logging
             changes apply from the resumed step (recorded in ``resumes.jsonl``); changes to the
@@ -117,11 +119,12 @@ def train(
             try:
                 return _run(cfg, run_dir, resume is not None, reward, cleanup, first_step_done)
             except WorkerFailed as err:  # a distributed run that cannot go on
-                raise WorkerFailed(f"{err}. {_resume_sentence(run_dir)}") from None
+                kept = started[0] or resume is not None
+                raise WorkerFailed(f"{err}. {_resume_sentence(run_dir, kept)}") from None
             except RewardError as err:  # reward.on_error: raise, mid-run: fix it, then resume
                 if not started[0] and resume is None:
                     raise  # a new run that never trained is removed: nothing to resume
-                detail = f"{err.detail}. {_resume_sentence(run_dir)}"
+                detail = f"{err.detail}. {_resume_sentence(run_dir, True)}"
                 raise RewardError(
                     err.reward, err.index, err.completion_head, detail, err.problem_id
                 ) from err
@@ -135,11 +138,11 @@ def train(
         raise
 
 
-def _resume_sentence(run_dir: Path) -> str:
-    """How a run stopped by a failure goes on."""
-    if latest_checkpoint(run_dir) is None:
-        return "No checkpoint was written yet: start the run again"
-    return f"Resume from its last checkpoint with: rlvr train --resume {run_dir}"
+def _resume_sentence(run_dir: Path, kept: bool) -> str:
+    """How a run stopped by a failure goes on (:func:`~rlvr.trainer.loop.how_to_resume`; ``kept``:
+    its directory stays), as a sentence."""
+    how = how_to_resume(run_dir, kept)
+    return how[:1].upper() + how[1:]
 
 
 def with_callable_reward(cfg: Config, reward: Callable[..., float]) -> Config:
@@ -179,7 +182,7 @@ def _run(
     start_time = time.perf_counter()
     changes = {}
     if resuming:
-        changes = config_changes(load_config(run_dir / "config.yaml"), cfg)
+        changes = config_changes(recorded_config(run_dir / "config.yaml"), cfg)
         check_resume_changes(changes)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -199,7 +202,10 @@ def _run(
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
     parts.collector.phase = progress.phase
     parts.collector.warn = progress.warn
-    logger = _logger(cfg, run_dir, state.step if resuming else None)
+    # a resume drops what was logged after its checkpoint; without one it starts at step 0
+    # again, so every row goes (the initial evaluation is made again)
+    resume_step = (state.step if checkpoint is not None else -1) if resuming else None
+    logger = _logger(cfg, run_dir, resume_step)
     cleanup.callback(logger.close)
     if logger.repaired_lines:
         warn(f"dropped {logger.repaired_lines} half-written line(s) of {run_dir}'s logs")
@@ -214,6 +220,7 @@ def _run(
         held_out(cfg, parts.task),
         state.step if checkpoint is not None else -1,
         first_step_done,
+        resuming,
     )
     loop.pending_stats = data_notes(parts.task, state.step == 0)
     summary: dict[str, Any] = {"run_dir": str(run_dir), "algorithm": parts.learners.algo.name}
