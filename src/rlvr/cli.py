@@ -1110,9 +1110,10 @@ def serve(
     NAME}}). Replies carry their token ids; with logprobs, the model's own log-probs.
 
     Shared fairly: requests are checked first (a prompt + max_tokens longer than the context,
-    or max_tokens above --max-tokens-limit, is a 400 saying so); concurrent requests take turns
-    of 32 tokens on the model, so a long generation does not hold up short ones; a request
-    whose client disconnects stops being decoded.
+    or max_tokens above --max-tokens-limit, is a 400 saying so); on the torch engine with a
+    Llama or Qwen2 model, concurrent requests take turns of 32 tokens on the model, so a long
+    generation does not hold up short ones (other engines decode a batch in one call); a
+    request whose client disconnects stops being decoded.
 
     Example: rlvr serve smollm2-135m-instruct --port 8000
     """
