@@ -18,8 +18,9 @@ from rlvr.cli import app
 from rlvr.config import build_config
 from rlvr.errors import RunDirError
 from rlvr.models import load_model
-from rlvr.run_checks import check_writable, checkpoint_bytes, learner_bytes
+from rlvr.run_checks import check_writable, checkpoint_bytes
 from rlvr.trainer import train
+from rlvr.trainer.checkpoint_size import learner_bytes
 
 
 def test_writable_really_writes_and_leaves_nothing(tmp_path):

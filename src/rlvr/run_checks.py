@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,100 +87,21 @@ def tokenizer_bytes(tokenizer: Any) -> int:
         return sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file())
 
 
-def learner_bytes(learner: Any, cfg: Any) -> tuple[int, int, int]:
-    """(bytes of the weights a checkpoint stores, bytes of the parameters AdamW trains, how many
-    tensors it stores) of a learner: counted on its policy and the modules it checkpoints beside
-    it (``modules()``: a value head, a reference that is updated, a semi-online snapshot) in
-    this process; or for Ray's learners (none here) on the meta device, the policy from the
-    model's config (fp32, as the learners hold it) and those modules from the run's config
-    ``cfg`` and preset (:func:`_modules_by_config`)."""
-    import torch
-
-    policy = getattr(learner, "policy", None)
-    if policy is None:
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        from rlvr.models import resolve
-
-        with torch.device("meta"):
-            config = AutoConfig.from_pretrained(resolve(cfg.model.name))
-            policy = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-            extra, trained_extra = _modules_by_config(cfg, learner, policy)
-        trained = {id(p): p for p in policy.parameters() if p.requires_grad}
-        trained |= {id(p): p for m in trained_extra for p in m.parameters()}
-    else:
-        extra = list(learner.modules().values())
-        trained = {id(p): p for g in learner.optimizer.param_groups for p in g["params"]}
-    weights = {id(p): p for p in policy.parameters()}  # tied weights once
-    stored = [t for m in extra for t in _stored_tensors(m)]
-
-    def size(tensors: Any) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-    return (
-        size(weights.values()) + size(stored),
-        size(trained.values()),
-        len(weights) + len(stored),
-    )
-
-
-def _stored_tensors(module: Any) -> list[Any]:
-    """The tensors a checkpoint stores of ``module`` (safetensors): its parameters, tied ones
-    once, and its persistent buffers."""
-    kept = module.state_dict().keys()
-    return [*module.parameters(), *(b for n, b in module.named_buffers() if n in kept)]
-
-
-def _modules_by_config(cfg: Any, learner: Any, policy: Any) -> tuple[list[Any], list[Any]]:
-    """(the modules a checkpoint stores beside ``policy``, those of them AdamW trains) as
-    :meth:`rlvr.trainer.learn.Learner.modules` holds them, built from ``cfg`` and the preset
-    (``learner.algo``) as :func:`rlvr.trainer.build.build_learner` builds them (on the device
-    current when called): PPO's value head (trained), a full reference copy in the rollout dtype
-    when it is reset or mixed (``reference_reset_every``), the semi-online snapshot
-    (``sync_every`` > 1), the entropy controller's state. A LoRA policy's adapters are not
-    modelled here."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from rlvr import algorithms, precision
-    from rlvr.policy import ValueHead
-    from rlvr.trainer.learn import PublishedCopy
-
-    algo = learner.algo
-    stored: list[Any] = []
-    trained: list[Any] = []
-    if algo.advantage == "gae":
-        head = ValueHead(policy.config.hidden_size)
-        stored.append(head)
-        trained.append(head)
-    if algo.needs_reference and algo.reference_reset_every and cfg.model.lora is None:
-        chosen = getattr(learner, "precision", None) or {}  # what ``auto`` stood for there
-        name = chosen.get("rollout.dtype", cfg.rollout.dtype)
-        dtype = precision.DTYPES.get(name, torch.float32)  # unresolved auto: fp32, the most
-        stored.append(AutoModelForCausalLM.from_config(policy.config, dtype=dtype))
-    if algo.sync_every > 1:
-        stored.append(PublishedCopy(policy))
-    settings = cfg.algorithm
-    if settings.entropy_target is not None:
-        stored.append(
-            algorithms.EntropyController(
-                settings.entropy_target, settings.entropy_coef_step, settings.entropy_coef_max
-            )
-        )
-    return stored, trained
-
-
-def check_run_start(cfg: Any, run_dir: Path, learner: Any, tokenizer: Any) -> None:
+def check_run_start(
+    cfg: Any, run_dir: Path, learner_sizes: Callable[[], tuple[int, int, int]], tokenizer: Any
+) -> None:
     """Before a run's first step: RunDirError unless the run directory and its ``checkpoints``
     directory can be written and (when the run writes checkpoints) their disk has room for one
-    (:func:`checkpoint_bytes` of the learner's parameters and the ``tokenizer``)."""
+    (:func:`checkpoint_bytes` of the learner's ``learner_sizes()``: bytes of weights stored,
+    bytes of trained parameters, stored tensors; :func:`rlvr.trainer.checkpoint_size.learner_bytes`)
+    and the ``tokenizer``)."""
     run_dir = Path(run_dir)
     check_writable(run_dir)
     checkpoints = run_dir / "checkpoints"
     if checkpoints.exists():
         check_writable(checkpoints, "checkpoint directory")
     if cfg.checkpoint.every or cfg.checkpoint.save_final:
-        weights, trained, tensors = learner_bytes(learner, cfg)
+        weights, trained, tensors = learner_sizes()
         check_checkpoint_room(checkpoints, weights, trained, tensors, tokenizer_bytes(tokenizer))
 
 

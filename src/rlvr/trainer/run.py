@@ -6,6 +6,7 @@ nothing behind."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from rlvr.rundir import (
 )
 from rlvr.trainer.backends import build_parts
 from rlvr.trainer.build import resume_parts
+from rlvr.trainer.checkpoint_size import learner_bytes
 from rlvr.trainer.loop import Loop, how_to_resume
 from rlvr.trainer.metrics import data_notes, held_out, note, warn
 
@@ -188,7 +190,8 @@ def _run(
         torch.set_num_threads(cfg.train.threads)
     torch.manual_seed(cfg.train.seed)
     parts = build_parts(cfg, user_reward, cleanup)
-    check_run_start(cfg, run_dir, parts.learners, parts.tokenizer)  # writable, room for one
+    sizes = functools.partial(learner_bytes, parts.learners, cfg)
+    check_run_start(cfg, run_dir, sizes, parts.tokenizer)  # writable, room for one
     state = TrainerState(step=0, data_sha256=parts.fingerprint)
     checkpoint, pending = None, []
     if resuming:
