@@ -212,13 +212,20 @@ def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_check
     trained.save_pretrained(tmp_path)  # what a checkpoint holds
     tokenizer.save_pretrained(tmp_path)
     vllm = import_vllm()
-    fresh = vllm.LLM(
-        model=str(tmp_path),
-        dtype=torch.float32,
-        enforce_eager=True,
-        max_model_len=1024,
-        kv_cache_memory_bytes=2**28,
-    )
+    # vLLM's CPU worker pins torch to one thread and disables set_num_threads for the process;
+    # give both back as rlvr's engine does, or the tests after this one run on vLLM's pinning
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    try:
+        fresh = vllm.LLM(
+            model=str(tmp_path),
+            dtype=torch.float32,
+            enforce_eager=True,
+            max_model_len=1024,
+            kv_cache_memory_bytes=2**28,
+        )
+    finally:
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
     try:
         outs = fresh.generate(
             [{"prompt_token_ids": p} for p in prompts],
