@@ -459,31 +459,58 @@ def _dead_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def hanging_server():
-    """A TCP server that accepts and never answers."""
+@contextmanager
+def _silent_server(first_503: bool = False) -> Iterator[int]:
+    """A TCP server on a free port (yielded) that never answers, except, with ``first_503``,
+    its first request: read whole and answered 503 (a client retries it after a backoff)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
     held: list[socket.socket] = []
     stop = threading.Event()
 
+    def answer_503(conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+
     def accept() -> None:
         server.settimeout(0.1)
         while not stop.is_set():
             try:
-                held.append(server.accept()[0])
+                conn = server.accept()[0]
             except TimeoutError:
-                pass
+                continue
+            if first_503 and not held:
+                answer_503(conn)
+            held.append(conn)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.fixture
+def hanging_server():
+    """A TCP server that accepts and never answers."""
+    with _silent_server() as port:
+        yield port
 
 
 def _http_terms(port: int, timeout_s: float = 5.0) -> dict:
@@ -582,44 +609,8 @@ def test_a_judge_that_stops_answering_fails_after_timeout_times_tries_naming_it(
 def failing_then_hanging_server():
     """A TCP server whose first request is answered 503 (retried after a backoff) and whose
     later ones are never answered."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn = server.accept()[0]
-            except TimeoutError:
-                continue
-            if held:
-                held.append(conn)
-                continue
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, body = data.split(b"\r\n\r\n", 1)
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            while len(body) < length:
-                body += conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    server.close()
+    with _silent_server(first_503=True) as port:
+        yield port
 
 
 def test_a_timeout_after_a_retried_failure_states_the_tries_and_the_time_they_took(
@@ -685,23 +676,32 @@ def test_a_term_naming_an_undefined_judge_is_a_config_error():
 # ------------------------------------------------------------------------- rlvr serve
 
 
-@pytest.fixture(scope="module")
-def served(local):
-    """The tiny model served by `rlvr serve`'s app on a free port of 127.0.0.1."""
+@contextmanager
+def serving(model: LocalChatModel, **app_options) -> Iterator[int]:
+    """``model`` served by `rlvr serve`'s app (``create_app(model, "tiny", **app_options)``) in a
+    thread, on a free port of 127.0.0.1 (yielded)."""
     import uvicorn
 
     from rlvr.serve import create_app
 
-    config = uvicorn.Config(create_app(local, "tiny"), host="127.0.0.1", port=0, log_level="error")
-    server = uvicorn.Server(config)
+    app = create_app(model, "tiny", **app_options)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+@pytest.fixture(scope="module")
+def served(local):
+    """The tiny model served by `rlvr serve`'s app on a free port of 127.0.0.1."""
+    with serving(local) as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def test_the_openai_client_works_against_rlvr_serve(served, local):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 import pytest
+from test_judges import serving
 
 from rlvr.reward_models.chat_model import LocalChatModel
 
@@ -37,21 +37,10 @@ class Served:
 @pytest.fixture(scope="module")
 def served():
     """Turns of 4 tokens (the server's are 32), the default limits."""
-    import uvicorn
-
-    from rlvr.serve import create_app
-
     model = LocalChatModel("tiny-random-llama", slice_tokens=4)
     assert model.context_length == CONTEXT
-    config = uvicorn.Config(create_app(model, "tiny"), host="127.0.0.1", port=0, log_level="error")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield Served(model, server.servers[0].sockets[0].getsockname()[1])
-    server.should_exit = True
-    thread.join()
+    with serving(model) as port:
+        yield Served(model, port)
 
 
 class Steps:
