@@ -1,18 +1,27 @@
 """Everything that needs a GPU, in one command (``make gpu-check``), for the few minutes a GPU
-may be lent: the tests marked ``cuda``, the demo with ``train.device=cuda`` (the torch engine,
-and the vLLM engine where a CUDA vLLM is installed), ``bench/grpo_step.py --device cuda``
-against TRL on the same GPU, and the memory benchmark. Each step runs as a subprocess with a
+may be lent: the tests marked ``cuda``, the roofline (``bench/roofline.py``: decode, prefill,
+training and GRPO steps against the device's measured limits at 135M to 8B random-weight
+shapes), the demo with ``train.device=cuda`` (the torch engine, and the vLLM engine where a CUDA
+vLLM is installed), ``bench/grpo_step.py --device cuda`` against TRL on the same GPU at
+SmolLM2-135M and at the Qwen2.5-0.5B shape, and the memory benchmark. Each step runs as a subprocess with a
 time limit, its output kept; the figures go to ``bench/results/gpu-check-<device>.json`` with
 the device named.
 
 Without a CUDA device it says so, runs nothing and exits with status 2.
+
+On a lent machine with no package registry: rlvr's missing dependencies travel as wheels and
+``src`` on ``PYTHONPATH``. The SmolLM2 GGUF (94 MiB) is larger than one call can carry (64 MiB):
+carry it in two halves in two calls on the same warm machine, copying the first half outside the
+repository (``/root``) in the first call (a machine goes back 30 s after a call; on 2026-11-27
+the second call found a fresh one). ``--only`` splits the steps between the calls.
 
 The tests step collects only the test files that carry the ``cuda`` marker, so a GPU machine
 needs rlvr's core dependencies and pytest, not every optional one the CPU suite imports. The
 report is rewritten after each step: a check cut short still leaves the figures of the steps
 that finished.
 
-Usage: python bench/gpu_check.py [--only tests,demo,demo-vllm,grpo-step,memory]
+Usage: python bench/gpu_check.py
+    [--only tests,roofline,demo,demo-vllm,grpo-step,grpo-step-0.5b,memory]
     [--demo-steps 10] [--timeout 900] [--trl-python PYTHON]
 """
 
@@ -32,7 +41,15 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-STEPS = ("tests", "demo", "demo-vllm", "grpo-step", "memory")
+STEPS = ("tests", "roofline", "demo", "demo-vllm", "grpo-step", "grpo-step-0.5b", "memory")
+# the roofline on a GPU: decode at 135M to 8B, training at the shapes one GPU trains unsharded
+ROOFLINE = [
+    "--shapes", "smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b,qwen3-1.7b,qwen2.5-7b,qwen3-8b",
+    "--train-shapes", "smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b,qwen3-1.7b",
+    "--batches", "1,64,256", "--decode-tokens", "32", "--prefill", "16x1024",
+    "--train", "16x256", "--grpo-shapes", "smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b",
+    "--grpo", "8x8x64", "--sweep",
+]  # fmt: skip
 NO_GPU = 2
 
 
@@ -147,6 +164,13 @@ def main() -> int:
         argv += cuda_test_files(ROOT / "tests")
         steps["tests"] = run_step("tests", argv, args.timeout, log_dir)
         save()
+    if "roofline" in wanted:
+        argv = [python, "bench/roofline.py", "--device", "cuda", *ROOFLINE]
+        steps["roofline"] = run_step("roofline", argv, args.timeout, log_dir)
+        result = BENCH / "results" / f"roofline-cuda-{slug(device)}.json"
+        if result.is_file():
+            steps["roofline"]["figures"] = json.loads(result.read_text())
+        save()
     engines = {"demo": "torch", "demo-vllm": "vllm"}
     for name, engine in engines.items():
         if name not in wanted:
@@ -161,13 +185,16 @@ def main() -> int:
         steps[name]["figures"] = demo_figures(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
         save()
-    benches = {"grpo-step": ("grpo_step.py", "grpo-step-cuda.json")}
-    benches["memory"] = ("memory.py", "memory-cuda.json")
-    for name, (script, figures) in benches.items():
+    benches = {"grpo-step": ("grpo_step.py", "grpo-step-cuda.json", [])}
+    benches["grpo-step-0.5b"] = (
+        "grpo_step.py", "grpo-step-cuda-qwen2.5-0.5b.json", ["--model", "random:qwen2.5-0.5b"]
+    )  # fmt: skip
+    benches["memory"] = ("memory.py", "memory-cuda.json", [])
+    for name, (script, figures, extra) in benches.items():
         if name not in wanted:
             continue
-        argv = [python, f"bench/{script}", "--device", "cuda"]
-        if name == "grpo-step" and args.trl_python:
+        argv = [python, f"bench/{script}", "--device", "cuda", *extra]
+        if name.startswith("grpo-step") and args.trl_python:
             argv += ["--trl-python", args.trl_python]
         steps[name] = run_step(name, argv, args.timeout, log_dir)
         result = BENCH / "results" / figures

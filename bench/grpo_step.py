@@ -1,6 +1,8 @@
 """One full GRPO step (generation + rewards + update): rlvr vs TRL's GRPOTrainer, one run.
 
-Same model (SmolLM2-135M-Instruct, the converted safetensors directory both load), same 8
+Same model (SmolLM2-135M-Instruct by default, the converted safetensors directory both load; or
+``--model random:<shape>``, a published shape with random weights, whose samples run to the
+length limit on both sides: it rarely draws the stop token), same 8
 prompts (arithmetic level 3, rlvr's default prompt template, the tokenizer's chat template),
 G = 8, at most 64 new tokens, temperature 1.0, lr 1e-5, no KL term, same numeric verifier,
 micro-batches of 16, each side at the precision measured fastest on this machine
@@ -8,9 +10,11 @@ micro-batches of 16, each side at the precision measured fastest on this machine
 choice; on CUDA, bf16 where the card supports it). TRL runs
 in its own environment (bench/.venv-trl, made by `make bench`; TRL is not an rlvr dependency).
 Seconds per step are the median over steps 2..N (step 1 includes warm-up).
-Writes bench/results/grpo-step-cpu.json.
+Writes bench/results/grpo-step-<device>.json (``grpo-step-<device>-<shape>.json`` for a
+random shape).
 
-Usage: python bench/grpo_step.py [--steps 3] [--trl-python bench/.venv-trl/bin/python]
+Usage: python bench/grpo_step.py [--steps 3] [--model random:qwen2.5-0.5b]
+    [--trl-python bench/.venv-trl/bin/python]
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--trl-python", default=str(BENCH / ".venv-trl/bin/python"))
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both sides)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="a model spec both load")
     args = ap.parse_args()
 
     device = resolve_device(args.device)
@@ -67,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         job = {
             **settings,
-            "model_dir": str(resolve("smollm2-135m-instruct")),
+            "model_dir": str(resolve(args.model)),
             "prompts": [p.prompt for p in problems],
             "answers": [p.answer for p in problems],
             "verifier_file": answers.__file__,
@@ -87,7 +92,7 @@ def main() -> None:
         # rlvr: the same problems, in the same order, every step
         cfg = build_config(
             {
-                "model": {"name": "smollm2-135m-instruct"},
+                "model": {"name": args.model},
                 "task": {"name": "arithmetic", "level": 3},
                 "rollout": {
                     "group_size": args.G,
@@ -115,7 +120,7 @@ def main() -> None:
     result = {
         "benchmark": "one GRPO step (generation + rewards + update)",
         "device": describe_device(device),
-        "model": "smollm2-135m-instruct",
+        "model": args.model,
         "prompts": args.prompts,
         **settings,
         "baseline": {
@@ -130,7 +135,8 @@ def main() -> None:
     print(f"TRL GRPOTrainer: {trl_s:6.1f} s/step  (steps {[round(s, 1) for s in trl_steps]})")
     print(f"rlvr:            {ours_s:6.1f} s/step  (steps {[round(s, 1) for s in ours_steps]})")
     print(f"ratio: {result['ratio']:.2f}x")
-    path = BENCH / "results" / f"grpo-step-{device.type}.json"
+    shape = args.model.removeprefix("random:") if args.model.startswith("random:") else ""
+    path = BENCH / "results" / f"grpo-step-{device.type}{'-' + shape if shape else ''}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -1,4 +1,5 @@
-"""Model specs: aliases, directories, GGUF, errors; and one GRPO step through real SmolLM2."""
+"""Model specs: aliases, directories, GGUF, random-weight published shapes, errors; and one GRPO
+step through real SmolLM2."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from filelock import FileLock
 import rlvr.models
 from rlvr.config import build_config
 from rlvr.models import (
+    SHAPES,
     ModelSpecError,
     byte_tokenizer,
     encode_prompt,
     load_model,
     load_tokenizer,
+    random_model,
     resolve,
     stop_token_ids,
 )
@@ -144,3 +147,43 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
     trained = load_model(str(tmp_path / "run/checkpoints/step_000001"))
     assert row["policy/trained_samples_frac"] > 0 and row["policy/grad_norm"] > 0
     assert not torch.equal(trained.model.embed_tokens.weight, before)
+
+
+# the published sizes of the shapes (parameters, from each model card)
+PUBLISHED = {
+    "smollm2-135m": 134.5e6,
+    "qwen2.5-0.5b": 494e6,
+    "qwen2.5-1.5b": 1.54e9,
+    "qwen2.5-7b": 7.61e9,
+    "qwen3-0.6b": 0.6e9,
+    "qwen3-1.7b": 1.7e9,
+    "qwen3-4b": 4.0e9,
+    "qwen3-8b": 8.2e9,
+    "llama-3.2-1b": 1.24e9,
+    "llama-3.2-3b": 3.21e9,
+    "llama-3.1-8b": 8.03e9,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_each_shape_has_its_published_parameter_count(name):
+    model = random_model(name, device="meta")
+    total = sum(p.numel() for p in model.parameters())
+    assert total == pytest.approx(PUBLISHED[name], rel=0.03)
+    assert model.config.eos_token_id == byte_tokenizer().eos_token_id < model.config.vocab_size
+
+
+def test_a_random_shape_is_a_model_spec_with_the_byte_tokenizer(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path))
+    monkeypatch.setitem(SHAPES, "tiny-test", ("qwen2", dict(SHAPES["qwen2.5-0.5b"][1],
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=300)))  # fmt: skip
+    model = load_model("random:tiny-test")
+    again = random_model("tiny-test", torch.float32)
+    for (name, a), b in zip(model.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b.to(torch.bfloat16).float()), name  # saved in bf16, seeded
+    assert load_tokenizer("random:tiny-test").decode([104, 105]) == byte_tokenizer().decode(
+        [104, 105]
+    )
+    with pytest.raises(ModelSpecError, match="unknown shape 'qwen9'.*qwen2.5-0.5b"):
+        load_model("random:qwen9")

@@ -13,7 +13,10 @@ A model spec is one of:
   above) with the adapter loaded (:mod:`rlvr.adapters`);
 * a ``.gguf`` file (dequantised by transformers, converted and cached like the alias);
 * a Hugging Face hub id (``org/name``), loaded through the normal transformers code path
-  (offline machines need it in the local HF cache).
+  (offline machines need it in the local HF cache);
+* ``random:<shape>`` (:data:`SHAPES`): the published architecture of a model people train
+  (Qwen2.5, Qwen3, Llama 3, SmolLM2) with seeded random weights and the byte-level tokenizer,
+  for memory and speed measurements at real sizes without a download (it learns nothing).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
@@ -92,6 +96,201 @@ ALIASES: dict[str, Alias] = {
 }
 
 
+# Published configs of the models people train (the architecture fields of each model's
+# config.json on the Hugging Face hub), typed in: ``random:<name>`` builds one with random
+# weights. Fields not given take transformers' defaults for the architecture.
+SHAPES: dict[str, tuple[str, dict[str, int | float | bool]]] = {
+    "smollm2-135m": (
+        "llama",
+        dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            vocab_size=49152,
+            tie_word_embeddings=True,
+            rope_theta=100000.0,
+        ),
+    ),
+    "qwen2.5-0.5b": (
+        "qwen2",
+        dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen2.5-1.5b": (
+        "qwen2",
+        dict(
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen2.5-7b": (
+        "qwen2",
+        dict(
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            vocab_size=152064,
+            tie_word_embeddings=False,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen3-0.6b": (
+        "qwen3",
+        dict(
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen3-1.7b": (
+        "qwen3",
+        dict(
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen3-4b": (
+        "qwen3",
+        dict(
+            hidden_size=2560,
+            intermediate_size=9728,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=True,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "qwen3-8b": (
+        "qwen3",
+        dict(
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            vocab_size=151936,
+            tie_word_embeddings=False,
+            rope_theta=1000000.0,
+        ),
+    ),
+    "llama-3.2-1b": (
+        "llama",
+        dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+        ),
+    ),
+    "llama-3.2-3b": (
+        "llama",
+        dict(
+            hidden_size=3072,
+            intermediate_size=8192,
+            num_hidden_layers=28,
+            num_attention_heads=24,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+        ),
+    ),
+    "llama-3.1-8b": (
+        "llama",
+        dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            tie_word_embeddings=False,
+            rope_theta=500000.0,
+        ),
+    ),
+}
+RANDOM_PREFIX = "random:"
+
+
+def shape_config(name: str) -> PretrainedConfig:
+    """The transformers config of the published shape ``name`` (:data:`SHAPES`), its special
+    tokens those of :func:`byte_tokenizer` (whose ids fit every shape's vocabulary)."""
+    if name not in SHAPES:
+        raise ModelSpecError(
+            f"unknown shape {name!r} in {RANDOM_PREFIX}{name}; known: {', '.join(SHAPES)}"
+        )
+    architecture, fields = SHAPES[name]
+    tok = byte_tokenizer()
+    return AutoConfig.for_model(
+        architecture,
+        **fields,
+        max_position_embeddings=32768,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+
+
+def random_model(
+    name: str,
+    dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> PreTrainedModel:
+    """The shape ``name`` with weights drawn (seeded) by transformers' initialisation, built
+    directly in ``dtype`` on ``device`` (no fp32 copy on the host), in eval mode with SDPA."""
+    config = shape_config(name)
+    config._attn_implementation = "sdpa"
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def _build_random(name: str, out: Path) -> None:
+    """Save the shape ``name`` (bf16 random weights) with the byte-level tokenizer at ``out``."""
+    _save_atomically(random_model(name, torch.bfloat16), byte_tokenizer(), out)
+
+
 class ModelSpecError(RlvrError, ValueError):
     """A model spec that cannot be resolved or loaded; the message says what is accepted."""
 
@@ -103,7 +302,8 @@ def cache_dir() -> Path:
 
 def _accepted() -> str:
     return (
-        f"a built-in alias ({', '.join(sorted(ALIASES))}), a local Hugging Face model directory, "
+        f"a built-in alias ({', '.join(sorted(ALIASES))}), {RANDOM_PREFIX}<shape> with random "
+        f"weights ({', '.join(SHAPES)}), a local Hugging Face model directory, "
         "a .gguf file, or a hub id such as 'HuggingFaceTB/SmolLM2-135M-Instruct'"
     )
 
@@ -118,6 +318,12 @@ def resolve(spec: str) -> Path | str:
         if alias.kind == "tiny-random":
             return _build_tiny_random(spec, alias.architecture, alias.heads)
         return _convert_gguf(_package_file(alias), name=spec)
+    if spec.startswith(RANDOM_PREFIX):
+        name = spec.removeprefix(RANDOM_PREFIX)
+        shape_config(name)  # an unknown shape fails here, naming the known ones
+        return _build_once(
+            cache_dir() / "models" / spec.replace(":", "-"), functools.partial(_build_random, name)
+        )
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
