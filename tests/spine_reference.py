@@ -1,13 +1,18 @@
-"""Per-step metrics of small runs, recorded once from the code before the training spine was
-reorganised (issue 24) and kept as test data (``tests/data/spine_reference.json``), so the
-reorganised spine is checked to train exactly as the old one did.
+"""Per-step metrics of small runs, recorded from the code before a reorganisation of the training
+spine and kept as test data (``tests/data/spine_reference.json``), so the reorganised spine is
+checked to train exactly as the old one did. The policy-gradient runs were first recorded before
+issue 24, then again before issue 46 on a machine whose name the first recording lacked (the code
+then reproduced the first recording within 1e-6 relative); one run of each other objective kind
+(SFT, DPO, on-policy distillation) and of two estimators that need a produced signal (ReMax's
+greedy rewards, AAPO's reference rewards) were added before issue 46.
 
 Record again (only when a change is *meant* to alter training)::
 
-    .venv/bin/python tests/spine_reference.py
+    .venv/bin/python tests/spine_reference.py [NAME ...]   # no NAME: every run
 
+Each run is stored with the machine that computed it (:func:`machine`).
 ``test_spine_reference.py`` reruns every config and compares: bitwise on the CPU and torch that
-recorded them, within 1e-6 relative elsewhere (other kernels sum in another order).
+recorded it, within 1e-6 relative elsewhere (other kernels sum in another order).
 """
 
 from __future__ import annotations
@@ -72,7 +77,35 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     agent["reward"] = {"function": None}
     agent["env"] = {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 40}
     agent["algorithm"] = {"preset": "grpo", "beta": 0.0, "credit": "gigpo"}
-    return {"plain": plain, "dapo": dapo, "group_reward": group, "agent": agent}
+    sft = _base(run_dir)
+    sft["algorithm"] = {"preset": "sft"}  # the arithmetic task's worked solutions
+    dpo = _base(run_dir)
+    dpo["task"] = {
+        "name": "file",
+        "path": str(TESTS.parent / "configs" / "data" / "arith_prefs.jsonl"),
+        "chosen_column": "chosen",
+        "rejected_column": "rejected",
+        "n_eval": 4,
+    }
+    dpo["algorithm"] = {"preset": "dpo"}
+    distill = _base(run_dir)
+    distill["model"]["teacher"] = "tiny-random-qwen2"  # the same byte vocabulary
+    distill["algorithm"] = {"preset": "on_policy_distillation"}
+    remax = _base(run_dir)
+    remax["algorithm"] = {"preset": "remax"}
+    aapo = _base(run_dir)
+    aapo["algorithm"] = {"preset": "aapo"}
+    return {
+        "plain": plain,
+        "dapo": dapo,
+        "group_reward": group,
+        "agent": agent,
+        "sft": sft,
+        "dpo": dpo,
+        "distill": distill,
+        "remax": remax,
+        "aapo": aapo,
+    }
 
 
 def machine() -> str:
@@ -132,18 +165,24 @@ def compare(recorded: list[dict], now: list[dict], exact: bool) -> list[str]:
     return problems
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """Record the runs ``names`` (every run when empty) into :data:`DATA`, keeping the others."""
     import tempfile
 
-    out: dict[str, Any] = {"machine": machine(), "runs": {}}
+    out: dict[str, Any] = (
+        json.loads(DATA.read_text(encoding="utf-8")) if DATA.is_file() else {"runs": {}}
+    )
+    out.setdefault("machines", {})
+    here = machine()
     with tempfile.TemporaryDirectory() as tmp:
-        for name in configs(Path(tmp)):
+        for name in names or list(configs(Path(tmp))):
             out["runs"][name] = run(name, Path(tmp) / name)
+            out["machines"][name] = here
             print(f"{name}: {len(out['runs'][name])} steps", file=sys.stderr)
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    print(f"wrote {DATA} on {out['machine']}", file=sys.stderr)
+    print(f"wrote {DATA} on {here}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
