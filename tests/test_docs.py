@@ -148,13 +148,17 @@ def test_runnable_blocks_rejects_a_misplaced_marker(tmp_path, text, problem):
         runnable_blocks(tmp_path / "x.md", text)
 
 
-def test_readme_marks_its_examples_runnable():
-    # the examples of "Your own data", "Hugging Face datasets", "Python API" and "Runs, resume
-    # and failures": losing a marker must not silently stop testing them
-    blocks = runnable_blocks(ROOT / "README.md")
-    assert len(blocks) >= 5
-    assert {b.language for b in blocks} == {"bash", "python"}
-    code = "".join(b.code for b in blocks)  # SFT on a file, a LoRA adapter trained further
+def test_docs_mark_their_examples_runnable():
+    # the README's Python quickstart, and the examples that moved from the README to docs/
+    # (data.md: your own file, a Hugging Face dataset; python-api.md; runs.md; objectives.md: SFT
+    # on a file; lora.md: an adapter trained further): losing a marker must not silently stop
+    # testing them
+    assert [b.language for b in runnable_blocks(ROOT / "README.md")] == ["python"]
+    blocks = {path.name: runnable_blocks(path) for path in DOCS[1:]}
+    assert [b.language for b in blocks["data.md"]] == ["bash", "bash"]
+    assert [b.language for b in blocks["python-api.md"]] == ["python", "python"]
+    assert [b.language for b in blocks["runs.md"]] == ["bash"]
+    code = "".join(b.code for path in DOCS for b in runnable_blocks(path))
     assert "completion_column:" in code and "--set model.lora.path=" in code
 
 

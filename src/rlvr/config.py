@@ -348,7 +348,7 @@ class CurriculumConfig(Section):
 
 
 class VLLMConfig(Section):
-    """Settings of ``rollout.engine: vllm`` (README, "vLLM"): vLLM runs in the trainer's process
+    """Settings of ``rollout.engine: vllm`` (docs/engines.md, "vLLM"): vLLM runs in the trainer's process
     and gets every new policy in memory."""
 
     gpu_memory_utilization: float = Field(
@@ -470,7 +470,7 @@ class RolloutConfig(Section):
 
 
 class DistributedConfig(Section):
-    """Where the run's parts run (README, "Ray"): all in this process (``local``), or rollout
+    """Where the run's parts run (docs/scaling.md): all in this process (``local``), or rollout
     workers and learners as Ray actors (``ray``; ``pip install 'rlvr[ray]'``)."""
 
     backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: Ray")

@@ -1,5 +1,5 @@
 """``distributed.backend: ray``: the run's parts as Ray actors, driven by the same loop
-(:mod:`rlvr.trainer.loop`) as one process (docs/design.md, "The parts of a run"; README, "Ray").
+(:mod:`rlvr.trainer.loop`) as one process (docs/design.md, "The parts of a run"; docs/scaling.md).
 
 * The driver (the process running ``rlvr train``) keeps the prompt sampler, the filters and the
   loop; it never holds the model.

@@ -35,7 +35,7 @@ from rlvr.trainer.rollouts import Scored
 
 
 def _where() -> dict[str, Any]:
-    """Which process and machine this is (for error messages and the README's "what runs
+    """Which process and machine this is (for error messages and docs/scaling.md's "what runs
     where")."""
     import ray
 
