@@ -9,7 +9,10 @@ temporary directory, exactly as a reader would paste it:
 * bash blocks with ``bash -e -o pipefail`` and the environment's ``bin/`` first on PATH (so
   ``rlvr`` and ``python`` are the project's);
 
-and must exit 0. The examples themselves use the tiny in-process model and a few steps (and say
+and must exit 0. Their ``rlvr`` commands start through a fork server that has imported what a
+command imports (tests/cli_forkserver.py: the same command, without 4.5 s of imports each;
+``test_the_launcher_runs_rlvr_as_the_installed_script_does`` holds it to that). The examples
+themselves use the tiny in-process model and a few steps (and say
 what to use for a real run), so nothing is rewritten here. ``RLVR_CACHE`` is the test session's
 (tests/conftest.py), so the tiny models are built once; hub access is off and torch uses one
 thread (faster for tiny models on a busy machine). A failing block is named by file and line.
@@ -20,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,17 +88,56 @@ def all_blocks() -> list[Block]:
     return [block for path in DOCS for block in runnable_blocks(path)]
 
 
-def run_block(block: Block, workdir: Path) -> tuple[int | None, str]:
-    """Run ``block`` in ``workdir`` (see the module docstring): its exit status (None if it ran
-    over ``BLOCK_TIMEOUT_S``; its whole process group is then killed) and its output."""
+def block_env() -> dict[str, str]:
+    """The environment of the runnable examples: this virtual environment's ``bin/`` first on
+    PATH, hub access off, one torch thread."""
     bin_dir = Path(sys.executable).parent
-    env = {
+    return {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "OMP_NUM_THREADS": "1",  # tiny models: threads only contend with each other
     }
+
+
+@pytest.fixture(scope="session")
+def rlvr_launcher(tmp_path_factory):
+    """The examples' ``rlvr`` through a fork server (tests/cli_forkserver.py) of this test
+    worker: a directory holding the launcher (first on the examples' PATH) and the server's
+    socket, in the environment variables to add."""
+    from cli_forkserver import LAUNCHER
+
+    where = Path(tempfile.mkdtemp(prefix="rlvr-fork-"))  # short: a socket path has <= 107 bytes
+    socket_path = where / "socket"
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "cli_forkserver.py"), str(socket_path)],
+        env=block_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert server.stdout is not None and server.stdout.readline() == "ready\n"
+    script = Path(sys.executable).parent / "rlvr"
+    launcher = where / "bin" / "rlvr"
+    launcher.parent.mkdir()
+    launcher.write_text(LAUNCHER.format(python=sys.executable, script=str(script)))
+    launcher.chmod(0o755)
+    env = block_env()
+    yield {"PATH": f"{launcher.parent}{os.pathsep}{env['PATH']}",
+           "RLVR_TEST_FORKSERVER": str(socket_path)}  # fmt: skip
+    server.kill()
+    server.wait()
+    shutil.rmtree(where, ignore_errors=True)
+
+
+def run_block(
+    block: Block, workdir: Path, launcher: dict[str, str] | None = None
+) -> tuple[int | None, str]:
+    """Run ``block`` in ``workdir`` (see the module docstring): its exit status (None if it ran
+    over ``BLOCK_TIMEOUT_S``; its whole process group is then killed) and its output.
+    ``launcher``: environment variables that put :func:`rlvr_launcher`'s ``rlvr`` first."""
+    env = {**block_env(), **(launcher or {})}
     if block.language == "python":
         script = workdir / "example.py"
         command = [sys.executable, str(script)]
@@ -202,13 +247,77 @@ def test_docs_cite_the_design_document_that_exists():
         assert "DESIGN.md" not in path.read_text(encoding="utf-8"), path.name
 
 
+def _launch(argv: list[str], cwd: Path, extra: dict[str, str] | None = None, **kwargs):
+    return subprocess.Popen(
+        argv, cwd=cwd, env={**block_env(), **(extra or {})}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, **kwargs,
+    )  # fmt: skip
+
+
+LONG_RUN = (
+    "model: {name: tiny-random-llama}\n"
+    "rollout: {group_size: 2, prompts_per_step: 2, max_new_tokens: 4}\n"
+    "train: {steps: 1000}\n"
+    "eval: {before: false, after: false}\n"
+    "logging: {run_dir: runs/long, progress: false}\n"
+    "checkpoint: {every: 0}\n"
+)
+
+
+def _started(run_dir: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (
+        not (run_dir / "metrics.jsonl").is_file() or not (run_dir / "metrics.jsonl").stat().st_size
+    ):
+        assert time.monotonic() < deadline, "the run never logged a step"
+        time.sleep(0.2)
+
+
+def test_the_launcher_runs_rlvr_as_the_installed_script_does(tmp_path, rlvr_launcher):
+    """The docs' fork-server ``rlvr`` (tests/cli_forkserver.py) gives a command's output and
+    exit status as the installed script does, a SIGINT reaches the command (which checkpoints
+    and exits 130), and a killed launcher ends its command."""
+    import psutil
+
+    for args in (["tasks"], ["train", "missing.yaml"]):
+        real = _launch(["rlvr", *args], tmp_path)
+        real_out = real.communicate()
+        forked = _launch(["rlvr", *args], tmp_path, rlvr_launcher)
+        forked_out = forked.communicate()
+        assert (forked.returncode, *forked_out) == (real.returncode, *real_out), args
+    (tmp_path / "long.yaml").write_text(LONG_RUN)
+    run = _launch(["rlvr", "train", "long.yaml"], tmp_path, rlvr_launcher)
+    _started(tmp_path / "runs" / "long")
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130 and "--resume" in out + err, out + err
+
+    def commands() -> list[psutil.Process]:  # processes working in this test's directory
+        found = []
+        for proc in psutil.process_iter(["cwd"]):
+            if proc.info["cwd"] == str(tmp_path) and proc.pid != os.getpid():
+                found.append(proc)
+        return found
+
+    again = ["rlvr", "train", "long.yaml", "--set", "logging.run_dir=runs/again"]
+    run = _launch(again, tmp_path, rlvr_launcher)
+    _started(tmp_path / "runs" / "again")
+    assert len(commands()) == 2, [(p.pid, p.cmdline()) for p in commands()]  # launcher, command
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 30
+    while commands():
+        assert time.monotonic() < deadline, f"the command outlived its launcher: {commands()}"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize(
     "block",
     all_blocks(),
     ids=lambda b: b.where,
 )
-def test_runnable_block_succeeds(block, tmp_path):
-    status, output = run_block(block, tmp_path)
+def test_runnable_block_succeeds(block, tmp_path, rlvr_launcher):
+    status, output = run_block(block, tmp_path, rlvr_launcher)
     outcome = f"ran over {BLOCK_TIMEOUT_S} s" if status is None else f"exited {status}"
     assert status == 0, (
         f"{block.where}: the {block.language} block {outcome}\n"
