@@ -308,3 +308,20 @@ def test_every_shipped_config_validates() -> None:
         load_config(path)
     ray_local = load_config(Path(__file__).parent.parent / "configs" / "ray_local.yaml")
     assert ray_local.distributed.backend == "ray" and ray_local.distributed.rollout_workers == 2
+
+
+def test_the_help_of_a_key_naming_a_part_lists_every_registered_part(monkeypatch):
+    """``rlvr config show``'s help for a key that names a registered part lists the registry
+    as it is (no hand-written list to drift), a part registered later included."""
+    from rlvr import algorithms
+    from rlvr.config import REGISTERED, describe, registered
+
+    monkeypatch.setitem(algorithms.ADVANTAGES, "my_estimator", object())
+    helps = {key: text for key, _, _, text in describe(build_config({}))}
+    assert set(REGISTERED) <= set(helps)
+    for key in REGISTERED:
+        names = registered(key)
+        assert names, key
+        listed = helps[key].split("registered: ")[1].split(", ")
+        assert listed == sorted(names), key
+    assert "my_estimator" in helps["algorithm.advantage"]

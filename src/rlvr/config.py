@@ -634,18 +634,15 @@ class AlgorithmConfig(Section):
 
     preset: str = Field(
         "grpo",
-        description="a registered preset (rlvr algorithms lists them, plug-ins' included)",
+        description="a registered preset (rlvr algorithms NAME shows one in full)",
     )
     advantage: str | None = Field(
         None,
-        description="a registered advantage estimator (grpo, dr_grpo, rloo, reinforce, gpg, "
-        "remax, reinforce_pp, reinforce_pp_baseline, gae, passk, gdpo (reward.terms normalised "
-        "one by one), or a plug-in's)",
+        description="a registered advantage estimator (docs/algorithms.md)",
     )
     policy_loss: str | None = Field(
         None,
-        description="a registered policy loss: token (PPO), sequence (GSPO), geometric (GMPO), "
-        "cispo, none (REINFORCE), dppo_tv, dppo_kl (DPPO), sapo (SAPO), or a plug-in's",
+        description="a registered policy loss (token: PPO's clip; none: REINFORCE)",
     )
     clip_low: float | None = Field(
         None,
@@ -663,12 +660,11 @@ class AlgorithmConfig(Section):
     dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
     aggregation: str | None = Field(
         None,
-        description="a registered loss aggregation: token-mean, seq-mean-token-mean, "
-        "seq-mean-token-sum, seq-mean-token-sum-norm, or a plug-in's",
+        description="a registered loss aggregation over tokens and samples",
     )
     beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
     kl_estimator: str | None = Field(
-        None, description="a registered KL estimator: k1, k2, k3, k3+ (docs/algorithms.md)"
+        None, description="a registered KL estimator (docs/algorithms.md)"
     )
     kl_in: Literal["loss", "reward"] | None = Field(
         None, description="KL term in the per-token loss or in the token rewards"
@@ -697,14 +693,14 @@ class AlgorithmConfig(Section):
     group_filter: str | None = Field(
         None,
         description="GFPO: keep group_size of oversample * group_size per prompt by a "
-        "registered criterion (shortest, reward_per_token, or a plug-in's)",
+        "registered criterion",
     )
     group_filter_oversample: int | None = Field(None, ge=2)
     group_selector: str | None = Field(
         None,
-        description="drop whole groups by a registered selector: informative (DAPO's, what "
-        "dynamic_sampling uses), pass_rate (keep groups whose pass rate is within "
-        "params.group_selector {low, high}), or a plug-in's; max_draws > 1 refills the batch",
+        description="drop whole groups by a registered selector (informative: DAPO's, what "
+        "dynamic_sampling uses; pass_rate: within params.group_selector {low, high}); "
+        "max_draws > 1 refills the batch",
     )
     params: dict[str, dict[str, Any]] | None = Field(
         None,
@@ -724,8 +720,8 @@ class AlgorithmConfig(Section):
     )
     objective: str | None = Field(
         None,
-        description="a registered objective: policy_gradient (advantages and a policy loss), "
-        "imitation (SFT / RFT negative log-likelihood), dpo, ipo, rebel (pairs), or a plug-in's",
+        description="a registered objective kind (policy_gradient: advantages and a policy "
+        "loss; imitation: SFT / RFT negative log-likelihood; pairs: docs/objectives.md)",
     )
     samples: Literal["policy", "data"] | None = Field(
         None,
@@ -803,11 +799,7 @@ class AlgorithmConfig(Section):
     credit: str = Field(
         "broadcast",
         description="agent episodes: a registered credit rule across turns "
-        "(rlvr.algorithms.credit): broadcast "
-        "(the episode's advantage on every action), turn_discounted (discounted return of each "
-        "turn, compared at equal depth), gigpo (episode + gigpo_weight x step advantage within "
-        "turns sharing an anchor state; Feng et al. 2025), gated (turn_discounted with "
-        "intermediate turn rewards counted only when the outcome >= credit_gate)",
+        "(rlvr.algorithms.credit; broadcast: the episode's advantage on every action)",
     )
     credit_gamma: float = Field(
         1.0, ge=0, le=1, description="discount of turn rewards (turn_discounted, gigpo, gated)"
@@ -1396,6 +1388,31 @@ def save_config(config: Config, path: str | Path, comments: Sequence[str] = ()) 
     os.replace(tmp, path)
 
 
+REGISTERED: dict[str, str] = {
+    "algorithm.preset": "PRESETS",
+    "algorithm.advantage": "ADVANTAGES",
+    "algorithm.policy_loss": "POLICY_LOSSES",
+    "algorithm.aggregation": "AGGREGATIONS",
+    "algorithm.kl_estimator": "KL_ESTIMATORS",
+    "algorithm.group_filter": "GROUP_FILTERS",
+    "algorithm.group_selector": "GROUP_SELECTORS",
+    "algorithm.objective": "OBJECTIVES",
+    "algorithm.credit": "CREDIT",
+}
+"""Config keys that name a registered part, and the registry of :mod:`rlvr.algorithms` each
+names: their help lists what is registered when it is shown (plug-ins' parts included), never
+a hand-written list."""
+
+
+def registered(key: str) -> list[str]:
+    """The names registered for the config key ``key`` (a key of :data:`REGISTERED`)."""
+    from rlvr import algorithms
+    from rlvr.algorithms.credit import CREDIT
+
+    name = REGISTERED[key]
+    return list(CREDIT if name == "CREDIT" else getattr(algorithms, name))
+
+
 def describe(config: Config) -> list[tuple[str, Any, Any, str]]:
     """``(dotted key, value, default, help)`` for every leaf of ``config``, in section order.
 
@@ -1413,6 +1430,8 @@ def describe(config: Config) -> list[tuple[str, Any, Any, str]]:
                 continue
             default = None if field.is_required() else field.get_default(call_default_factory=True)
             help_text = field.description or ""
+            if key in REGISTERED:
+                help_text += f"; registered: {', '.join(sorted(registered(key)))}"
             if isinstance(default, BaseModel):
                 default = default.model_dump(mode="json")
             rows.append((key, _plain(value), _plain(default), help_text))

@@ -10,6 +10,9 @@ import numbers
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from rlvr import algorithms
 from rlvr.rewards.protocol import RewardSignature
 from rlvr.rewards.registry import get_reward, register_reward
 
@@ -18,16 +21,10 @@ if TYPE_CHECKING:
 
 
 def overlong_penalty(length: int, max_length: int, cache_length: int) -> float:
-    """DAPO soft overlong punishment (Yu et al., 2025, "DAPO: An Open-Source LLM Reinforcement
-    Learning System at Scale", eq. 13), with L_max = ``max_length`` and L_cache =
-    ``cache_length``::
-
-        0                                   if |y| <= L_max - L_cache
-        ((L_max - L_cache) - |y|) / L_cache if L_max - L_cache < |y| <= L_max
-        -1                                  if |y| > L_max
-
-    It is added to the task reward. ``cache_length = 0`` gives a hard -1 beyond ``max_length``.
-    """
+    """DAPO soft overlong punishment of one completion of ``length`` tokens, L_max =
+    ``max_length``, L_cache = ``cache_length``: the one formula of
+    :func:`rlvr.algorithms.overlong_penalty` (``algorithm.overlong_buffer_frac``), here as a
+    reward term. ``cache_length = 0`` gives a hard -1 beyond ``max_length``."""
     if max_length <= 0 or not 0 <= cache_length <= max_length:
         raise ValueError(
             f"overlong: need max_length > 0 and 0 <= cache_length <= max_length, got "
@@ -35,12 +32,7 @@ def overlong_penalty(length: int, max_length: int, cache_length: int) -> float:
         )
     if length < 0:
         raise ValueError(f"overlong: num_tokens must be >= 0, got {length}")
-    soft_start = max_length - cache_length
-    if length <= soft_start:
-        return 0.0
-    if length <= max_length:
-        return (soft_start - length) / cache_length
-    return -1.0
+    return float(algorithms.overlong_penalty(torch.tensor([length]), max_length, cache_length))
 
 
 @register_reward("overlong")
