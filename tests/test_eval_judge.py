@@ -21,7 +21,7 @@ from rlvr.evaluation.harness import (
     save_eval,
     score_records,
 )
-from rlvr.judging.judge import build_judge
+from rlvr.grading.grader import build_grader
 from rlvr.logging import read_metrics
 from rlvr.rewards import register_reward
 
@@ -61,7 +61,7 @@ def test_reward_judge_scores_with_the_reward_and_thresholds(tmp_path: Path) -> N
     completions = [["abcd", "ab12", "1234"], ["xy", answer, "zz!!"]]
     tokens = [[4, 4, 8], [2, 2, 16]]
     finished = [[True] * 3, [True] * 3]
-    judge = build_judge(cfg, task)
+    judge = build_grader(cfg, task)
     try:
         records = score_records(task, problems, completions, tokens, finished, judge)
     finally:
@@ -72,7 +72,7 @@ def test_reward_judge_scores_with_the_reward_and_thresholds(tmp_path: Path) -> N
     assert judge.describe()["name"] == "reward" and judge.describe()["threshold"] == THRESHOLD
 
     # the default threshold 1.0: only a full reward counts
-    strict = build_judge(judge_config(), task)
+    strict = build_grader(judge_config(), task)
     records_strict = score_records(task, problems, completions, tokens, finished, strict)
     strict.close()
     assert [r["correct"] for r in records_strict] == [True, False, False, True, True, False]
@@ -83,7 +83,7 @@ def test_reward_judge_scores_with_the_reward_and_thresholds(tmp_path: Path) -> N
     assert [r["correct"] for r in by_task] == [False, False, False, False, True, False]
 
     # a group reward is called once per problem, on that problem's samples
-    grouped = build_judge(judge_config("eval_judge_test_group_size"), task)
+    grouped = build_grader(judge_config("eval_judge_test_group_size"), task)
     uneven = score_records(task, problems, [["a"] * 3, ["b"] * 2], tokens, finished, grouped)
     grouped.close()
     assert [r["score"] for r in uneven] == [0.3, 0.3, 0.3, 0.2, 0.2]
@@ -108,7 +108,7 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
     reward/accuracy as in the reward judge's held-out accuracy."""
     import torch
 
-    from rlvr.judging.judge import judge_samples
+    from rlvr.grading.grader import grade_samples
     from rlvr.trainer.batch import Trajectories
     from rlvr.trainer.metrics import step_metrics
 
@@ -117,9 +117,9 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
     problems = task.eval_problems()[:2]
     texts = ["abcd", "ab12", "1234", "xy", f"Answer: {problems[1].answer}", "zz!!"]
     tokens, group_ids = [4, 4, 8, 2, 2, 16], [0, 0, 0, 1, 1, 1]
-    judge = build_judge(cfg, task)
+    judge = build_grader(cfg, task)
     try:
-        scores, correct, _ = judge_samples(
+        scores, correct, _ = grade_samples(
             judge, task, texts, [problems[g] for g in group_ids], tokens, group_ids
         )
     finally:
@@ -134,7 +134,6 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
         texts=texts,
         rewards=torch.tensor(scores),
         group_ids=torch.tensor(group_ids),
-        greedy_rewards=None,
         tokens_per_s=1.0,
         terms={},
     )
@@ -145,12 +144,12 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
 def test_rewards_that_cannot_judge_are_refused() -> None:
     task = build_task(judge_config().task)
     with pytest.raises(ConfigError, match="'self_certainty' reads self_certainty, which held-out"):
-        build_judge(judge_config("self_certainty"), task)
+        build_grader(judge_config("self_certainty"), task)
     python_fn = judge_config().model_copy(
         update={"reward": build_config({"reward": {"function": "<python callable>:m.f"}}).reward}
     )
     with pytest.raises(ConfigError, match="passed to rlvr.train"):
-        build_judge(python_fn, task)
+        build_grader(python_fn, task)
 
 
 # ------------------------------------------------------- the trainer and `rlvr eval --like RUN`

@@ -69,7 +69,6 @@ def _trajectories(tiny) -> Trajectories:
         texts=[""] * 4,
         rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
         group_ids=torch.tensor([0, 0, 1, 1]),
-        greedy_rewards=None,
         tokens_per_s=0.0,
         terms={},
     )

@@ -35,7 +35,6 @@ def test_merge_offsets_group_ids_and_keeps_the_oldest_version():
             texts=["x"] * samples,
             rewards=torch.ones(samples),
             group_ids=torch.arange(samples) % problems,
-            greedy_rewards=None,
             tokens_per_s=10.0,
             terms={"r": [1.0] * samples},
             policy_version=version,

@@ -10,7 +10,7 @@ import pytest
 from rlvr.answers import answer_span, extract_choice, normalize_text
 from rlvr.data.base import Problem
 from rlvr.rewards import CombinedReward
-from rlvr.rewards.answers import exact_match, math_reward, multiple_choice, numeric
+from rlvr.rewards.final_answer import exact_match, math_reward, multiple_choice, numeric
 from rlvr.rewards.length import length_truncation, overlong_penalty, truncation_penalty
 from rlvr.rewards.similarity import bleu_reward, chrf_reward, sentence_bleu
 from rlvr.rewards.structure import (

@@ -6,6 +6,7 @@ See docs/algorithms.md for the functional API with shapes and formulas.
 from rlvr.algorithms.aapo import aapo
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
+    INPUT_FIELDS,
     AdvantageEstimator,
     AdvantageInputs,
     AdvantageOutput,
@@ -119,6 +120,7 @@ from rlvr.algorithms.zero_variance import rl_zvp_advantages
 
 __all__ = [
     "ADVANTAGES",
+    "INPUT_FIELDS",
     "AGGREGATIONS",
     "CREDIT",
     "GROUP_FILTERS",

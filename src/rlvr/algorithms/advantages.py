@@ -24,8 +24,9 @@ then returns the raw reward, A_i = r_i (baseline 0, scale 1): plain REINFORCE on
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from dataclasses import field as dataclass_field
 
 import torch
 
@@ -414,6 +415,9 @@ class AdvantageInputs:
             (no grad); needed by rl_zvp.
         reward_terms: [N, K] each reward term's unweighted value; needed by gdpo.
         term_weights: [K] each term's weight in the reward; needed by gdpo.
+        signals: [N] inputs produced on demand that have no field above, by name (a plug-in's
+            producer, :func:`rlvr.trainer.signals.register_signal`); an estimator names them in
+            ``requires`` and reads ``inputs.signals[name]``.
     """
 
     rewards: torch.Tensor
@@ -429,6 +433,7 @@ class AdvantageInputs:
     token_entropy: torch.Tensor | None = None
     reward_terms: torch.Tensor | None = None
     term_weights: torch.Tensor | None = None
+    signals: Mapping[str, torch.Tensor] = dataclass_field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = self.rewards.shape[0] if self.rewards.dim() == 1 else -1
@@ -528,6 +533,10 @@ class AdvantageEstimator:
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
+INPUT_FIELDS = frozenset(f.name for f in fields(AdvantageInputs)) - {"signals"}
+"""The inputs :class:`AdvantageInputs` has a field for; any other name an estimator requires
+is a produced signal."""
+
 
 def register_advantage(
     name: str,
@@ -543,7 +552,9 @@ def register_advantage(
     Args:
         name: registry key.
         requires: optional AdvantageInputs fields the estimator always needs (checked by
-            :func:`compute_advantages` with an error naming what to provide).
+            :func:`compute_advantages` with an error naming what to provide); a name that is no
+            field is a produced signal (``inputs.signals[name]``), which a run checks has a
+            producer before it starts.
         token_level: the estimator returns [N, T] advantages.
         uses_token_kl: the estimator reads ``token_kl``.
         paper: the method's paper, e.g. 'Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300'.
@@ -551,10 +562,8 @@ def register_advantage(
             run refuses ``rollout.group_size`` 1, and warns when every group's rewards stay
             equal).
     """
-    optional = {f.name for f in fields(AdvantageInputs)} - {"rewards", "group_ids"}
-    unknown = set(requires) - optional
-    if unknown:
-        raise ValueError(f"requires: unknown AdvantageInputs fields {sorted(unknown)}")
+    if "signals" in requires or not all(isinstance(r, str) and r for r in requires):
+        raise ValueError(f"requires: names of inputs, got {requires!r}")
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
         params = tuple(inspect.signature(fn).parameters)[1:]
@@ -577,7 +586,12 @@ def register_advantage(
 
 
 def _need(name: str, inputs: AdvantageInputs, field: str) -> torch.Tensor:
-    """inputs.<field>, or ValueError saying what estimator ``name`` needs and how to get it."""
+    """inputs.<field> (a produced signal's value when ``field`` names no field), or ValueError
+    saying what estimator ``name`` needs and how to get it."""
+    if field not in INPUT_FIELDS:
+        if field not in inputs.signals:
+            raise ValueError(f"{name} needs the produced signal {field!r}, which the run lacks")
+        return inputs.signals[field]
     value = getattr(inputs, field)
     if value is None:
         raise ValueError(f"{name} needs {field}: {INPUT_HINTS[field]}")

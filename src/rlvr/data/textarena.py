@@ -1,4 +1,4 @@
-"""Problems for the ``textarena`` environment (:class:`rlvr.envs.adapters.TextArenaEnv`): labels
+"""Problems for the ``textarena`` environment (:class:`rlvr.envs.textarena.TextArenaEnv`): labels
 of games, since a TextArena game comes from the environment's ``env_id`` and its reset seed
 (``task.name: textarena:<env_id>``). Needs nothing installed: the games do."""
 

@@ -26,7 +26,7 @@ for _name, _entry in {
         "find a hidden number from higher/lower feedback (task guess_number)",
     ),
     "textarena": (
-        "rlvr.envs.adapters:TextArenaEnv",
+        "rlvr.envs.textarena:TextArenaEnv",
         "a TextArena single-player game, params.env_id (pip install 'rlvr[envs]')",
     ),
     "gem:<env_id>": (

@@ -3,7 +3,7 @@ bootstrap intervals, comparisons across seeds (IQM, probability of improvement) 
 per-problem comparisons, plots and HTML reports.
 
 Correctness is decided as ``eval.judge`` says (the task's check or the run's reward) by
-:mod:`rlvr.judging`, the in-loop package the trainer uses too; its judge, held-out accuracy and
+:mod:`rlvr.grading`, the in-loop package the trainer uses too; its judge, held-out accuracy and
 per-step diagnostics (answer entropy within groups, update sparsity) are re-exported here.
 """
 
@@ -22,28 +22,28 @@ from rlvr.evaluation.stats import (
     performance_profile,
     probability_of_improvement,
 )
-from rlvr.judging import (
-    Judge,
+from rlvr.grading import (
+    Grader,
     answer_entropy,
     answer_entropy_within_groups,
-    build_judge,
+    build_grader,
     evaluate_accuracy,
-    judge_samples,
+    grade_samples,
     snapshot_params,
     update_sparsity,
 )
 
 __all__ = [
-    "Judge",
+    "Grader",
     "answer_entropy",
     "answer_entropy_within_groups",
     "bootstrap_ci",
-    "build_judge",
+    "build_grader",
     "default_ks",
     "evaluate",
     "evaluate_accuracy",
     "iqm",
-    "judge_samples",
+    "grade_samples",
     "maj_at_k",
     "normalize_answer",
     "paired_comparison",

@@ -1,5 +1,5 @@
 """``evaluate``: sample a model's completions of a task's held-out problems, judge them with the
-task's verifier or the run's reward (``eval.judge``, :mod:`rlvr.judging.judge`), and save
+task's verifier or the run's reward (``eval.judge``, :mod:`rlvr.grading.grader`), and save
 them with pass@k / maj@k / mean@n and bootstrap intervals (the Python side of ``rlvr eval``; the
 files are described in :mod:`rlvr.evaluation.harness`).
 
@@ -59,7 +59,7 @@ from rlvr.evaluation.harness import (
     save_eval,
     score_records,
 )
-from rlvr.judging.judge import Judge, build_judge
+from rlvr.grading.grader import Grader, build_grader
 from rlvr.rollout import SamplingParams
 
 EVAL_KEYS = (
@@ -313,11 +313,11 @@ def build_summary(
     metrics: dict[str, Any],
     seconds: float,
     notes: list[str],
-    judge: Judge,
+    judge: Grader,
 ) -> dict[str, Any]:
     """The ``summary.json`` content of a fresh evaluation: what was evaluated (model,
     checkpoint), on what (the full task section, system prompt, :func:`problem_set`), how
-    (sampling, where the settings came from, who judged: :meth:`Judge.describe`) and the
+    (sampling, where the settings came from, who judged: :meth:`Grader.describe`) and the
     metrics."""
     from rlvr import __version__
 
@@ -503,7 +503,7 @@ def evaluate(
         temperature: default 0 (greedy) for ``n == 1``, else the config's rollout temperature.
         top_p, max_new_tokens, n_prompts, system_prompt: override the config's values.
         judge: ``"task"`` or ``"reward"``, overrides ``eval.judge`` (who decides a sample is
-            correct: :mod:`rlvr.judging.judge`).
+            correct: :mod:`rlvr.grading.grader`).
         out: output directory; default ``RUN/eval-<checkpoint>`` for a run, else
             ``evals/<model>``; an earlier evaluation there is replaced.
         like: a run directory (or config file) whose settings to evaluate with.
@@ -532,7 +532,9 @@ def evaluate(
     torch_device = _device(device)
     cfg = settings.config
     task = build_eval_task(cfg.task)
-    sample_judge = build_judge(cfg, task)  # a reward that cannot judge fails before any model loads
+    sample_judge = build_grader(
+        cfg, task
+    )  # a reward that cannot judge fails before any model loads
     try:
         return _evaluate(
             target, model, settings, task, sample_judge, torch_device, out, max_batch, progress
@@ -546,7 +548,7 @@ def _evaluate(
     model: str,
     settings: EvalSettings,
     task: Task,
-    judge: Judge,
+    judge: Grader,
     torch_device: Any,
     out: str | Path | None,
     max_batch: int,

@@ -6,14 +6,14 @@ An evaluation directory holds
   sample_index, completion, extracted_answer, score, correct, num_tokens, finished, category``
   (``category`` is "" unless the task has categories, e.g. ``task.levels``);
 * ``summary.json`` -- what was evaluated (model, checkpoint, task config, sampling parameters),
-  who judged correctness (``judge``: :meth:`rlvr.judging.judge.Judge.describe`) and the
+  who judged correctness (``judge``: :meth:`rlvr.grading.grader.Grader.describe`) and the
   metrics of :mod:`rlvr.evaluation.passk` with percentile-bootstrap intervals over problems
   (the uncertainty due to the finite held-out set), overall and, for a task with categories,
   per category (``by_category``).
 
 :func:`rescore` recomputes everything from ``samples.parquet`` (re-judging the stored
 completions with the summary's ``judge``: the task's verifier or the run's reward, see
-:mod:`rlvr.judging.judge`) without generating.
+:mod:`rlvr.grading.grader`) without generating.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from rlvr.data import Problem, Task, answer_extractor
 from rlvr.errors import DataError, RlvrError
 from rlvr.evaluation.passk import problem_metrics
 from rlvr.evaluation.stats import bootstrap_mean_ci
-from rlvr.judging.judge import Judge, build_judge, judge_samples
+from rlvr.grading.grader import Grader, build_grader, grade_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.streams import sample_keys, stream_key
 
@@ -234,11 +234,11 @@ def score_records(
     completions: Sequence[Sequence[str]],
     num_tokens: Sequence[Sequence[int]],
     finished: Sequence[Sequence[bool]],
-    judge: Judge | None = None,
+    judge: Grader | None = None,
 ) -> list[dict[str, Any]]:
     """One record per sample (the columns of :data:`SCHEMA`), with the answer the task's check
     reads (:func:`answer_extractor`), ``score`` and ``correct`` as ``judge`` decides
-    (:func:`rlvr.judging.judge.judge_samples`; default the task's check; a problem's samples
+    (:func:`rlvr.grading.grader.grade_samples`; default the task's check; a problem's samples
     are one group). ``completions``, ``num_tokens`` and ``finished`` are indexed
     ``[problem][sample]``."""
     extract = answer_extractor(task)
@@ -248,7 +248,7 @@ def score_records(
         for s, text in enumerate(completions[p])
     ]
     owners = [problems[r["problem_index"]] for r in records]
-    _judge_records(judge or Judge(), task, records, owners)
+    _judge_records(judge or Grader(), task, records, owners)
     return records
 
 
@@ -310,10 +310,10 @@ def _record(
 
 
 def _judge_records(
-    judge: Judge, task: Task, records: list[dict[str, Any]], problems: Sequence[Problem]
+    judge: Grader, task: Task, records: list[dict[str, Any]], problems: Sequence[Problem]
 ) -> None:
     """Set each record's ``score`` and ``correct`` (``problems[i]``: record i's problem)."""
-    scores, correct, parts = judge_samples(
+    scores, correct, parts = grade_samples(
         judge,
         task,
         [r["completion"] for r in records],
@@ -548,7 +548,7 @@ def rescore(
 
     Every completion is re-judged with the judge the summary records (``"judge"``; the task's
     check for summaries without one, or the reward rebuilt from its recorded ``reward``
-    section: :mod:`rlvr.judging.judge`), ``task`` defaulting to the one rebuilt from the
+    section: :mod:`rlvr.grading.grader`), ``task`` defaulting to the one rebuilt from the
     summary's task section, and its answer re-extracted (:func:`answer_extractor`); both files
     are rewritten. The metrics are recomputed for the summary's ``ks`` and the new ``ks``
     together, so no earlier pass@k / maj@k is dropped or left stale; a metric this version does
@@ -576,7 +576,7 @@ def rescore(
         Problem(r["problem_id"], r["prompt"], r["answer"], r["category"] or "") for r in records
     ]
     before = [r["score"] for r in records]
-    judge = build_judge(cfg, task)
+    judge = build_grader(cfg, task)
     try:
         _judge_records(judge, task, records, problems)
     finally:

@@ -15,7 +15,7 @@ score >= 1) and the final answer extracted from it (:func:`rlvr.answers.extract_
   why it is reported once, as ``mean@n``, rather than per ``k``.
 * **answer entropy** -- entropy (in nats) of the empirical distribution of a problem's extracted
   answers; 0 when all samples agree (a collapsed policy), ``log n`` when all differ
-  (:func:`rlvr.judging.diagnostics.answer_entropy`, which training also logs per group).
+  (:func:`rlvr.grading.diagnostics.answer_entropy`, which training also logs per group).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlvr.answers import NO_ANSWER, normalize_answer
-from rlvr.judging.diagnostics import answer_entropy
+from rlvr.grading.diagnostics import answer_entropy
 
 
 def pass_at_k(n: int | np.ndarray, c: Sequence[int] | np.ndarray, k: int) -> np.ndarray:

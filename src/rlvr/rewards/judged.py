@@ -288,10 +288,10 @@ def judge_fallback(
 
     A completion with a marked final answer (``\\boxed{}``, ``Answer: ...``) that math-verify
     parses, as it does the reference, is scored by math-verify
-    (:func:`rlvr.rewards.answers.parsed_answer_matches`, event ``judge/fallback/verifier``); any other is asked of the judge (event
+    (:func:`rlvr.rewards.final_answer.parsed_answer_matches`, event ``judge/fallback/verifier``); any other is asked of the judge (event
     ``judge/fallback/judge``) with ``template``/``verdict`` as in :func:`judge_score`.
     """
-    from rlvr.rewards.answers import parsed_answer_matches
+    from rlvr.rewards.final_answer import parsed_answer_matches
 
     decided: list[float | None] = []
     for completion in completions:

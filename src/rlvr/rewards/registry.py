@@ -23,7 +23,7 @@ from rlvr.user_code import import_user_module
 
 # Modules whose import registers the built-in rewards (imported on first lookup).
 _BUILTIN_MODULES = (
-    "rlvr.rewards.answers",
+    "rlvr.rewards.final_answer",
     "rlvr.rewards.structure",
     "rlvr.rewards.similarity",
     "rlvr.rewards.length",

@@ -64,11 +64,9 @@ class Trajectories:
         texts: [N] decoded completions (what the rewards read; an episode's last action).
         rewards: [N] float rewards (with DAPO's overlong penalty when the preset has one).
         group_ids: [N] long, the group (problem) of each sample.
-        greedy_rewards: [N] reward of the group's greedy completion (ReMax's baseline) or None.
-        baselines: [N] the persistent baseline of each sample's prompt before this step (a
-            prompt sampler's ``baselines()``: SPO's tracker), or None.
-        reference_rewards: [N] the reward of the reference model's completion paired with each
-            sample (AAPO), or None.
+        signals: the inputs produced on demand for the estimator, by name, each [N]
+            (:mod:`rlvr.trainer.signals`: ``baselines``, ``greedy_rewards``,
+            ``reference_rewards``); empty when it needs none.
         tokens_per_s: the rollout engine's throughput over the step's draws.
         terms: each reward term's unweighted value [N].
         term_weights: each reward term's weight in the reward (GDPO normalises the terms one by
@@ -97,7 +95,6 @@ class Trajectories:
     texts: list[str]
     rewards: torch.Tensor
     group_ids: torch.Tensor
-    greedy_rewards: torch.Tensor | None
     tokens_per_s: float
     terms: dict[str, list[float]]
     term_weights: dict[str, float] | None = None
@@ -111,8 +108,7 @@ class Trajectories:
     demonstration_ids: list[list[int]] | None = None
     demonstration_mask: list[list[int]] | None = None
     reasons: list[dict[str, str]] | None = None
-    baselines: torch.Tensor | None = None
-    reference_rewards: torch.Tensor | None = None
+    signals: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.completion_ids)
@@ -129,6 +125,9 @@ class Trajectories:
             group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets, strict=True)]),
             tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
             terms={label: [x for p in parts for x in p.terms[label]] for label in parts[0].terms},
+            signals={
+                name: torch.cat([p.signals[name] for p in parts]) for name in parts[0].signals
+            },
             term_weights=parts[0].term_weights,
             policy_version=min(p.policy_version for p in parts),
         )

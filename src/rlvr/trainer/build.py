@@ -26,7 +26,7 @@ from rlvr.curriculum import PromptSampler, make_sampler
 from rlvr.data import Task, build_task, data_fingerprint
 from rlvr.devices import resolve_device
 from rlvr.envs.agent import build_agent
-from rlvr.judging import Judge, build_judge
+from rlvr.grading import Grader, build_grader
 from rlvr.models import (
     ModelSpecError,
     adapter_base,
@@ -54,6 +54,7 @@ from rlvr.trainer.rollouts import (
     TeacherScorer,
     demonstration_tokens,
 )
+from rlvr.trainer.signals import SIGNALS
 
 CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
 """Reward fields the rollout engine records while sampling (label-free rewards)."""
@@ -69,6 +70,13 @@ def resolve_algorithm(cfg: Config) -> algorithms.Preset:
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
     needs = algorithms.ADVANTAGES[algo.advantage].requires
+    missing = [n for n in needs if n not in algorithms.INPUT_FIELDS and n not in SIGNALS]
+    if missing:
+        raise ConfigError(
+            f"algorithm.advantage: {algo.advantage} requires {', '.join(missing)}, which is no "
+            "input rlvr computes and has no registered producer (rlvr.trainer.signals."
+            f"register_signal); registered signals: {', '.join(sorted(SIGNALS))}"
+        )
     if cfg.algorithm.credit != "broadcast" and needs:
         raise ConfigError(
             f"algorithm.credit: {cfg.algorithm.credit} compares turns with the preset's group "
@@ -261,7 +269,7 @@ class RunParts:
 
     task: Task
     reward: CombinedReward
-    judge: Judge
+    judge: Grader
     fingerprint: str | None
     tokenizer: Any
     learners: Learners
@@ -279,7 +287,7 @@ class Front:
     task: Task
     fingerprint: str | None
     reward: CombinedReward
-    judge: Judge
+    judge: Grader
     token_stats: bool
 
     def parts(
@@ -310,7 +318,7 @@ def build_front(
     reward = _build_reward(cfg, task, user_reward)
     if cleanup is not None:
         cleanup.callback(reward.close)
-    judge = build_judge(cfg, task, reward)  # eval.judge: the task's check or this reward
+    judge = build_grader(cfg, task, reward)  # eval.judge: the task's check or this reward
     # rewards that score the model's confidence get per-token statistics from the engine
     token_stats = bool(CONFIDENCE_FIELDS & reward.field_names())
     if cfg.rollout.engine == "vllm":  # before any model loads: vLLM installed, rewards it serves

@@ -5,10 +5,11 @@ step", steps 1-3).
 A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
 prompt, sample: :mod:`rlvr.rollout.streams`), hands the groups to its
 :class:`~rlvr.trainer.protocols.Rollouts` (in this process, or on Ray rollout workers), and
-turns the scored groups into the step's batch: a sampler's group sizes (Knapsack RL) and
-per-prompt baselines (SPO), DAPO's overlong penalty, the sampler's update, GHPO's hints for the
-groups that failed, GFPO's sample filter, the group selector (DAPO's dynamic sampling refills
-the batch), ReMax's greedy baseline, AAPO's reference groups, RePO's replayed samples. It never
+turns the scored groups into the step's batch: a sampler's group sizes (Knapsack RL), DAPO's
+overlong penalty, the sampler's update, GHPO's hints for the groups that failed, GFPO's sample
+filter, the group selector (DAPO's dynamic sampling refills the batch), RePO's replayed
+samples; the signals the estimator needs are produced on demand (:mod:`rlvr.trainer.signals`:
+SPO's baselines, ReMax's greedy rewards, AAPO's reference rewards). It never
 touches the optimizer: the learner trains on what it returns and publishes new weights back
 (:meth:`Collector.publish`).
 """
@@ -29,11 +30,13 @@ from rlvr.data import Problem, hints
 from rlvr.envs.agent import episode_metrics
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
+from rlvr.trainer import signals
 from rlvr.trainer.batch import Trajectories, concat
 from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
 from rlvr.trainer.replay import ReplayBuffer
 from rlvr.trainer.rollouts import Scored
+from rlvr.trainer.signals import Draw
 
 
 def _kept(values: list | None, rows: list[int]) -> list | None:
@@ -136,10 +139,13 @@ class Collector:
         else:
             ids = torch.arange(len(problems)).repeat_interleave(torch.tensor(sizes))
         rewards = self.rewards(scored)
-        baselines = None
-        tracker = getattr(self.sampler, "baselines", None)
-        if callable(tracker):  # a persistent per-prompt baseline (SPO), read before the update
-            baselines = torch.tensor(tracker(problems), dtype=torch.float)[ids]
+        draw_ = Draw(self, problems, sizes, n, ids, base)
+        wanted = signals.needed(algo.advantage)  # inputs the estimator needs produced
+        produced = {
+            name: signals.SIGNALS[name].produce(draw_)
+            for name in wanted
+            if signals.SIGNALS[name].before_update
+        }
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
         if self.cfg.rollout.hints:  # GHPO: failed groups again, with a solution's prefix
             problems, scored, rewards = self._hint(problems, scored, rewards, n, base)
@@ -150,13 +156,10 @@ class Collector:
                 rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
             )
         keep = keep[draws.add(rewards[keep], ids[keep])]
-        reference_rewards = None
-        if "reference_rewards" in algorithms.ADVANTAGES[algo.advantage].requires:  # AAPO
-            reference_rewards = self._reference_rewards(problems, sizes, n, base)[keep]
-        greedy_rewards = None
-        if algo.advantage == "remax":  # ReMax baseline: reward of the greedy completion
-            greedy = self.rollouts.run(problems, 1, self.greedy, None)
-            greedy_rewards = self.rewards(greedy, record=False)[ids[keep]]
+        draw_ = Draw(self, problems, sizes, n, ids, base)  # the final groups (hinted ones too)
+        for name in wanted:
+            if not signals.SIGNALS[name].before_update:
+                produced[name] = signals.SIGNALS[name].produce(draw_)
         k = keep.tolist()
         batch = Trajectories(
             problems=problems,
@@ -167,9 +170,7 @@ class Collector:
             texts=[scored.texts[i] for i in k],
             rewards=rewards[keep],
             group_ids=ids[keep],
-            greedy_rewards=greedy_rewards,
-            baselines=None if baselines is None else baselines[keep],
-            reference_rewards=reference_rewards,
+            signals={name: values[keep] for name, values in produced.items()},
             tokens_per_s=scored.tokens_per_s,
             terms={
                 label: [values[i] for i in k]
@@ -192,7 +193,7 @@ class Collector:
         )
         if self.replay is None:
             return batch
-        return self._with_replay(batch, scored, rewards, ids, baselines)
+        return self._with_replay(batch, scored, rewards, ids, produced)
 
     def _with_replay(
         self,
@@ -200,11 +201,12 @@ class Collector:
         scored: Scored,
         rewards: torch.Tensor,
         ids: torch.Tensor,
-        baselines: torch.Tensor | None,
+        produced: dict[str, torch.Tensor],
     ) -> Trajectories:
         """``batch`` with each kept group's replayed samples (:mod:`rlvr.trainer.replay`) after
         its own, taken before this draw's successful samples (all of them, kept or not) are
-        stored."""
+        stored; a replayed sample's produced signals are its group's (``produced``: the draw's,
+        [N] by sample)."""
         assert self.replay is not None
         problems = batch.problems
         groups = sorted(set(batch.group_ids.tolist()))
@@ -236,7 +238,10 @@ class Collector:
             group_ids=group_ids,
             terms={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in batch.terms},
             reasons=[{} for _ in extra],
-            baselines=None if baselines is None else baselines[torch.searchsorted(ids, group_ids)],
+            signals={
+                name: values[torch.searchsorted(ids, group_ids)]
+                for name, values in produced.items()
+            },
         )
         return concat(
             [batch, part],
@@ -244,23 +249,14 @@ class Collector:
             prompt_ids=batch.prompt_ids,
             tokens_per_s=batch.tokens_per_s,
             terms={label: batch.terms[label] + part.terms[label] for label in batch.terms},
+            signals={
+                name: torch.cat([batch.signals[name], part.signals[name]]) for name in batch.signals
+            },  # fmt: skip
             term_weights=batch.term_weights,
             policy_version=batch.policy_version,
             demonstration_ids=batch.demonstration_ids,
             demonstration_mask=batch.demonstration_mask,
         )
-
-    def _reference_rewards(
-        self, problems: list[Problem], sizes: list[int], n: int, base: int
-    ) -> torch.Tensor:
-        """[N] the reward of the reference model's completion paired with each sample: the
-        reference plays each group too (sample j of problem i from the stream
-        (base, 10^6 + i, j)), scored like the policy's (AAPO)."""
-        if len(set(sizes)) != 1:
-            raise ValueError("advantage aapo pairs groups of one size (not a knapsack curriculum)")
-        keys = group_keys(base, len(problems), n, first_prompt=10**6)
-        played = self.rollouts.run_reference(problems, n, self.sampling, keys)
-        return self.rewards(played, record=False)
 
     def _count_episodes(self, scored: Scored) -> None:
         """Add a draw's episode counts (an environment's) to the step's."""

@@ -65,8 +65,8 @@ from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
 from rlvr.config import AlgorithmConfig, Config
 from rlvr.distributed.data_parallel import DataParallel
+from rlvr.grading import snapshot_params, update_sparsity
 from rlvr.guards import first_nonfinite
-from rlvr.judging import snapshot_params, update_sparsity
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.rollout.streams import stream_key
 from rlvr.trainer.batch import Sampled, Trajectories
@@ -852,7 +852,6 @@ class Learner:
             kl_params = algo.params.get("kl_estimator", {})
             token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp, **kl_params)
             token_kl = token_kl * mask
-        greedy = data.greedy_rewards
         sampler_logp = _padded(data.sampler_logprobs, mask.shape).to(device)  # the behaviour
         teacher_logp = None
         if data.teacher_logprobs is not None:  # on-policy distillation
@@ -865,11 +864,10 @@ class Learner:
             mask=mask,
             token_kl=token_kl,
             values=old_values,
-            greedy_rewards=None if greedy is None else greedy.to(device),
-            baselines=None if data.baselines is None else data.baselines.to(device),
-            reference_rewards=None
-            if data.reference_rewards is None
-            else data.reference_rewards.to(device),
+            **{k: v.to(device) for k, v in data.signals.items() if k in algorithms.INPUT_FIELDS},
+            signals={
+                k: v.to(device) for k, v in data.signals.items() if k not in algorithms.INPUT_FIELDS
+            },
             student_logp=sampler_logp,
             teacher_logp=teacher_logp,
             token_entropy=old_entropy,

@@ -13,7 +13,7 @@ from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.curriculum import per_category
 from rlvr.data import Problem, Task, answer_extractor, data_stats
-from rlvr.judging import answer_entropy_within_groups
+from rlvr.grading import answer_entropy_within_groups
 from rlvr.trainer.batch import Trajectories
 
 

@@ -55,7 +55,7 @@ class Rollouts(Protocol):
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int
     ) -> dict[str, float]:
-        """Held-out accuracy of the served policy (:func:`rlvr.judging.accuracy_metrics`)."""
+        """Held-out accuracy of the served policy (:func:`rlvr.grading.accuracy_metrics`)."""
 
     def probe(
         self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor

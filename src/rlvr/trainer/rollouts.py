@@ -36,8 +36,8 @@ from rlvr.envs.base import plain
 from rlvr.envs.chat import encode_demonstration
 from rlvr.envs.episodes import Episode
 from rlvr.errors import DataError
-from rlvr.judging import Judge
-from rlvr.judging.accuracy import AccuracyRecords, sample_and_judge
+from rlvr.grading import Grader
+from rlvr.grading.accuracy import AccuracyRecords, sample_and_grade
 from rlvr.policy import completion_logprobs, make_batch
 from rlvr.rewards.combined import CombinedReward, RewardBreakdown
 from rlvr.rewards.reference_probability import reference_answer_logprobs
@@ -236,7 +236,7 @@ class OneStep:
     reward: CombinedReward
     reference_scorer: ReferenceScorer | None
     task: Task
-    judge: Judge
+    judge: Grader
     encode: Callable[[Problem], list[int]]
     decode: Callable[[list[int]], str]
     teacher: TeacherScorer | None = None
@@ -288,7 +288,7 @@ class OneStep:
         seed: int,
         first: int,
     ) -> AccuracyRecords:
-        return sample_and_judge(
+        return sample_and_grade(
             engine,
             self.task,
             problems,

@@ -17,8 +17,8 @@ from rlvr.algorithms import ADVANTAGES
 from rlvr.config import Config
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.engines import build_engine, close_engine
+from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.guards import vocabulary_size
-from rlvr.judging.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.trainer.build import (

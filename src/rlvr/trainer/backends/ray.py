@@ -42,7 +42,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.devices import resolve_device
 from rlvr.errors import RlvrError, WorkerFailed
-from rlvr.judging.accuracy import AccuracyRecords, accuracy_metrics
+from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer, resolve
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker

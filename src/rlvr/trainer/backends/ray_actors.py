@@ -25,7 +25,7 @@ from rlvr.data import Problem
 from rlvr.devices import resolve_device
 from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.weights import WeightGroup, free_port, named_tensors
-from rlvr.judging.accuracy import AccuracyRecords
+from rlvr.grading.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.local import local_rollouts

@@ -42,7 +42,7 @@ JUDGE_FIELDS = frozenset({"num_tokens"})
 
 
 @dataclass(frozen=True)
-class Judge:
+class Grader:
     """How held-out samples are scored and called correct (see the module docstring).
 
     Attributes:
@@ -74,8 +74,8 @@ class Judge:
             self.reward.close()
 
 
-def judge_samples(
-    judge: Judge,
+def grade_samples(
+    judge: Grader,
     task: Task,
     completions: Sequence[str],
     problems: Sequence[Problem],
@@ -109,7 +109,7 @@ def judge_samples(
     return scores, [s >= judge.threshold for s in scores], parts
 
 
-def build_judge(cfg: Config, task: Task, reward: CombinedReward | None = None) -> Judge:
+def build_grader(cfg: Config, task: Task, reward: CombinedReward | None = None) -> Grader:
     """The judge ``cfg.eval`` asks for.
 
     Args:
@@ -123,12 +123,12 @@ def build_judge(cfg: Config, task: Task, reward: CombinedReward | None = None) -
             function passed to ``rlvr.train()`` that a config cannot name.
     """
     if cfg.eval.judge == "task":
-        return Judge()
+        return Grader()
     section = cfg.reward.model_dump(mode="json")
     if reward is None:
         reward = _build_reward(cfg, task)
     _check_fields(reward)
-    return Judge("reward", cfg.eval.reward_threshold, reward, section)
+    return Grader("reward", cfg.eval.reward_threshold, reward, section)
 
 
 def _build_reward(cfg: Config, task: Task) -> CombinedReward:

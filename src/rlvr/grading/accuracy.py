@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlvr.data import Problem, Task
-from rlvr.judging.judge import Judge, judge_samples
+from rlvr.grading.grader import Grader, grade_samples
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 
@@ -41,7 +41,7 @@ class AccuracyRecords:
         )
 
 
-def sample_and_judge(
+def sample_and_grade(
     engine: RolloutEngine,
     task: Task,
     problems: list[Problem],
@@ -49,16 +49,16 @@ def sample_and_judge(
     decode: Callable[[list[int]], str],
     sampling: SamplingParams,
     seed: int = 1234,
-    judge: Judge | None = None,
+    judge: Grader | None = None,
     first: int = 0,
 ) -> AccuracyRecords:
     """One completion per problem, judged; problem i of the list draws from the stream
     ``stream_key(seed, first + i, 0)``, so problems split in shards (``first``: the shard's
     offset) sample what they sample together."""
-    judge = judge or Judge()
+    judge = judge or Grader()
     keys = group_keys(stream_key(seed), len(problems), 1, first_prompt=first)
     rollout = engine.generate([encode(p) for p in problems], 1, sampling, keys)
-    scores, correct, parts = judge_samples(
+    scores, correct, parts = grade_samples(
         judge,
         task,
         [decode(ids) for ids in rollout.completion_ids],
@@ -126,10 +126,10 @@ def evaluate_accuracy(
     decode: Callable[[list[int]], str],
     sampling: SamplingParams,
     seed: int = 1234,
-    judge: Judge | None = None,
+    judge: Grader | None = None,
 ) -> dict[str, float]:
     """Fraction of ``problems`` whose single completion ``judge`` calls correct
-    (:func:`sample_and_judge`, :func:`accuracy_metrics`).
+    (:func:`sample_and_grade`, :func:`accuracy_metrics`).
 
     Args:
         encode: problem -> prompt token ids (chat template applied).
@@ -137,9 +137,9 @@ def evaluate_accuracy(
         sampling: temperature 0 for greedy accuracy, > 0 for sampled accuracy.
         seed: names the samples' random streams (:mod:`rlvr.rollout.streams`), so evaluation
             never moves the training RNG and samples the same wherever it runs.
-        judge: who decides correctness (:mod:`rlvr.judging.judge`); default the task's
+        judge: who decides correctness (:mod:`rlvr.grading.grader`); default the task's
             own answer check. Each problem's completion is its own group.
     """
-    judge = judge or Judge()
-    records = sample_and_judge(engine, task, problems, encode, decode, sampling, seed, judge)
+    judge = judge or Grader()
+    records = sample_and_grade(engine, task, problems, encode, decode, sampling, seed, judge)
     return accuracy_metrics(records, problems, judge.name)

@@ -12,9 +12,9 @@ ta = pytest.importorskip("textarena")
 
 from rlvr.data.base import Problem  # noqa: E402
 from rlvr.data.textarena import TextArenaTask  # noqa: E402
-from rlvr.envs.adapters import TextArenaEnv  # noqa: E402
 from rlvr.envs.base import EnvError, Environment, StepResult, load_environment_class  # noqa: E402
 from rlvr.envs.registry import env_factory  # noqa: E402
+from rlvr.envs.textarena import TextArenaEnv  # noqa: E402
 
 GUESS = "GuessTheNumber-v0-raw"  # numbers 1..20, 10 turns
 PROBLEM = Problem("textarena-test-0", "", "")
@@ -168,7 +168,7 @@ def test_the_runs_system_prompt_comes_first() -> None:
 
 
 def test_loadable_by_spec_and_task_labels() -> None:
-    assert load_environment_class("rlvr.envs.adapters:TextArenaEnv") is TextArenaEnv
+    assert load_environment_class("rlvr.envs.textarena:TextArenaEnv") is TextArenaEnv
     task = TextArenaTask(GUESS, n_eval=3)
     assert task.name == f"textarena:{GUESS}"
     assert task.train_problem(17).id == f"textarena-{GUESS}-train-17"
