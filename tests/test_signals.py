@@ -79,3 +79,25 @@ def test_an_estimator_requiring_an_input_nobody_produces_stops_before_the_run(tm
     finally:
         ADVANTAGES.pop("needs_nothing_known")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_pickled_before_signals_had_names_loads_with_them():
+    """A checkpoint's pending batch pickled with the old per-signal fields resumes."""
+    import pickle
+
+    from rlvr.trainer.batch import Trajectories
+
+    batch = Trajectories(
+        problems=[], prompt_ids=[[1]], completion_ids=[[2], [3]], sampler_logprobs=[[0.0]] * 2,
+        finished=[True, True], texts=["a", "b"], rewards=torch.ones(2),
+        group_ids=torch.zeros(2, dtype=torch.long), tokens_per_s=1.0, terms={},
+    )  # fmt: skip
+    old = dict(vars(batch))
+    del old["signals"]
+    old.update(greedy_rewards=torch.tensor([0.5, 0.5]), baselines=None, reference_rewards=None)
+    restored = Trajectories.__new__(Trajectories)
+    restored.__setstate__(old)
+    assert set(restored.signals) == {"greedy_rewards"}
+    assert not hasattr(restored, "baselines")
+    again = pickle.loads(pickle.dumps(restored))
+    assert torch.equal(again.signals["greedy_rewards"], torch.tensor([0.5, 0.5]))

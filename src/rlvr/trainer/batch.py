@@ -113,6 +113,17 @@ class Trajectories:
     def __len__(self) -> int:
         return len(self.completion_ids)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, also a batch pickled before the produced signals were carried by name (a
+        checkpoint's pending batch, ``rollout.max_staleness``): its ``greedy_rewards``,
+        ``baselines`` and ``reference_rewards`` fields become its ``signals``."""
+        signals = state.setdefault("signals", {})
+        for name in ("greedy_rewards", "baselines", "reference_rewards"):
+            value = state.pop(name, None)
+            if value is not None:
+                signals[name] = value
+        self.__dict__.update(state)
+
     @staticmethod
     def merge(parts: list[Trajectories]) -> Trajectories:
         """Draws of one step as one batch: group ids offset so they index the merged problem
