@@ -41,13 +41,23 @@ XDIST_GROUPS = {
 }
 
 
+# The longest groups first: pytest-xdist hands out work in collection order, and a group runs
+# on one worker from start to end, so the Ray group (about 300 s, half the suite's wall time on
+# 2 workers) must start at once, while the other worker works through the rest; started last
+# (test_ray.py sorts late), it ran alone at the end.
+FIRST = ("test_ray.py", "test_ray_nodes.py", "test_vllm_engine.py", "test_vllm_training.py")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the marks into its groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`XDIST_GROUPS`' modules with their ``xdist_group``."""
+    """Mark the tests of :data:`XDIST_GROUPS`' modules with their ``xdist_group``, and put the
+    modules of :data:`FIRST` first (in that order; the rest as collected)."""
     for item in items:
         group = XDIST_GROUPS.get(item.path.name)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
 
 
 @pytest.fixture(scope="session")
