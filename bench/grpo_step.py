@@ -2,7 +2,8 @@
 
 Same model (SmolLM2-135M-Instruct by default, the converted safetensors directory both load; or
 ``--model random:<shape>``, a published shape with random weights, whose samples run to the
-length limit on both sides: it rarely draws the stop token), same 8
+length limit on both sides: it rarely draws the stop token; both sides then reward 0, 1, 0, 1 in
+turn, bench/alternating_reward.py, so that both do a whole update), same 8
 prompts (arithmetic level 3, rlvr's default prompt template, the tokenizer's chat template),
 G = 8, at most 64 new tokens, temperature 1.0, lr 1e-5, no KL term, same numeric verifier,
 micro-batches of 16, each side at the precision measured fastest on this machine
@@ -53,6 +54,9 @@ def main() -> None:
     args = ap.parse_args()
 
     device = resolve_device(args.device)
+    # a random-weight shape's completions decode to nothing a verifier checks: both sides get
+    # rewards 0, 1, 0, 1 (bench/alternating_reward.py), so both do a whole update
+    random_model = args.model.startswith("random:")
     # each side at the precision measured fastest here (rlvr.precision): rlvr's config says
     # auto; TRL is given the training side's choice (it generates with the trained weights)
     choice = choose(device)
@@ -78,6 +82,7 @@ def main() -> None:
             "verifier_file": answers.__file__,
             "output_dir": f"{tmp}/trl",
             "device": str(device),
+            "alternating": random_model,  # rewards 0, 1, 0, 1 on both sides: a whole update
         }
         Path(f"{tmp}/job.json").write_text(json.dumps(job))
         out = subprocess.run(
@@ -101,6 +106,11 @@ def main() -> None:
                     "temperature": 1.0,
                 },
                 "algorithm": {"preset": "grpo", "beta": 0.0},
+                **(
+                    {"reward": {"function": "alternating_reward:alternating"}}
+                    if random_model
+                    else {}
+                ),
                 "train": {
                     "steps": args.steps,
                     "lr": 1e-5,

@@ -2,8 +2,8 @@
 GRPO step, each as a fraction of what the hardware allows (a roofline, Williams et al. 2009).
 
 The limits are measured here, not taken from a data sheet: the copy bandwidth (one large
-tensor copied; bytes read + written per second) and the matmul peak (a square matmul in the
-bench's dtype). The models are published shapes with seeded random weights
+tensor copied; bytes read + written per second) and the matmul peak (the fastest of a few
+square matmuls in the bench's dtype). The models are published shapes with seeded random weights
 (``random:<shape>``, :data:`rlvr.models.SHAPES`; no download), so the work is known: samples
 run to the length limit (a random model rarely draws the stop token; the engine is told no
 stop token at all).
@@ -13,12 +13,14 @@ stop token at all).
   step: the larger of (weights + the KV cache read) / bandwidth and 2 x matmul parameters x B
   / peak.
 - **prefill**: the model's forward over ``B x T`` prompt tokens, last position's logits only (as
-  the engine does); FLOPs 2 x matmul parameters x tokens + causal attention, against the peak.
+  the engine does); FLOPs 2 x matmul parameters x tokens (the output layer's for the last
+  position only) + causal attention, against the peak.
 - **train**: :func:`rlvr.policy.completion_logprobs` forward and backward over ``B`` samples of
   ``T`` prompt + ``T`` completion tokens under bf16 autocast with fp32 weights (the learner's
   precision on a bf16 device); FLOPs 3x the forward's, against the peak (MFU).
 - **grpo**: ``rlvr train`` (GRPO, ``--grpo-steps`` steps, median of steps 2..N) at group size
-  G and completion length L; its limit is the sum of the three limits above for its work (the
+  G and completion length L, rewards alternating 0, 1 (bench/alternating_reward.py: every
+  sample is trained; rewards all 0 would skip the update); its limit is the sum of the three limits above for its work (the
   generation's decode and prefill, the update's forward and backward).
   ``--sweep`` adds how a step's cost grows with G and with L at the first shape.
 
@@ -84,12 +86,14 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype) -> float:
-    """FLOP/s of a square matmul in ``dtype`` (8192 on a GPU, 2048 on a CPU)."""
-    n = 8192 if device.type == "cuda" else 2048
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    seconds = best_seconds(lambda: a @ b, device, repeats=5)
-    return 2 * n**3 / seconds
+    """FLOP/s of the fastest square matmul in ``dtype`` among a few sizes (4096 and 8192 on a
+    GPU; 1024 to 4096 on a CPU, where one size is not the best of all)."""
+    best = 0.0
+    for n in (4096, 8192) if device.type == "cuda" else (1024, 2048, 4096):
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        best = max(best, 2 * n**3 / best_seconds(lambda: a @ b, device, repeats=3))  # noqa: B023
+    return best
 
 
 def shape_facts(name: str, itemsize: int) -> dict[str, float]:
@@ -105,6 +109,7 @@ def shape_facts(name: str, itemsize: int) -> dict[str, float]:
         "parameters": total,
         "matmul_parameters": matmul,
         "weight_bytes_per_step": matmul * itemsize,
+        "head_parameters": embed,  # the output layer: [vocab, hidden]
         "kv_bytes_per_token": 2
         * cfg.num_hidden_layers
         * cfg.num_key_value_heads
@@ -150,7 +155,8 @@ def prefill_row(model, facts, limits, batch: int, length: int, device) -> dict:
     ids = torch.randint(3, 250, (batch, length), device=device)
     with torch.inference_mode():
         seconds = best_seconds(lambda: model(input_ids=ids, logits_to_keep=1), device)
-    flops = 2 * facts["matmul_parameters"] * batch * length
+    body = facts["matmul_parameters"] - facts["head_parameters"]  # the output layer: last only
+    flops = 2 * body * batch * length + 2 * facts["head_parameters"] * batch
     flops += attention_flops(facts, batch, length, length)
     return {"batch": batch, "tokens": length, "seconds": seconds, **rated(flops, seconds, limits)}
 
@@ -217,6 +223,7 @@ def grpo_row(
                     "temperature": 1.0,
                     "max_batch": prompts * group,
                 },
+                "reward": {"function": "alternating_reward:alternating"},  # a whole update
                 "algorithm": {"preset": "grpo", "beta": 0.0},
                 "train": {
                     "steps": steps,
