@@ -139,13 +139,8 @@ class Collector:
         else:
             ids = torch.arange(len(problems)).repeat_interleave(torch.tensor(sizes))
         rewards = self.rewards(scored)
-        draw_ = Draw(self, problems, sizes, n, ids, base)
         wanted = signals.needed(algo.advantage)  # inputs the estimator needs produced
-        produced = {
-            name: signals.SIGNALS[name].produce(draw_)
-            for name in wanted
-            if signals.SIGNALS[name].before_update
-        }
+        produced = signals.produce(wanted, Draw(self, problems, sizes, n, ids, base), True)
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
         if self.cfg.rollout.hints:  # GHPO: failed groups again, with a solution's prefix
             problems, scored, rewards = self._hint(problems, scored, rewards, n, base)
@@ -156,10 +151,8 @@ class Collector:
                 rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
             )
         keep = keep[draws.add(rewards[keep], ids[keep])]
-        draw_ = Draw(self, problems, sizes, n, ids, base)  # the final groups (hinted ones too)
-        for name in wanted:
-            if not signals.SIGNALS[name].before_update:
-                produced[name] = signals.SIGNALS[name].produce(draw_)
+        final = Draw(self, problems, sizes, n, ids, base)  # the final groups (hinted ones too)
+        produced |= signals.produce(wanted, final, before_update=False)
         k = keep.tolist()
         batch = Trajectories(
             problems=problems,

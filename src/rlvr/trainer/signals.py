@@ -88,6 +88,16 @@ def needed(advantage: str) -> list[str]:
     return [name for name in ADVANTAGES[advantage].requires if name in SIGNALS]
 
 
+def produce(names: list[str], draw: Draw, before_update: bool) -> dict[str, torch.Tensor]:
+    """The signals ``names`` whose producers run at this moment of ``draw`` (before the prompt
+    sampler's update, or once its groups are final), each [N]."""
+    return {
+        name: SIGNALS[name].produce(draw)
+        for name in names
+        if SIGNALS[name].before_update == before_update
+    }
+
+
 @register_signal("baselines", before_update=True)
 def sampler_baselines(draw: Draw) -> torch.Tensor:
     """[N] the prompt sampler's baseline of each sample's prompt (``baselines()``: SPO's
