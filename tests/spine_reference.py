@@ -4,7 +4,11 @@ checked to train exactly as the old one did. The policy-gradient runs were first
 issue 24, then again before issue 46 on a machine whose name the first recording lacked (the code
 then reproduced the first recording within 1e-6 relative); one run of each other objective kind
 (SFT, DPO, on-policy distillation) and of two estimators that need a produced signal (ReMax's
-greedy rewards, AAPO's reference rewards) were added before issue 46.
+greedy rewards, AAPO's reference rewards) were added before issue 46; PPO (GAE, a value head, KL
+in the reward), a run with every optional term of J(theta) at once (KL in the loss, entropy
+bonus, TIS, off-policy masking, top-entropy tokens, the SFT term) and Skywork-OR1's adaptive
+entropy bonus with DPPO's sampler-anchored loss were added before the learner was split into
+objective kinds (issue 46, part 3).
 
 Record again (only when a change is *meant* to alter training)::
 
@@ -61,7 +65,8 @@ def _base(run_dir: Path) -> dict[str, Any]:
 def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     """The pinned runs: a plain task with a reference and several minibatches and epochs, DAPO's
     dynamic sampling, a group reward (TTRL's majority vote) beside a per-sample one, and a
-    multi-turn agent environment with GiGPO credit."""
+    multi-turn agent environment with GiGPO credit, one run per objective kind, two produced
+    signals, PPO, and every optional term of the policy-gradient loss."""
     plain = _base(run_dir)
     plain["algorithm"] = {"preset": "grpo", "beta": 0.04, "ppo_epochs": 2, "minibatches": 2}
     dapo = _base(run_dir)
@@ -95,6 +100,23 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     remax["algorithm"] = {"preset": "remax"}
     aapo = _base(run_dir)
     aapo["algorithm"] = {"preset": "aapo"}
+    ppo = _base(run_dir)
+    ppo["algorithm"] = {"preset": "ppo", "ppo_epochs": 2}  # GAE, a value head, KL in the reward
+    terms = _base(run_dir)  # every optional term of J(theta) at once
+    terms["algorithm"] = {
+        "preset": "grpo",
+        "beta": 0.04,
+        "kl_in": "loss",
+        "entropy_coef": 0.01,
+        "tis_cap": 2.0,
+        "off_policy_mask": 0.5,
+        "top_entropy_rho": 0.5,
+        "sft_coef": 0.1,
+        "ppo_epochs": 2,
+        "minibatches": 2,
+    }
+    adaptive = _base(run_dir)  # Skywork-OR1's adaptive entropy bonus, a sampler-anchored loss
+    adaptive["algorithm"] = {"preset": "grpo", "entropy_target": 6.0, "policy_loss": "dppo_tv"}
     return {
         "plain": plain,
         "dapo": dapo,
@@ -105,6 +127,9 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
         "distill": distill,
         "remax": remax,
         "aapo": aapo,
+        "ppo": ppo,
+        "terms": terms,
+        "adaptive_entropy": adaptive,
     }
 
 
