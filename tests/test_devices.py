@@ -11,7 +11,7 @@ import torch
 from test_trainer import step_rows, tiny_config
 
 import rlvr.trainer.collect
-import rlvr.trainer.learn
+import rlvr.trainer.learner
 from rlvr.config import build_config
 from rlvr.devices import DeviceError, resolve_device
 from rlvr.errors import OutOfMemory
@@ -67,7 +67,7 @@ def test_running_out_of_memory_names_the_knobs(tmp_path, monkeypatch):
     def exhausted(self, data, meanwhile):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.20 GiB")
 
-    monkeypatch.setattr(rlvr.trainer.learn.Learner, "update", exhausted)
+    monkeypatch.setattr(rlvr.trainer.learner.Learner, "update", exhausted)
     run_dir = tmp_path / "run"
     with pytest.raises(OutOfMemory) as info:
         train(build_config(tiny_config(run_dir, steps=2)))

@@ -11,7 +11,8 @@ import torch
 from test_learner_mismatch import _learner, _trajectories
 from test_trainer import COMPARED, step_rows, tiny_config
 
-import rlvr.trainer.learn
+import rlvr.trainer.learner.engine
+import rlvr.trainer.learner.policy_gradient
 from rlvr.algorithms import (
     POLICY_LOSSES,
     EntropyController,
@@ -106,14 +107,14 @@ CLIP_COV_ALL = {
 def _recorded_picks(monkeypatch) -> list[torch.Tensor]:
     """The tokens each Clip-Cov call of the learner picks, in order."""
     picks = []
-    original = rlvr.trainer.learn.algorithms.policy_loss
+    original = rlvr.trainer.learner.policy_gradient.algorithms.policy_loss
 
     def recorded(*args, **kwargs):
         loss, info = original(*args, **kwargs)
         picks.append(info["is_cov_detached"].clone())
         return loss, info
 
-    monkeypatch.setattr(rlvr.trainer.learn.algorithms, "policy_loss", recorded)
+    monkeypatch.setattr(rlvr.trainer.learner.policy_gradient.algorithms, "policy_loss", recorded)
     return picks
 
 
@@ -150,15 +151,15 @@ def test_a_skipped_step_does_not_make_the_next_one_draw_its_clip_cov_stream_agai
     """Step 1's gradient norm is non-finite (its optimizer step skipped, the schedule not
     advanced): step 2 still picks from a stream of its own, not step 1's again."""
     picks = _recorded_picks(monkeypatch)
-    step, calls = rlvr.trainer.learn._optimizer_step, []
+    step, calls = rlvr.trainer.learner.engine.optimizer_step, []
 
-    def skipped_the_first_time(learner, averages):
+    def skipped_the_first_time(*args):
         calls.append(1)
         if len(calls) == 1:
-            raise rlvr.trainer.learn._SkipStep("gradient norm", "policy/grad_norm", math.inf)
-        step(learner, averages)
+            raise rlvr.trainer.learner.SkipStep("gradient norm", "policy/grad_norm", math.inf)
+        step(*args)
 
-    monkeypatch.setattr(rlvr.trainer.learn, "_optimizer_step", skipped_the_first_time)
+    monkeypatch.setattr(rlvr.trainer.learner.engine, "optimizer_step", skipped_the_first_time)
     data = _trajectories(tiny)
     learner = _learner(tiny, micro_batch_size=4, **CLIP_COV_ALL)
     assert learner.update(data)[1] == "gradient norm"

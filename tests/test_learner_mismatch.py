@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-import rlvr.trainer.learn
+import rlvr.trainer.learner.correction
 from rlvr import algorithms
 from rlvr.config import build_config
 from rlvr.trainer.batch import Trajectories
-from rlvr.trainer.learn import Learner, lr_lambda
+from rlvr.trainer.learner import Forward, Learner, lr_lambda
 
 L4 = math.log(4.0)
 # log pi_train - log pi_sampler of every token, rows of 3, 1, 4 and 2 tokens (10 in all)
@@ -49,8 +49,7 @@ def _learner(tiny, micro_batch_size: int = 1, **algorithm) -> Learner:
         torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg)),
         algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides()),
         cfg,
-        torch.float32,
-        cfg.rollout.temperature,
+        Forward.of(cfg, "policy", torch.float32),
         torch.Generator().manual_seed(0),
         tokenizer.pad_token_id,
     )
@@ -72,7 +71,8 @@ def _trajectories(tiny) -> Trajectories:
         tokens_per_s=0.0,
         terms={},
     )
-    train_logp = _learner(tiny, ppo_epochs=2).prepare(data)[0].old_logp  # pi_old
+    learner = _learner(tiny, ppo_epochs=2)
+    train_logp = learner.prepare(data).old_logp  # pi_old
     data.sampler_logprobs = [
         [float(train_logp[i, t]) - r for t, r in enumerate(row)] for i, row in enumerate(LOG_RATIOS)
     ]
@@ -94,7 +94,7 @@ def test_mismatch_metrics_are_token_means_over_the_batch_once(tiny, monkeypatch,
         calls.append(1)
         return original(*args)
 
-    monkeypatch.setattr(rlvr.trainer.learn.algorithms, "mismatch_metrics", counted)
+    monkeypatch.setattr(rlvr.trainer.learner.correction.algorithms, "mismatch_metrics", counted)
     metrics, bad = learner.update(data)
     assert bad is None
     assert {k: metrics[k] for k in MISMATCH} == pytest.approx(MISMATCH, abs=1e-5)

@@ -70,7 +70,7 @@ def test_only_the_adapter_trains_and_the_policy_starts_as_the_base_model(tmp_pat
         lora = adapters.adapter_parameters(policy, adapters.TRAINED)
         assert in_optimizer == {id(p) for p in lora.values()} and len(lora) == 2 * 7 * 2
         assert all(p.requires_grad == (id(p) in in_optimizer) for p in policy.parameters())
-        assert learner.reference is None and learner.adapter_reference == "base"  # no 2nd copy
+        assert learner.reference.copy is None and learner.reference.adapter == "base"  # no 2nd copy
         base = load_model("tiny-random-llama")
         ids = torch.randint(0, 200, (2, 9), generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
@@ -88,7 +88,7 @@ def test_at_step_zero_the_ratio_is_one_and_the_kl_to_the_reference_zero(tmp_path
     algorithm = {"beta": 0.04, "ppo_epochs": 2}  # pi_old from a no-grad pass, not the update's
     with built(lora_config(tmp_path / "run", algorithm=algorithm)) as parts:
         data, _ = parts.collector.collect(1)
-        step, _ = parts.learners.prepare(data)
+        step = parts.learners.prepare(data)
         assert torch.equal(step.old_logp, step.ref_logp)  # ratio pi/pi_ref exactly 1
         kl = algorithms.kl_penalty("k3", step.old_logp, step.ref_logp)
         assert torch.count_nonzero(kl) == 0
@@ -221,13 +221,13 @@ def test_an_existing_adapter_trains_further_against_itself(tmp_path, straight_ru
     cfg["model"]["lora"] = {"path": str(saved)}
     with built(cfg) as parts:
         learner = parts.learners
-        assert learner.adapter_reference == adapters.REFERENCE
+        assert learner.reference.adapter == adapters.REFERENCE
         ids = torch.tensor([[5, 6, 7, 8]])
         with torch.no_grad():
             expected = load_model(str(saved))(ids).logits
             assert torch.equal(learner.policy(ids).logits, expected)
         data, _ = parts.collector.collect(1)
-        step, _ = learner.prepare(data)
+        step = learner.prepare(data)
         assert torch.equal(step.old_logp, step.ref_logp)
 
 

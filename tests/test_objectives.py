@@ -254,7 +254,7 @@ def test_rft_trains_on_the_verified_samples_only(tmp_path):
     cfg = objective_config(tmp_path / "run", "rft", params={"advantage": {"threshold": 0.25}})
     with built(cfg) as parts:
         data, _ = parts.collector.collect(1)
-        step, _ = parts.learners.prepare(data)
+        step = parts.learners.prepare(data)
         kept = data.rewards >= 0.25
         assert 0 < int(kept.sum()) < len(data)  # some verified, some not
         assert torch.equal(step.train_mask.sum(-1) > 0, kept)
@@ -354,9 +354,9 @@ def test_dpo_with_lora_takes_the_disabled_adapter_as_its_reference(tmp_path):
     cfg["train"]["lr"] = 5e-2
     with built(cfg) as parts:
         learner = parts.learners
-        assert learner.reference is None and learner.adapter_reference == "base"  # no copy
+        assert learner.reference.copy is None and learner.reference.adapter == "base"  # no copy
         data, _ = parts.collector.collect(1)
-        step, _ = learner.prepare(data)
+        step = learner.prepare(data)
         assert torch.equal(
             step.ref_logp, step.old_logp if step.old_logp is not None else step.ref_logp
         )
@@ -370,7 +370,7 @@ def test_dpo_with_lora_takes_the_disabled_adapter_as_its_reference(tmp_path):
 def test_online_dpo_trains_on_the_pairs_of_its_groups(tmp_path):
     with built(objective_config(tmp_path / "run", "online_dpo")) as parts:
         data, _ = parts.collector.collect(1)
-        step, _ = parts.learners.prepare(data)
+        step = parts.learners.prepare(data)
         chosen, rejected, skipped = preference_pairs(data.rewards, data.group_ids)
         assert step.pairs.tolist() == torch.stack([chosen, rejected], 1).tolist()
         metrics, bad = parts.learners.update(data)
@@ -420,7 +420,7 @@ def test_distillation_scores_the_samples_with_the_teacher(tmp_path):
             torch.testing.assert_close(
                 torch.tensor(data.teacher_logprobs[i]), expected[0], rtol=0, atol=1e-5
             )
-        step, _ = parts.learners.prepare(data)
+        step = parts.learners.prepare(data)
         i, t = 0, len(data.completion_ids[0])
         want = -(torch.tensor(data.sampler_logprobs[i]) - torch.tensor(data.teacher_logprobs[i]))
         torch.testing.assert_close(step.advantages[i, :t].cpu(), want, rtol=0, atol=1e-6)

@@ -16,7 +16,7 @@ from test_trainer import TESTS, step_rows, tiny_config
 from typer.testing import CliRunner
 
 import rlvr.trainer
-import rlvr.trainer.learn
+import rlvr.trainer.learner.state
 from rlvr.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -200,9 +200,10 @@ def test_a_run_failing_before_its_first_step_leaves_no_directory(tmp_path):
 
 def test_the_final_checkpoint_is_written_once(tmp_path, monkeypatch):
     calls = []
-    original = rlvr.trainer.learn.save_checkpoint
+    state = rlvr.trainer.learner.state
+    original = state.save_checkpoint
     monkeypatch.setattr(
-        rlvr.trainer.learn, "save_checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
+        state, "save_checkpoint", lambda *a, **k: calls.append(1) or original(*a, **k)
     )
     train(build_config(tiny_config(tmp_path / "run", steps=2)))  # every=1: step 2 is due
     assert len(calls) == 2
@@ -252,7 +253,7 @@ def test_nonfinite_weights_are_never_checkpointed(tmp_path, monkeypatch):
     """Weights that turn non-finite in a step whose loss and gradients were finite stop the run
     at the checkpoint instead of being written."""
     run_dir = tmp_path / "run"
-    original = rlvr.trainer.learn.update_policy
+    original = rlvr.trainer.learner.Learner.optimize
 
     def poison_at_step_2(learner, data):
         metrics, bad = original(learner, data)
@@ -261,7 +262,7 @@ def test_nonfinite_weights_are_never_checkpointed(tmp_path, monkeypatch):
                 next(learner.policy.parameters())[0, 0] = float("inf")
         return metrics, bad
 
-    monkeypatch.setattr(rlvr.trainer.learn, "update_policy", poison_at_step_2)
+    monkeypatch.setattr(rlvr.trainer.learner.Learner, "optimize", poison_at_step_2)
     with pytest.raises(NonFiniteError, match="not finite.*Last good checkpoint"):
         train(build_config(tiny_config(run_dir, steps=4)))
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001"]
@@ -315,7 +316,7 @@ def test_divergence_sets_aside_the_checkpoint_before_it_and_resume_uses_the_last
     tmp_path, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    original = rlvr.trainer.learn.update_policy
+    original = rlvr.trainer.learner.Learner.optimize
     calls = []
 
     def nan_loss_from_step_4(*args, **kwargs):
@@ -324,14 +325,14 @@ def test_divergence_sets_aside_the_checkpoint_before_it_and_resume_uses_the_last
             return {"policy/loss": float("nan")}, "loss"
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(rlvr.trainer.learn, "update_policy", nan_loss_from_step_4)
+    monkeypatch.setattr(rlvr.trainer.learner.Learner, "optimize", nan_loss_from_step_4)
     with pytest.raises(NonFiniteError) as info:
         train(build_config(tiny_config(run_dir, steps=10, train=CONSTANT)))
     message = str(info.value)
     assert "first: non-finite loss at step 4" in message and "step_000003.suspect" in message
     assert f"Last good checkpoint: {run_dir / 'checkpoints' / 'step_000002'}" in message
     assert [p.name for p in list_checkpoints(run_dir)] == ["step_000001", "step_000002"]
-    monkeypatch.setattr(rlvr.trainer.learn, "update_policy", original)
+    monkeypatch.setattr(rlvr.trainer.learner.Learner, "optimize", original)
     train(build_config(tiny_config(run_dir, steps=4, train=CONSTANT)), resume=run_dir)
     assert sorted(step_rows(run_dir)) == [1, 2, 3, 4]
     record = json.loads((run_dir / "resumes.jsonl").read_text().splitlines()[-1])

@@ -36,12 +36,12 @@ def test_the_80_20_mask_trains_only_the_top_fifth_of_the_tokens_by_entropy(tmp_p
     with built(cfg) as parts:
         learner = parts.learners
         data, _ = parts.collector.collect(1)
-        step, _ = learner.prepare(data)
+        step = learner.prepare(data)
         mask = step.batch.action_mask > 0
         kept = step.train_mask > 0
         with torch.no_grad():
             _, entropy = completion_logprobs(
-                learner.policy, step.batch, learner.temperature, with_entropy=True
+                learner.policy, step.batch, learner.forward.temperature, with_entropy=True
             )
         n = int(mask.sum())
         assert not (kept & ~mask).any()
@@ -76,7 +76,7 @@ def test_gfpo_oversamples_and_keeps_the_best_reward_per_token_of_each_group(tmp_
 
         collector.rollouts.run = recorded
         data, _ = collector.collect(1)
-        step, _ = parts.learners.prepare(data)
+        step = parts.learners.prepare(data)
     ((prompts, n, scored),) = played
     assert (prompts, n, len(scored.texts)) == (2, 8, 16)
     assert data.group_ids.tolist() == [0] * 4 + [1] * 4

@@ -720,8 +720,9 @@ class AlgorithmConfig(Section):
     )
     objective: str | None = Field(
         None,
-        description="a registered objective kind (policy_gradient: advantages and a policy "
-        "loss; imitation: SFT / RFT negative log-likelihood; pairs: docs/objectives.md)",
+        description="a registered objective, computed by its kind's strategy (policy_gradient: "
+        "advantages and a policy loss; imitation: SFT / RFT negative log-likelihood; pairs: "
+        "DPO, IPO, REBEL; or a user's kind: docs/objectives.md)",
     )
     samples: Literal["policy", "data"] | None = Field(
         None,

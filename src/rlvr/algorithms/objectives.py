@@ -3,7 +3,8 @@
 Three kinds, each a registered :class:`Objective`:
 
 - ``policy_gradient``: the preset's advantages, policy loss, KL and entropy terms
-  (:mod:`rlvr.trainer.learn`; GRPO and its relatives, on-policy distillation);
+  (:mod:`rlvr.trainer.learner.policy_gradient`; GRPO and its relatives, on-policy
+  distillation);
 - ``imitation``: a weighted negative log-likelihood of completion tokens,
   ``l_{i,t} = -w_i log pi_theta(y_{i,t} | x, y_{i,<t})`` with w_i the preset's advantages
   (1 for a demonstration or a verified sample, 0 for a dropped one), averaged over the tokens
@@ -15,21 +16,21 @@ Three kinds, each a registered :class:`Objective`:
   (:mod:`rlvr.algorithms.preference`); the pairs come from each group by
   :func:`rlvr.algorithms.preference.preference_pairs`.
 
-A user's objective is registered the same way (``@register_objective``) and selected by name.
+A user's objective is registered the same way (``@register_objective``) and selected by name;
+a user's kind (its own preparation and loss) is a strategy registered with
+:func:`rlvr.trainer.learner.register_objective_kind` and an objective of that kind
+(:func:`add_objective`): the learner needs no edit (docs/objectives.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from rlvr.registry import Registry
-
-ObjectiveKind = Literal["policy_gradient", "imitation", "pairs"]
-OBJECTIVE_KINDS: tuple[str, ...] = ("policy_gradient", "imitation", "pairs")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,9 @@ class Objective:
 
     Attributes:
         name: key in :data:`OBJECTIVES`.
-        kind: ``policy_gradient``, ``imitation`` or ``pairs`` (see the module docstring).
+        kind: ``policy_gradient``, ``imitation``, ``pairs`` (see the module docstring) or a
+            user's kind: the learner's strategy of that name
+            (:data:`rlvr.trainer.learner.OBJECTIVE_KINDS`, checked when the learner is built).
         fn: the pair loss (``pairs``), else None (the learner's own loss of that kind).
         needs_reference: the loss reads the reference policy's log-probs (DPO, IPO): the run
             keeps a reference even with ``beta`` = 0.
@@ -84,7 +87,7 @@ class Objective:
     """
 
     name: str
-    kind: ObjectiveKind
+    kind: str
     fn: PairLossFn | None
     needs_reference: bool
     pairing: str | None
@@ -106,7 +109,7 @@ OBJECTIVES: Registry[Objective] = Registry("objective")
 def register_objective(
     name: str,
     *,
-    kind: ObjectiveKind = "pairs",
+    kind: str = "pairs",
     needs_reference: bool = False,
     pairing: str | None = None,
     citation: str = "",
@@ -114,8 +117,8 @@ def register_objective(
 ) -> Callable[[Any], Any]:
     """Decorator: add a pair loss ``fn(pairs: PairLogps, **params) -> (loss [P], info)`` (kind
     ``pairs``) to :data:`OBJECTIVES`; :func:`add_objective` adds the other kinds."""
-    if kind not in OBJECTIVE_KINDS:
-        raise ValueError(f"objective kind must be one of {OBJECTIVE_KINDS}, got {kind!r}")
+    if not isinstance(kind, str) or not kind:
+        raise ValueError(f"an objective's kind is a non-empty name, got {kind!r}")
 
     def decorator(fn: PairLossFn) -> PairLossFn:
         OBJECTIVES.add(
@@ -127,9 +130,10 @@ def register_objective(
     return decorator
 
 
-def add_objective(name: str, kind: ObjectiveKind, citation: str, summary: str) -> Objective:
-    """Register an objective whose loss the learner computes itself (``policy_gradient``,
-    ``imitation``)."""
+def add_objective(name: str, kind: str, citation: str, summary: str) -> Objective:
+    """Register an objective whose loss its kind's strategy computes (``policy_gradient``,
+    ``imitation``, or a user's kind registered with
+    :func:`rlvr.trainer.learner.register_objective_kind`)."""
     if kind == "pairs":
         raise ValueError("a pair objective is registered with its loss: @register_objective")
     return OBJECTIVES.add(name, Objective(name, kind, None, False, None, citation, summary))

@@ -7,14 +7,15 @@ training step"):
 * :mod:`.rollouts`: how episodes are played and scored (a plain task's one-step episodes or an
   environment's multi-turn ones): the one rollout path;
 * :mod:`.batch`: :class:`~.batch.Trajectories`, the batch the learner trains on;
-* :mod:`.learn`: the objective J(theta) and the update;
+* :mod:`.learner`: the update loop and the objective kinds (J(theta) of the policy gradient,
+  imitation, pairs);
 * :mod:`.build`: the parts from a config, whatever the backend;
 * :mod:`.protocols`: the typed seams the local and Ray parts implement;
 * :mod:`.backends`: ``local`` and ``ray``, chosen by ``distributed.backend``;
 * :mod:`.metrics`: what a step records.
 """
 
-from rlvr.trainer.learn import lr_lambda
+from rlvr.trainer.learner import lr_lambda
 from rlvr.trainer.run import train, with_callable_reward
 
 __all__ = ["lr_lambda", "train", "with_callable_reward"]

@@ -43,7 +43,14 @@ from rlvr.rollout.vllm_engine import check_vllm_temperature, import_vllm
 from rlvr.rundir import changes_optimizer
 from rlvr.trainer.batch import Sampled
 from rlvr.trainer.collect import Collector
-from rlvr.trainer.learn import Learner, PublishedCopy, lr_lambda
+from rlvr.trainer.learner import (
+    OBJECTIVE_KINDS,
+    Forward,
+    Learner,
+    PublishedCopy,
+    Reference,
+    lr_lambda,
+)
 from rlvr.trainer.protocols import Learners
 from rlvr.trainer.rollouts import (
     Given,
@@ -166,14 +173,16 @@ def build_learner(
     device = next(policy.parameters()).device
     fast = rollout_dtype(cfg, policy)
     autocast = train_dtype(cfg, policy)
-    reference, adapter_reference = None, None
+    reference = None
     if algo.needs_reference and cfg.model.lora is None:
-        reference = load_model(cfg.model.name, fast).to(device)
+        copy = load_model(cfg.model.name, fast).to(device)
+        reference = Reference(policy, copy, None, algo.reference_reset_every, algo.reference_mix)
     elif algo.needs_reference:
-        adapter_reference = "base"
+        adapter = "base"
         if cfg.model.lora.path is not None or algo.reference_reset_every:
             adapters.add_frozen_copy(policy, adapters.REFERENCE)
-            adapter_reference = adapters.REFERENCE
+            adapter = adapters.REFERENCE
+        reference = Reference(policy, None, adapter, algo.reference_reset_every, algo.reference_mix)
     value_head = None
     if algo.advantage == "gae":
         value_head = ValueHead(policy.config.hidden_size).to(device)
@@ -193,12 +202,11 @@ def build_learner(
         scheduler,
         algo,
         cfg,
-        autocast,
-        cfg.rollout.temperature,
+        Forward.of(cfg, algo.samples, autocast),
         generator,
         pad_token_id,
     )
-    learner.adapter_reference = adapter_reference
+    OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[algo.objective].kind)  # a known kind
     if algo.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
         learner.published_copy = PublishedCopy(policy)
     settings = cfg.algorithm

@@ -54,7 +54,7 @@ def _stored_tensors(module: Any) -> list[Any]:
 
 def _modules_by_config(cfg: Any, learner: Any, policy: Any) -> tuple[list[Any], list[Any]]:
     """(the modules a checkpoint stores beside ``policy``, those of them AdamW trains) as
-    :meth:`rlvr.trainer.learn.Learner.modules` holds them, built from ``cfg`` and the preset
+    :meth:`rlvr.trainer.learner.Learner.modules` holds them, built from ``cfg`` and the preset
     (``learner.algo``) as :func:`rlvr.trainer.build.build_learner` builds them (on the device
     current when called): PPO's value head (trained), a full reference copy in the rollout dtype
     when it is reset or mixed (``reference_reset_every``), the semi-online snapshot
@@ -65,7 +65,7 @@ def _modules_by_config(cfg: Any, learner: Any, policy: Any) -> tuple[list[Any], 
 
     from rlvr import algorithms, precision
     from rlvr.policy import ValueHead
-    from rlvr.trainer.learn import PublishedCopy
+    from rlvr.trainer.learner import PublishedCopy
 
     algo = learner.algo
     stored: list[Any] = []

@@ -5,7 +5,7 @@ record (docs/design.md, "One training step").
 
   1-3. :meth:`~Loop.collect`: the collector's batch of this step (prompts, a group of
        episodes each, rewards; refilled by dynamic sampling), or the batch sampled ahead;
-  4.   :meth:`~Loop.learn`: advantages and the policy update (:mod:`rlvr.trainer.learn`);
+  4.   :meth:`~Loop.learn`: advantages and the policy update (:mod:`rlvr.trainer.learner`);
        with ``rollout.max_staleness`` = k >= 1 the batches of the next k steps are sampled
        meanwhile with the weights before it (:class:`Ahead`);
   5.   :meth:`~Loop.publish`: the rollouts serve the new weights, checked on a probe

@@ -69,7 +69,7 @@ class Rollouts(Protocol):
 
 class Learners(Protocol):
     """The learning side: the policy's trained weights, optimizer and schedule, one process's
-    :class:`~rlvr.trainer.learn.Learner` or the Ray learners' group."""
+    :class:`~rlvr.trainer.learner.Learner` or the Ray learners' group."""
 
     algo: algorithms.Preset
     version: int

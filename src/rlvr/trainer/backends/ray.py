@@ -279,7 +279,7 @@ class RayLearners:
         return self
 
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
-        """Rank 0's :meth:`~rlvr.trainer.learn.Learner.score`."""
+        """Rank 0's :meth:`~rlvr.trainer.learner.Learner.score`."""
         return self._get([self.ranks[0].score.remote(prompt, completions)], "publish check")[0]
 
     def published_state(self, fresh: bool = False) -> Any:

@@ -194,7 +194,7 @@ class LearnerWorker:
         self.learner.save_checkpoint(Path(run_dir), state, self.tokenizer, keep, pending)
 
     def load_checkpoint(self, run_dir: str) -> tuple[Any, list[str], float, int]:
-        """The learner's :meth:`~rlvr.trainer.learn.Learner.load_checkpoint`, its warnings, the
+        """The learner's :meth:`~rlvr.trainer.learner.Learner.load_checkpoint`, its warnings, the
         learning rate and the policy version it resumes at."""
         warnings: list[str] = []
         loaded = self.learner.load_checkpoint(Path(run_dir), warnings.append)

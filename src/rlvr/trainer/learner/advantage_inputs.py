@@ -1,0 +1,109 @@
+"""What the policy-gradient kind hands the preset's advantage estimator: the batch's rewards and
+signals as an :class:`rlvr.algorithms.AdvantageInputs`, per-turn credit of agent episodes, and
+the advantages' statistics."""
+
+from __future__ import annotations
+
+import torch
+
+from rlvr import algorithms
+from rlvr.algorithms.credit import assign_credit, token_advantages
+from rlvr.config import AlgorithmConfig
+from rlvr.trainer.batch import Trajectories
+
+
+def padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
+    """Per-token values of each sample right-padded with 0 to ``shape`` [N, T]."""
+    out = torch.zeros(shape)
+    for i, row in enumerate(values):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def _reward_terms(
+    data: Trajectories, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The batch's reward terms [N, K] and their weights [K] (GDPO's inputs), or (None, None)
+    where the reward is one function (no terms with weights)."""
+    weights = data.term_weights
+    if not weights or not data.terms or set(data.terms) != set(weights):
+        return None, None
+    labels = sorted(weights)
+    terms = torch.tensor([data.terms[label] for label in labels], dtype=torch.float32).T
+    return terms.to(device), torch.tensor([weights[label] for label in labels], device=device)
+
+
+def advantage_inputs(
+    data: Trajectories,
+    mask: torch.Tensor,
+    sampler_logp: torch.Tensor,
+    token_kl: torch.Tensor | None,
+    values: torch.Tensor | None,
+    entropy: torch.Tensor | None,
+) -> algorithms.AdvantageInputs:
+    """The estimator's inputs of ``data`` on ``mask``'s device: rewards, groups, the produced
+    signals by name (a field where :class:`~rlvr.algorithms.AdvantageInputs` has one), the
+    sampler's log-probs [N, T] (the student's, in distillation), the teacher's, the reward
+    terms, and from the learner's no-grad passes the per-token KL to the reference, the values
+    and the entropies [N, T] (each None when not computed)."""
+    device = mask.device
+    teacher_logp = None
+    if data.teacher_logprobs is not None:  # on-policy distillation
+        teacher_logp = padded(data.teacher_logprobs, mask.shape).to(device)
+    terms, term_weights = _reward_terms(data, device)
+    signals = {k: v.to(device) for k, v in data.signals.items()}
+    return algorithms.AdvantageInputs(
+        rewards=data.rewards.to(device),
+        group_ids=data.group_ids.to(device),
+        mask=mask,
+        token_kl=token_kl,
+        values=values,
+        **{k: v for k, v in signals.items() if k in algorithms.INPUT_FIELDS},
+        signals={k: v for k, v in signals.items() if k not in algorithms.INPUT_FIELDS},
+        student_logp=sampler_logp,
+        teacher_logp=teacher_logp,
+        token_entropy=entropy,
+        reward_terms=terms,
+        term_weights=term_weights,
+    )
+
+
+def turn_credit(
+    algo: algorithms.Preset, settings: AlgorithmConfig, data: Trajectories, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per-token advantages [N, T] of agent episodes under ``algorithm.credit``
+    (:mod:`rlvr.algorithms.credit`): per-turn advantages with the preset's estimator as the
+    group baseline, spread over each turn's sampled tokens (``mask`` [N, T])."""
+
+    def estimator(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+        inputs = algorithms.AdvantageInputs(rewards=rewards.float(), group_ids=group_ids)
+        return algorithms.preset_advantages(algo, inputs).advantages
+
+    per_turn = assign_credit(
+        settings.credit,
+        data.turn_rewards,
+        data.anchors,
+        data.group_ids.cpu(),
+        estimator,
+        gamma=settings.credit_gamma,
+        weight=settings.gigpo_weight,
+        gate=settings.credit_gate,
+    )
+    return token_advantages(per_turn, mask.cpu()).to(mask.device)
+
+
+def advantage_stats(advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """``advantages/mean``, ``std``, ``abs_mean``, ``min``, ``max`` over the trained tokens
+    (``mask`` [N, T]; per-sample advantages [N] count once per token, as the loss sees them;
+    as verl logs them)."""
+    per_token = advantages if advantages.dim() == 2 else advantages[:, None].expand(mask.shape)
+    values = per_token[mask > 0].detach().float()
+    if values.numel() == 0:
+        return {}
+    return {
+        "advantages/mean": values.mean().item(),
+        "advantages/std": values.std().item() if values.numel() > 1 else 0.0,
+        "advantages/abs_mean": values.abs().mean().item(),
+        "advantages/min": values.min().item(),
+        "advantages/max": values.max().item(),
+    }

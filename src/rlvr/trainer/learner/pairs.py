@@ -1,0 +1,150 @@
+"""The pair objective kind: DPO, IPO, REBEL (:mod:`rlvr.algorithms.preference`).
+
+The pairs (chosen y_c, rejected y_r) of each group (:func:`rlvr.algorithms.preference_pairs`)
+are shuffled into minibatches instead of samples, and
+
+    J(theta) = -mean_pairs l(log pi(y_c), log pi(y_r), log pi_ref(.), log pi_old(.), r_c - r_r)
+
+with sequence log-probs ``log pi(y | x) = sum_t log pi(y_t | x, y_<t)`` over each completion's
+trained tokens, l the objective's registered pair loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from rlvr import algorithms
+from rlvr.policy import Batch
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.learner.kinds import (
+    Averages,
+    ObjectiveKind,
+    Prepared,
+    SkipStep,
+    register_objective_kind,
+)
+
+if TYPE_CHECKING:
+    from rlvr.trainer.learner.engine import Learner
+
+
+@dataclass
+class Pairs(Prepared):
+    """One update's pairs (``units``: their number).
+
+    Attributes:
+        batch: the padded batch of the step's samples.
+        pairs: [P, 2] (chosen, rejected) rows of ``batch``.
+        skipped_groups: groups that gave no pair (equal rewards).
+        old_logp: pi_old [N, T] of the paired rows, or None on-policy.
+        ref_logp: pi_ref [N, T] of the paired rows, or None without a reference.
+        rewards: [N] the samples' rewards.
+        samples: N, the step's samples.
+    """
+
+    batch: Batch
+    pairs: torch.Tensor
+    skipped_groups: int
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    rewards: torch.Tensor
+    samples: int
+
+
+@register_objective_kind("pairs")
+class PairObjective(ObjectiveKind):
+    """A registered pair loss over the pairs of each group (see the module docstring)."""
+
+    def prepare(self, learner: Learner, data: Trajectories) -> Pairs:
+        """The pairs, and the no-grad passes of the paired rows only."""
+        chosen, rejected, skipped = algorithms.preference_pairs(
+            data.rewards, data.group_ids, learner.algo.pairs
+        )
+        pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
+        batch = learner.batch(data)
+        old_logp, _, _, ref_logp = learner.no_grad_passes(
+            batch, pairs.flatten().unique(), not learner.on_policy
+        )
+        return Pairs(
+            units=len(pairs),
+            batch=batch,
+            pairs=pairs,
+            skipped_groups=skipped,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            rewards=data.rewards.to(learner.device),
+            samples=len(data),
+        )
+
+    def accumulate(
+        self,
+        learner: Learner,
+        prepared: Prepared,
+        units: torch.Tensor,
+        first_epoch: bool,
+        averages: Averages,
+    ) -> None:
+        """The minibatch's gradient over its pairs (this learner's share), a micro-batch of
+        ``micro_batch_size / 2`` pairs at a time (two sequences each)."""
+        assert isinstance(prepared, Pairs)
+        pairs = prepared.pairs[units]
+        mine = pairs[learner.share(torch.arange(len(pairs)))]
+        per = max(1, learner.cfg.train.micro_batch_size // 2)
+        for lo in range(0, len(mine), per):
+            sub = mine[lo : lo + per]
+            self.loss(learner, prepared, sub, float(len(pairs)), averages).backward()
+
+    def loss(
+        self,
+        learner: Learner,
+        p: Pairs,
+        pairs: torch.Tensor,
+        total_pairs: float,
+        averages: Averages,
+    ) -> torch.Tensor:
+        """The loss of one micro-batch of ``pairs`` [p, 2], normalised by the minibatch's global
+        pair count ``total_pairs``."""
+        n = len(pairs)
+        rows = torch.cat([pairs[:, 0], pairs[:, 1]])  # chosen rows, then rejected rows
+        sub = p.batch.select(rows)
+        width = sub.completion_ids.shape[1]
+        mask = sub.action_mask.float()
+        logp, entropy = learner.forward(learner.trained_model, sub, entropy=True)
+        seq = (logp * mask).sum(-1)  # log pi(y | x) [2p]
+        old = logp.detach() if p.old_logp is None else p.old_logp[rows, :width]
+        old_seq = (old * mask).sum(-1)
+        ref_seq = None if p.ref_logp is None else (p.ref_logp[rows, :width] * mask).sum(-1)
+        rewards = p.rewards[rows]
+        logps = algorithms.PairLogps(
+            chosen=seq[:n],
+            rejected=seq[n:],
+            ref_chosen=None if ref_seq is None else ref_seq[:n],
+            ref_rejected=None if ref_seq is None else ref_seq[n:],
+            old_chosen=old_seq[:n],
+            old_rejected=old_seq[n:],
+            reward_margin=rewards[:n] - rewards[n:],
+        )
+        objective = algorithms.OBJECTIVES[learner.algo.objective]
+        assert objective.fn is not None
+        loss_pairs, info = objective.fn(logps, **learner.algo.params.get("objective", {}))
+        loss = loss_pairs.sum() / total_pairs
+        if not torch.isfinite(loss):
+            raise SkipStep("loss", "policy/loss", loss.item())
+        averages.add("policy/loss", loss_pairs.mean().item(), n)
+        for key, value in info.items():
+            averages.add(f"preference/{key}", value.float().mean().item(), n)
+        tokens = float(mask.sum())
+        averages.add("policy/entropy", algorithms.masked_mean(entropy, mask).item(), tokens)
+        return loss
+
+    def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
+        assert isinstance(prepared, Pairs)
+        pairs = prepared.pairs
+        metrics["preference/pairs"] = float(len(pairs))
+        metrics["preference/skipped_groups"] = float(prepared.skipped_groups)
+        metrics["policy/trained_samples_frac"] = float(len(pairs.unique())) / max(
+            1, prepared.samples
+        )

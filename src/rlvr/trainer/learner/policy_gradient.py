@@ -1,0 +1,361 @@
+"""The policy-gradient objective kind: GRPO and its relatives, PPO, on-policy distillation.
+
+The objective one update maximises (the loss minimised is its negative), for a batch of groups
+of samples o_i with tokens t, the trained-token mask m_{i,t} (``train_mask``: action tokens, or
+the top-entropy ones) and the preset's parts::
+
+    J(theta) = - agg_{i,t}[ m_{i,t} * ( l^PG_{i,t}(theta) * w_{i,t} * M_i   (1), (2), (3)
+                                        + beta * KL_t(pi_theta || pi_ref)  (4)
+                                        - c_H * H_t(pi_theta) ) ]           (5)
+               - c_V * agg_{i,t}[ m_{i,t} * l^V_{i,t}(phi) ]                (6)
+
+(1) the advantages A_i or A_{i,t}: :meth:`PolicyGradient.prepare`, ``algorithms.preset_advantages``
+    (the estimator, batch whitening, sign weights; KL in the reward for REINFORCE++/PPO) or,
+    for multi-turn episodes, per-turn credit (``algorithm.credit``);
+(2) l^PG, the clipped (or GSPO / GMPO / CISPO / REINFORCE) surrogate of the ratio
+    pi_theta / pi_old and A: ``algorithms.policy_loss`` (a ``sampler_anchored`` loss, DPPO,
+    takes pi_sampler for pi_old); for imitation, -A_i log pi_theta (``algorithms.nll_loss``);
+(3) w, the sampler-trainer correction pi_old / pi_sampler truncated (TIS) or masked (MIS), and
+    M_i, DeepSeek-V3.2's off-policy sequence mask: :mod:`~rlvr.trainer.learner.correction`;
+(4) the KL to the reference in the loss (``kl_in: loss``): ``algorithms.kl_penalty``;
+(5) the entropy bonus, fixed (``entropy_coef``) or adaptive (Skywork-OR1's ``entropy_target``);
+(6) PPO's clipped value loss (``advantage: gae``): ``algorithms.value_loss``;
+and agg, the aggregation (token-mean, seq-mean-token-mean, ...) normalised by the minibatch's
+global token and sequence counts: ``algorithms.aggregate`` (one micro-batch's share each, so
+the accumulated gradient is the minibatch's). :meth:`PolicyGradient.loss` writes it as one sum.
+
+``sft_coef`` > 0 adds ``sft_coef * NLL`` of each trained group's demonstration (an SFT term
+beside RL; :meth:`PolicyGradient.demonstration_loss`).
+
+Imitation (:mod:`~rlvr.trainer.learner.imitation`: SFT, RFT) replaces the surrogate (2) and
+keeps every other term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlvr import algorithms
+from rlvr.guards import first_nonfinite
+from rlvr.policy import Batch, make_batch
+from rlvr.rollout.streams import stream_key
+from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.learner.advantage_inputs import (
+    advantage_inputs,
+    advantage_stats,
+    padded,
+    turn_credit,
+)
+from rlvr.trainer.learner.correction import off_policy_keep, sampler_weights
+from rlvr.trainer.learner.kinds import (
+    Averages,
+    ObjectiveKind,
+    Prepared,
+    SkipStep,
+    register_objective_kind,
+)
+
+if TYPE_CHECKING:
+    from rlvr.trainer.learner.engine import Learner
+
+
+@dataclass
+class Samples(Prepared):
+    """One update's samples: the batch and per-sample tensors [N] or [N, T].
+
+    Attributes:
+        batch: the padded batch (on the learner's device).
+        advantages: [N] or [N, T].
+        returns: [N, T] GAE's returns (the value loss's targets), or None.
+        train_mask: [N, T] float: the tokens the loss sees.
+        old_logp: pi_old [N, T], or None on-policy (the detached current log-probs).
+        old_values: [N, T] the value head's before the update, or None.
+        ref_logp: pi_ref [N, T], or None without a reference.
+        sampler_logp: [N, T] the behaviour policy's (the rollout engine's).
+        token_kl: [N, T] the KL to the reference as a reward (``kl_in: reward``), or None.
+        trained: [N] bool (CPU): the rows the update computes; the others (zero advantage, with
+            nothing else in the loss) contribute zero loss and gradient but count in the
+            aggregation's normalisers.
+        skippable: whether rows outside ``trained`` were skipped (their fraction is logged).
+        demonstrations: [P] each group's demonstration (``sft_coef``), or None.
+    """
+
+    batch: Batch
+    advantages: torch.Tensor
+    returns: torch.Tensor | None
+    train_mask: torch.Tensor
+    old_logp: torch.Tensor | None
+    old_values: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    sampler_logp: torch.Tensor
+    token_kl: torch.Tensor | None
+    trained: torch.Tensor
+    skippable: bool
+    demonstrations: Batch | None
+
+
+@register_objective_kind("policy_gradient")
+class PolicyGradient(ObjectiveKind):
+    """J(theta) of the module docstring."""
+
+    def prepare(self, learner: Learner, data: Trajectories) -> Samples:
+        """The batch, the no-grad passes and the advantages (1) of one update."""
+        algo, settings = learner.algo, learner.cfg.algorithm
+        batch = learner.batch(data)
+        kl_in_reward = learner.reference is not None and algo.kl_in == "reward"
+        need_old = (
+            not learner.on_policy
+            or kl_in_reward
+            or algo.top_entropy_rho is not None
+            or learner.value_head is not None
+            or "token_entropy" in algorithms.ADVANTAGES[algo.advantage].requires
+        )
+        old_logp, entropy, values, ref_logp = learner.no_grad_passes(
+            batch, torch.arange(len(data)), need_old
+        )
+        mask = batch.action_mask
+        token_kl = None
+        if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
+            kl_params = algo.params.get("kl_estimator", {})
+            token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp, **kl_params)
+            token_kl = token_kl * mask
+        sampler_logp = padded(data.sampler_logprobs, mask.shape).to(mask.device)  # behaviour
+        inputs = advantage_inputs(data, mask, sampler_logp, token_kl, values, entropy)
+        estimated = algorithms.preset_advantages(algo, inputs)
+        advantages = estimated.advantages
+        if data.turn_rewards is not None and settings.credit != "broadcast":
+            advantages = turn_credit(algo, settings, data, mask)
+        train_mask = mask.float()
+        if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
+            train_mask = algorithms.top_entropy_mask(entropy, mask, algo.top_entropy_rho)
+            train_mask = train_mask.float()
+        train_mask = self.trained_tokens(train_mask, advantages)
+        skippable = (  # a zero advantage is then a zero loss and gradient
+            not (learner.reference is not None and algo.kl_in == "loss")
+            and not algo.entropy_coef
+            and learner.entropy_control is None
+            and learner.value_head is None
+        )
+        nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
+        return Samples(
+            units=len(data),
+            batch=batch,
+            advantages=advantages,
+            returns=estimated.returns,
+            train_mask=train_mask,
+            old_logp=old_logp,
+            old_values=values,
+            ref_logp=ref_logp,
+            sampler_logp=sampler_logp,
+            token_kl=token_kl,
+            trained=nonzero.cpu(),  # indexes the CPU row orders of the shuffle
+            skippable=skippable,
+            demonstrations=self.demonstrations(learner, data),
+        )
+
+    def trained_tokens(self, train_mask: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+        """The tokens the loss sees [N, T], given the advantages (all of ``train_mask``)."""
+        return train_mask
+
+    def demonstrations(self, learner: Learner, data: Trajectories) -> Batch | None:
+        """Each problem's demonstration as a batch [P] when ``sft_coef`` > 0, else None."""
+        if learner.algo.sft_coef <= 0:
+            return None
+        if data.demonstration_ids is None or data.demonstration_mask is None:
+            raise ValueError("sft_coef > 0 needs each problem's demonstration in the batch")
+        return make_batch(
+            data.prompt_ids,
+            data.demonstration_ids,
+            learner.pad_token_id,
+            action_masks=data.demonstration_mask,
+        ).to(learner.device)
+
+    def check(self, prepared: Prepared) -> tuple[dict[str, float], str] | None:
+        assert isinstance(prepared, Samples)
+        if first_nonfinite({"advantages": prepared.advantages}) is None:
+            return None
+        bad_frac = (~torch.isfinite(prepared.advantages)).float().mean().item()
+        return {"advantages/nonfinite_frac": bad_frac}, "advantages"
+
+    def accumulate(
+        self,
+        learner: Learner,
+        prepared: Prepared,
+        units: torch.Tensor,
+        first_epoch: bool,
+        averages: Averages,
+    ) -> None:
+        """The minibatch's gradient over its sample rows ``units``: the loss of this learner's
+        trained rows, micro-batch by micro-batch, then with ``sft_coef`` the SFT term of their
+        groups' demonstrations."""
+        assert isinstance(prepared, Samples)
+        mb = learner.cfg.train.micro_batch_size
+        totals = (float(prepared.train_mask[units].sum()), float(len(units)))
+        active = units[prepared.trained[units]] if prepared.skippable else units
+        active = learner.share(active)  # this learner's rows (all of them in one process)
+        for lo in range(0, len(active), mb):
+            rows = active[lo : lo + mb]
+            self.loss(learner, prepared, rows, totals, averages, first_epoch).backward()
+        if prepared.demonstrations is not None:  # sft_coef: SFT beside RL
+            groups = prepared.batch.prompt_index[units].unique().cpu()
+            total = float(prepared.demonstrations.action_mask[groups].sum())
+            mine = learner.share(groups)
+            for lo in range(0, len(mine), mb):
+                sub = mine[lo : lo + mb]
+                self.demonstration_loss(learner, prepared, sub, total, averages).backward()
+
+    def surrogate(
+        self,
+        learner: Learner,
+        logp: torch.Tensor,
+        old: torch.Tensor,
+        sampler_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        mask: torch.Tensor,
+        first_row: int,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """(2): the per-token policy loss l^PG [n, T] of a micro-batch and its statistics."""
+        algo = learner.algo
+        # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
+        # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
+        anchored = algorithms.POLICY_LOSSES[algo.policy_loss].sampler_anchored and learner.sampled
+        return algorithms.policy_loss(
+            algo.policy_loss,
+            logp,
+            sampler_logp if anchored else old,
+            advantages,
+            mask,
+            algo.clip_low,
+            algo.clip_high,
+            algo.dual_clip,
+            # Clip-Cov's random pick: a new stream per minibatch and micro-batch, named by the
+            # checkpointed count of minibatches (a skipped one's too: no stream is drawn twice),
+            # so a resumed run draws as the uninterrupted one
+            seed=stream_key(learner.cfg.train.seed, learner.minibatches, first_row),
+            **algo.params.get("policy_loss", {}),
+        )
+
+    def surrogate_metrics(
+        self,
+        info: dict[str, Any],
+        logp: torch.Tensor,
+        action: torch.Tensor,
+        mask: torch.Tensor,
+        averages: Averages,
+    ) -> None:
+        """The surrogate's statistics (clip fractions, ratios) as means over the action tokens
+        ``action`` [n, T] (``mask``: the trained ones)."""
+        for k, v in algorithms.policy_metrics(info, action).items():
+            averages.add(f"policy/{k}", v)
+
+    def loss(
+        self,
+        learner: Learner,
+        p: Samples,
+        rows: torch.Tensor,
+        totals: tuple[float, float],
+        averages: Averages,
+        describe: bool,
+    ) -> torch.Tensor:
+        """-J(theta) of one micro-batch (rows ``rows``, whole rows), normalised by the
+        minibatch's global token and sequence counts ``totals``; its metrics go to
+        ``averages`` (``describe``: also those describing the batch, in the first epoch)."""
+        algo, settings = learner.algo, learner.cfg.algorithm
+        sub = p.batch.select(rows)
+        width = sub.completion_ids.shape[1]
+        mask, action = p.train_mask[rows, :width], sub.action_mask
+        control = learner.entropy_control
+        c_h = algo.entropy_coef or (control.bonus if control is not None else 0.0)
+        logp, entropy, *values = learner.forward(
+            learner.trained_model,
+            sub,
+            entropy=True,
+            entropy_grad=bool(algo.entropy_coef) or control is not None,
+            value_head=learner.value_head,
+        )
+        old = logp.detach() if p.old_logp is None else p.old_logp[rows, :width]
+        adv = p.advantages[rows]
+        adv = adv[:, :width] if adv.dim() == 2 else adv
+        sampler_logp = p.sampler_logp[rows, :width]
+        surrogate, info = self.surrogate(
+            learner, logp, old, sampler_logp, adv, action, int(rows[0])
+        )
+        w: torch.Tensor | float = 1.0  # (3): the data's completions have no sampler to correct
+        keep: torch.Tensor | float = 1.0
+        if learner.sampled:
+            w = sampler_weights(settings, old, sampler_logp, action, averages, describe)
+            keep = off_policy_keep(settings, logp, sampler_logp, adv, action, averages)
+        kl: torch.Tensor | float = 0.0
+        if p.ref_logp is not None and algo.kl_in == "loss":
+            kl_params = algo.params.get("kl_estimator", {})
+            kl = algorithms.kl_penalty(
+                algo.kl_estimator, logp, p.ref_logp[rows, :width], **kl_params
+            )
+        value_loss: torch.Tensor | float = 0.0
+        if learner.value_head is not None:  # PPO's critic: clipped value loss on the returns
+            assert p.old_values is not None and p.returns is not None
+            value_loss = algorithms.value_loss(
+                values[0],
+                p.old_values[rows, :width],
+                p.returns[rows, :width],
+                action,
+                algo.value_clip,
+            )
+
+        def agg(per_token: torch.Tensor) -> torch.Tensor:
+            return algorithms.aggregate(
+                per_token,
+                mask,
+                algo.aggregation,
+                total_tokens=totals[0],
+                total_seqs=totals[1],
+                max_len=learner.cfg.max_completion_tokens,
+                **algo.params.get("aggregation", {}),
+            )
+
+        # -J(theta) per token: (1)-(3) the corrected surrogate, (4) KL, (5) the entropy bonus;
+        # aggregated, plus (6) the critic's loss
+        entropy_term = entropy if c_h else 0.0
+        loss_tok = surrogate * w * keep + algo.beta * kl - c_h * entropy_term
+        critic = agg(value_loss) if isinstance(value_loss, torch.Tensor) else 0.0
+        loss = agg(loss_tok) + algo.vf_coef * critic
+
+        if not torch.isfinite(loss):
+            raise SkipStep("loss", "policy/loss", loss.item())
+        if isinstance(kl, torch.Tensor):
+            averages.add("policy/kl_ref", algorithms.masked_mean(kl.detach(), mask).item())
+        if isinstance(critic, torch.Tensor):
+            averages.add("value/loss", critic.item())
+            averages.add("value/mean", algorithms.masked_mean(values[0].detach(), mask).item())
+        averages.add("policy/loss", loss.item())
+        averages.add("policy/entropy", algorithms.masked_mean(entropy.detach(), action).item())
+        self.surrogate_metrics(info, logp, action, mask, averages)
+        return loss
+
+    def demonstration_loss(
+        self, learner: Learner, p: Samples, groups: torch.Tensor, total: float, averages: Averages
+    ) -> torch.Tensor:
+        """``sft_coef`` x the NLL of the demonstrations of ``groups`` (a micro-batch of them), as
+        a share of the token mean over the minibatch's groups' demonstration tokens ``total``:
+        the SFT term beside the RL loss."""
+        assert p.demonstrations is not None
+        sub = p.demonstrations.select(groups)
+        logp = learner.forward(learner.trained_model, sub)[0]
+        mask = sub.action_mask.float()
+        nll = -(logp * mask).sum()
+        if not torch.isfinite(nll):
+            raise SkipStep("loss", "sft/nll", nll.item())
+        averages.add("sft/nll", nll.item() / max(float(mask.sum()), 1.0), float(mask.sum()))
+        return learner.algo.sft_coef * nll / max(total, 1.0)
+
+    def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
+        assert isinstance(prepared, Samples)
+        mask = prepared.batch.action_mask
+        if prepared.token_kl is not None:
+            metrics["policy/kl_ref"] = algorithms.masked_mean(prepared.token_kl, mask).item()
+        trained = prepared.trained.float().mean() if prepared.skippable else 1.0
+        metrics["policy/trained_samples_frac"] = float(trained)
+        metrics.update(advantage_stats(prepared.advantages, mask))
