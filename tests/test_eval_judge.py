@@ -109,7 +109,8 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
     import torch
 
     from rlvr.grading.grader import grade_samples
-    from rlvr.trainer.batch import Trajectories
+    from rlvr.rewards.combined import RewardBreakdown
+    from rlvr.trainer.batch import Samples
     from rlvr.trainer.metrics import step_metrics
 
     cfg = judge_config(reward_threshold=0.75)
@@ -125,17 +126,19 @@ def test_training_and_held_out_accuracy_count_the_same_rewards_alike() -> None:
     finally:
         judge.close()
     assert scores == [1.0, 0.75, 0.125, 1.0, 1.0, 0.25] and sum(correct) == 4
-    data = Trajectories(
+    data = Samples(
         problems=problems,
         prompt_ids=[[1], [1]],
-        completion_ids=[[2] * n for n in tokens],
-        sampler_logprobs=[[0.0] * n for n in tokens],
-        finished=[True] * 6,
-        texts=texts,
-        rewards=torch.tensor(scores),
-        group_ids=torch.tensor(group_ids),
-        tokens_per_s=1.0,
-        terms={},
+        columns={
+            "completion_ids": [[2] * n for n in tokens],
+            "sampler_logprobs": [[0.0] * n for n in tokens],
+            "finished": [True] * 6,
+            "texts": texts,
+            "group_ids": torch.tensor(group_ids),
+            "breakdown": RewardBreakdown.single("judge", scores),
+            "rewards": torch.tensor(scores),
+        },
+        info={"tokens_per_s": 1.0},
     )
     metrics = step_metrics(data, task, cfg.eval.reward_threshold)
     assert metrics["reward/accuracy"] == pytest.approx(sum(correct) / len(correct))

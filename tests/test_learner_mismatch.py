@@ -12,7 +12,8 @@ import torch
 import rlvr.trainer.learner.correction
 from rlvr import algorithms
 from rlvr.config import build_config
-from rlvr.trainer.batch import Trajectories
+from rlvr.rewards.combined import RewardBreakdown
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.learner import Forward, Learner, lr_lambda
 
 L4 = math.log(4.0)
@@ -55,28 +56,32 @@ def _learner(tiny, micro_batch_size: int = 1, **algorithm) -> Learner:
     )
 
 
-def _trajectories(tiny) -> Trajectories:
+def _trajectories(tiny) -> Samples:
     """Two groups of two samples, every advantage non-zero, whose sampler log-probs are the
     trainer's less :data:`LOG_RATIOS`."""
     completions = [[5 + t for t in range(len(row))] for row in LOG_RATIOS]
-    data = Trajectories(
+    rewards = [1.0, 0.0, 1.0, 0.0]
+    data = Samples(
         problems=[],
         prompt_ids=[[11, 12, 13], [14, 15]],
-        completion_ids=completions,
-        sampler_logprobs=[[0.0] * len(c) for c in completions],
-        finished=[True] * 4,
-        texts=[""] * 4,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
-        group_ids=torch.tensor([0, 0, 1, 1]),
-        tokens_per_s=0.0,
-        terms={},
+        columns={
+            "completion_ids": completions,
+            "sampler_logprobs": [[0.0] * len(c) for c in completions],
+            "finished": [True] * 4,
+            "texts": [""] * 4,
+            "group_ids": torch.tensor([0, 0, 1, 1]),
+            "breakdown": RewardBreakdown.single("r", rewards),
+            "rewards": torch.tensor(rewards),
+        },
     )
     learner = _learner(tiny, ppo_epochs=2)
     train_logp = learner.prepare(data).old_logp  # pi_old
-    data.sampler_logprobs = [
-        [float(train_logp[i, t]) - r for t, r in enumerate(row)] for i, row in enumerate(LOG_RATIOS)
-    ]
-    return data
+    return data.with_columns(
+        sampler_logprobs=[
+            [float(train_logp[i, t]) - r for t, r in enumerate(row)]
+            for i, row in enumerate(LOG_RATIOS)
+        ]
+    )
 
 
 @pytest.mark.parametrize(
@@ -177,7 +182,9 @@ def test_on_policy_dppo_measures_its_trust_region_against_the_sampler(tiny):
     # the sampler gave every token mu = 0.9; the tiny model gives each far less (pi < 0.7), so
     # pi - mu < -delta_low = -0.2: the A < 0 rows (1 and 3, 1 + 2 of the 10 tokens) would push
     # pi further below mu and leave the region; the A > 0 rows move pi towards mu and stay
-    data.sampler_logprobs = [[math.log(0.9)] * len(c) for c in data.completion_ids]
+    data = data.with_columns(
+        sampler_logprobs=[[math.log(0.9)] * len(c) for c in data.completion_ids]
+    )
     metrics, bad = learner.update(data)
     assert bad is None
     assert metrics["policy/clip_frac_low"] == pytest.approx(0.3)

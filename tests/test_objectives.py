@@ -499,32 +499,28 @@ def test_problems_carry_their_demonstrations():
 def test_shards_of_the_datas_completions_merge_with_their_groups_offset():
     """Ray rollout workers play shards of a draw's problems; the data's completions (as many
     per problem as it gives) come back with group ids offset by the problems before them."""
+    from rlvr.data import Problem
     from rlvr.rewards.combined import RewardBreakdown
-    from rlvr.trainer.rollouts import Scored
+    from rlvr.trainer.batch import Samples
+    from rlvr.trainer.rollouts import merge_shards
 
-    def shard(problems: int, groups: list[int], rewards: list[float]) -> Scored:
+    def shard(problems: int, groups: list[int], rewards: list[float]) -> Samples:
         n = len(groups)
-        breakdown = RewardBreakdown(
-            total=rewards,
-            components={"data": rewards},
-            weights={"data": 1.0},
-            errors={"data": 0},
-            reasons={"data": [None] * n},
-        )
-        return Scored(
+        return Samples(
+            problems=[Problem(f"p{i}", "q", "a") for i in range(problems)],
             prompt_ids=[[1]] * problems,
-            completion_ids=[[2, 3]] * n,
-            logprobs=[[0.0, 0.0]] * n,
-            finished=[True] * n,
-            texts=["x"] * n,
-            breakdown=breakdown,
-            seconds=1.0,
-            tokens_per_s=0.0,
-            reward_seconds=0.0,
-            action_mask=[[1, 1]] * n,
-            group_ids=groups,
+            columns={
+                "completion_ids": [[2, 3]] * n,
+                "sampler_logprobs": [[0.0, 0.0]] * n,
+                "finished": [True] * n,
+                "texts": ["x"] * n,
+                "group_ids": torch.tensor(groups),
+                "breakdown": RewardBreakdown.single("data", rewards),
+                "action_mask": [[1, 1]] * n,
+            },
+            info={"seconds": 1.0, "tokens_per_s": 0.0, "reward_seconds": 0.0},
         )
 
-    merged = Scored.merge([shard(2, [0, 0, 1, 1], [1, 0, 1, 0]), shard(1, [0, 0], [1, 0])])
-    assert merged.group_ids == [0, 0, 1, 1, 2, 2]
+    merged = merge_shards([shard(2, [0, 0, 1, 1], [1, 0, 1, 0]), shard(1, [0, 0], [1, 0])])
+    assert merged.group_ids.tolist() == [0, 0, 1, 1, 2, 2]
     assert merged.breakdown.total == [1, 0, 1, 0, 1, 0] and len(merged.prompt_ids) == 3

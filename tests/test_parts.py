@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import pickle
 
+import pytest
 import torch
 from test_trainer import tiny_config
 
 from rlvr.config import build_config
 from rlvr.data import Problem
+from rlvr.rewards.combined import RewardBreakdown
 from rlvr.trainer.backends import build_parts
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 
 
 def _parts(tmp_path, **sections):
@@ -24,26 +26,49 @@ def _weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def test_merge_offsets_group_ids_and_keeps_the_oldest_version():
-    def part(problems: int, samples: int, version: int) -> Trajectories:
-        return Trajectories(
-            problems=[Problem(f"p{i}", "q", "a") for i in range(problems)],
-            prompt_ids=[[1, 2]] * problems,
-            completion_ids=[[3]] * samples,
-            sampler_logprobs=[[-0.5]] * samples,
-            finished=[True] * samples,
-            texts=["x"] * samples,
-            rewards=torch.ones(samples),
-            group_ids=torch.arange(samples) % problems,
-            tokens_per_s=10.0,
-            terms={"r": [1.0] * samples},
-            policy_version=version,
-        )
+def _table(problems: int, samples: int, version: int, **columns) -> Samples:
+    return Samples(
+        problems=[Problem(f"p{i}", "q", "a") for i in range(problems)],
+        prompt_ids=[[1, 2]] * problems,
+        columns={
+            "completion_ids": [[3]] * samples,
+            "sampler_logprobs": [[-0.5]] * samples,
+            "finished": [True] * samples,
+            "texts": ["x"] * samples,
+            "group_ids": torch.arange(samples) % problems,
+            "breakdown": RewardBreakdown.single("r", [1.0] * samples),
+            "rewards": torch.ones(samples),
+            **columns,
+        },
+        info={"tokens_per_s": 10.0, "policy_version": version},
+    )
 
-    merged = Trajectories.merge([part(2, 4, 3), part(1, 2, 2)])
+
+def test_tables_join_with_their_groups_offset_and_every_column():
+    merged = Samples.concat([_table(2, 4, 3), _table(1, 2, 2)], policy_version=2)
     assert merged.group_ids.tolist() == [0, 1, 0, 1, 2, 2]
     assert len(merged) == 6 and len(merged.problems) == 3 and merged.policy_version == 2
-    assert merged.terms["r"] == [1.0] * 6
+    assert merged.terms["r"] == [1.0] * 6 and merged.rewards.tolist() == [1.0] * 6
+
+
+def test_a_column_a_part_adds_is_carried_by_select_and_join_and_never_dropped():
+    """A part's column (here a produced signal and a per-token list) goes through select and
+    concat with no edit of the table; joining tables with other columns is an error."""
+    extra = {"signal/baselines": torch.arange(4.0), "token_scores": [[0.1], [0.2], [0.3], [0.4]]}
+    table = _table(2, 4, 0, **extra)
+    picked = table.select([3, 0])
+    assert picked.signals["baselines"].tolist() == [3.0, 0.0]
+    assert picked.columns["token_scores"] == [[0.4], [0.1]] and picked.terms["r"] == [1.0, 1.0]
+    assert picked.group_ids.tolist() == [1, 0] and picked.problems == table.problems
+    second = table.groups([1])
+    assert second.group_ids.tolist() == [0, 0] and second.problems == [table.problems[1]]
+    assert second.columns["token_scores"] == [[0.2], [0.4]]
+    joined = Samples.concat([table, table])
+    assert joined.columns["token_scores"][4:] == extra["token_scores"]
+    with pytest.raises(ValueError, match="other columns"):
+        Samples.concat([table, _table(2, 4, 0)])
+    with pytest.raises(ValueError, match="'texts' has 3 rows"):
+        table.with_columns(texts=["a", "b", "c"])
 
 
 def test_a_batch_crosses_a_process_boundary_and_trains_the_same(tmp_path):

@@ -81,23 +81,41 @@ def test_an_estimator_requiring_an_input_nobody_produces_stops_before_the_run(tm
     assert not (tmp_path / "run").exists()
 
 
-def test_a_batch_pickled_before_signals_had_names_loads_with_them():
-    """A checkpoint's pending batch pickled with the old per-signal fields resumes."""
-    import pickle
-
-    from rlvr.trainer.batch import Trajectories
-
-    batch = Trajectories(
+def _old_batch_state(**extra) -> dict:
+    """The attributes of a step's batch as an rlvr before the sample table pickled them (one
+    attribute per field)."""
+    return dict(
         problems=[], prompt_ids=[[1]], completion_ids=[[2], [3]], sampler_logprobs=[[0.0]] * 2,
         finished=[True, True], texts=["a", "b"], rewards=torch.ones(2),
-        group_ids=torch.zeros(2, dtype=torch.long), tokens_per_s=1.0, terms={},
+        group_ids=torch.zeros(2, dtype=torch.long), tokens_per_s=1.0, terms={"r": [1.0, 0.5]},
+        term_weights={"r": 1.0}, policy_version=3, action_mask=None, turn_rewards=None,
+        anchors=None, transcripts=None, infos=None, teacher_logprobs=None,
+        demonstration_ids=None, demonstration_mask=None, reasons=[{"r": "why"}, {}], **extra,
     )  # fmt: skip
-    old = dict(vars(batch))
-    del old["signals"]
-    old.update(greedy_rewards=torch.tensor([0.5, 0.5]), baselines=None, reference_rewards=None)
-    restored = Trajectories.__new__(Trajectories)
-    restored.__setstate__(old)
-    assert set(restored.signals) == {"greedy_rewards"}
-    assert not hasattr(restored, "baselines")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"greedy_rewards": torch.tensor([0.5, 0.5]), "baselines": None, "reference_rewards": None},
+        {"signals": {"greedy_rewards": torch.tensor([0.5, 0.5])}},
+    ],
+    ids=["before signals had names", "before the sample table"],
+)
+def test_a_batch_pickled_by_an_older_rlvr_loads_as_a_table(extra):
+    """A checkpoint's pending batch pickled with one attribute per field (and, older still,
+    one per signal) resumes as the same table."""
+    import pickle
+
+    from rlvr.trainer.batch import Samples, Trajectories
+
+    assert Trajectories is Samples  # what those pickles name
+    restored = Samples.__new__(Samples)
+    restored.__setstate__(_old_batch_state(**extra))
+    assert set(restored.signals) == {"greedy_rewards"} and restored.policy_version == 3
+    assert restored.terms == {"r": [1.0, 0.5]} and restored.term_weights == {"r": 1.0}
+    assert restored.reasons(0) == {"r": "why"} and restored.reasons(1) == {}
+    assert restored.texts == ["a", "b"] and restored.action_mask is None
     again = pickle.loads(pickle.dumps(restored))
     assert torch.equal(again.signals["greedy_rewards"], torch.tensor([0.5, 0.5]))
+    assert again.select([1]).texts == ["b"]

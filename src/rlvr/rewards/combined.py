@@ -115,6 +115,21 @@ class RewardBreakdown:
     parts: dict[str, list[float | None]] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
 
+    def __len__(self) -> int:
+        return len(self.total)
+
+    @staticmethod
+    def single(label: str, values: list[float]) -> RewardBreakdown:
+        """The rewards ``values`` as one term ``label`` of weight 1 that gave no reasons (an
+        environment's returns, the data's rewards)."""
+        return RewardBreakdown(
+            total=list(values),
+            components={label: list(values)},
+            weights={label: 1.0},
+            errors={label: 0},
+            reasons={label: [None] * len(values)},
+        )
+
     def select(self, rows: list[int]) -> RewardBreakdown:
         """The samples ``rows`` (in that order); counts and usage stay those of the whole batch
         (the work was done)."""

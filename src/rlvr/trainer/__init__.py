@@ -6,7 +6,8 @@ training step"):
 * :mod:`.collect`: prompts -> groups of episodes -> one batch (filters, dynamic sampling);
 * :mod:`.rollouts`: how episodes are played and scored (a plain task's one-step episodes or an
   environment's multi-turn ones): the one rollout path;
-* :mod:`.batch`: :class:`~.batch.Trajectories`, the batch the learner trains on;
+* :mod:`.batch`: :class:`~.batch.Samples`, one columnar table of a step's samples, from the
+  engine to the learner;
 * :mod:`.learner`: the update loop and the objective kinds (J(theta) of the policy gradient,
   imitation, pairs);
 * :mod:`.build`: the parts from a config, whatever the backend;

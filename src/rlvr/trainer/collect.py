@@ -1,5 +1,5 @@
 """Collect: prompts from the sampler -> a group of episodes each, played and scored by the
-rollouts -> one :class:`~rlvr.trainer.batch.Trajectories` batch (docs/design.md, "One training
+rollouts -> one :class:`~rlvr.trainer.batch.Samples` table (docs/design.md, "One training
 step", steps 1-3).
 
 A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
@@ -28,20 +28,16 @@ from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem, hints
 from rlvr.envs.agent import episode_metrics
+from rlvr.rewards.combined import RewardBreakdown
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer import signals
-from rlvr.trainer.batch import Trajectories, concat
+from rlvr.trainer.batch import SIGNAL, Samples
 from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
 from rlvr.trainer.replay import ReplayBuffer
-from rlvr.trainer.rollouts import Scored
+from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.signals import Draw
-
-
-def _kept(values: list | None, rows: list[int]) -> list | None:
-    return None if values is None else [values[i] for i in rows]
-
 
 #: Reward metrics summed over a step's draws (a judge's usage), not averaged.
 SUMMED = ("judge/", "time/")
@@ -92,27 +88,26 @@ class Collector:
         self.version = version
         return stats
 
-    def rewards(self, scored: Scored, record: bool = True) -> torch.Tensor:
+    def rewards(self, played: Samples, record: bool = True) -> torch.Tensor:
         """Rewards [N] of scored completions, with DAPO's overlong penalty when the preset has
         one; ``record``: count them in the step's reward metrics (not ReMax's greedy
         baseline completions)."""
-        breakdown = scored.breakdown
+        breakdown = played.breakdown
         rewards = torch.tensor(breakdown.total, dtype=torch.float)
         for key, value in breakdown.metrics().items() if record else ():
             self._reward_metrics.setdefault(key, []).append(value)
         if self.algo.overlong_buffer_frac is not None:
-            lengths = torch.tensor([len(c) for c in scored.completion_ids])
+            lengths = torch.tensor([len(c) for c in played.completion_ids])
             budget = self.cfg.max_completion_tokens
             cache_len = max(1, round(self.algo.overlong_buffer_frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
-        self._reward_seconds += scored.reward_seconds
+        self._reward_seconds += played.info["reward_seconds"]
         return rewards
 
-    def _draw(
-        self, step: int, draw: int, n: int, draws: algorithms.GroupAccumulator
-    ) -> Trajectories:
+    def _draw(self, step: int, draw: int, n: int, draws: algorithms.GroupAccumulator) -> Samples:
         """Draw ``draw`` of step ``step``: P prompts, n samples each (sample j of prompt i from
-        the stream (seed, step, draw, i, j)), scored; the samples the filters keep."""
+        the stream (seed, step, draw, i, j)), played and scored, with their rewards and the
+        signals the estimator needs as columns; the samples the filters keep."""
         algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
         self.phase("sampling")
         problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
@@ -121,98 +116,62 @@ class Collector:
         sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
         if len(set(sizes)) == 1:
             n = sizes[0]
-            scored = self.rollouts.run(
+            played = self.rollouts.run(
                 problems, n, self.sampling, group_keys(base, len(problems), n)
             )
         else:
-            problems, sizes, scored = self._run_sized(problems, sizes, base)
-        self._count_episodes(scored)
-        faults = [f for f in scored.faults or () if f is not None]
+            sizes, played = self._run_sized(problems, sizes, base)
+        problems, ids = played.problems, played.group_ids
+        self._count_episodes(played)
+        faults = [f for f in played.faults or () if f is not None]
         if faults:
             self.warn(
-                f"step {step}: {len(faults)} of {len(scored.texts)} episodes ended in an "
+                f"step {step}: {len(faults)} of {len(played)} episodes ended in an "
                 f"environment fault (reward 0 for that turn, env.on_error: end_episode); the "
                 f"first: {faults[0]}"
             )
-        if scored.group_ids is not None:  # the data's completions: as many as each problem has
-            ids = torch.tensor(scored.group_ids, dtype=torch.long)
-        else:
-            ids = torch.arange(len(problems)).repeat_interleave(torch.tensor(sizes))
-        rewards = self.rewards(scored)
+        rewards = self.rewards(played)
         wanted = signals.needed(algo.advantage)  # inputs the estimator needs produced
         produced = signals.produce(wanted, Draw(self, problems, sizes, n, ids, base), True)
         self.sampler.update(problems, rewards, ids)  # every group, before any filtering
         if self.cfg.rollout.hints:  # GHPO: failed groups again, with a solution's prefix
-            problems, scored, rewards = self._hint(problems, scored, rewards, n, base)
-        keep = torch.arange(len(scored.texts))
+            played, rewards = self._hint(played, rewards, n, base)
+        keep = torch.arange(len(played))
         if algo.group_filter:  # GFPO: keep G of the n samples of each group
-            lengths = torch.tensor([len(c) for c in scored.completion_ids])
+            lengths = torch.tensor([len(c) for c in played.completion_ids])
             keep = algorithms.group_filter(
                 rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
             )
         keep = keep[draws.add(rewards[keep], ids[keep])]
-        final = Draw(self, problems, sizes, n, ids, base)  # the final groups (hinted ones too)
+        final = Draw(self, played.problems, sizes, n, ids, base)  # the final groups (hinted too)
         produced |= signals.produce(wanted, final, before_update=False)
-        k = keep.tolist()
-        batch = Trajectories(
-            problems=problems,
-            prompt_ids=scored.prompt_ids,
-            completion_ids=[scored.completion_ids[i] for i in k],
-            sampler_logprobs=[scored.logprobs[i] for i in k],
-            finished=[scored.finished[i] for i in k],
-            texts=[scored.texts[i] for i in k],
-            rewards=rewards[keep],
-            group_ids=ids[keep],
-            signals={name: values[keep] for name, values in produced.items()},
-            tokens_per_s=scored.tokens_per_s,
-            terms={
-                label: [values[i] for i in k]
-                for label, values in scored.breakdown.components.items()
-            },
-            term_weights=dict(scored.breakdown.weights),
-            policy_version=self.version,
-            action_mask=_kept(scored.action_mask, k),
-            turn_rewards=_kept(scored.turn_rewards, k),
-            anchors=_kept(scored.anchors, k),
-            transcripts=_kept(scored.transcripts, k),
-            infos=_kept(scored.infos, k),
-            teacher_logprobs=_kept(scored.teacher_logprobs, k),
-            demonstration_ids=scored.demonstration_ids,
-            demonstration_mask=scored.demonstration_mask,
-            reasons=[
-                {label: r[i] for label, r in scored.breakdown.reasons.items() if r[i] is not None}
-                for i in k
-            ],
+        signal_columns = {SIGNAL + name: values for name, values in produced.items()}
+        scored = played.with_columns(rewards=rewards, **signal_columns)
+        batch = dataclasses.replace(
+            scored.select(keep),
+            info={"tokens_per_s": played.tokens_per_s, "policy_version": self.version},
         )
         if self.replay is None:
             return batch
-        return self._with_replay(batch, scored, rewards, ids, produced)
+        return self._with_replay(batch, scored)
 
-    def _with_replay(
-        self,
-        batch: Trajectories,
-        scored: Scored,
-        rewards: torch.Tensor,
-        ids: torch.Tensor,
-        produced: dict[str, torch.Tensor],
-    ) -> Trajectories:
+    def _with_replay(self, batch: Samples, scored: Samples) -> Samples:
         """``batch`` with each kept group's replayed samples (:mod:`rlvr.trainer.replay`) after
-        its own, taken before this draw's successful samples (all of them, kept or not) are
-        stored; a replayed sample's produced signals are its group's (``produced``: the draw's,
-        [N] by sample)."""
+        its own, taken before this draw's successful samples (all of them, ``scored``, kept or
+        not) are stored; a replayed sample's produced signals are its group's."""
         assert self.replay is not None
-        problems = batch.problems
+        problems, ids = batch.problems, scored.group_ids
         groups = sorted(set(batch.group_ids.tolist()))
         extra = [(g, s) for g in groups for s in self.replay.take(problems[g].id)]
-        components = scored.breakdown.components
-        for i in range(len(scored.texts)):
+        components = scored.terms
+        for i in range(len(scored)):
             self.replay.store(
                 problems[int(ids[i])].id,
                 {
                     "completion_ids": list(scored.completion_ids[i]),
-                    "logprobs": list(scored.logprobs[i]),
+                    "logprobs": list(scored.sampler_logprobs[i]),
                     "text": scored.texts[i],
-                    "reward": float(rewards[i]),
+                    "reward": float(scored.rewards[i]),
                     "finished": bool(scored.finished[i]),
                     "terms": {label: values[i] for label, values in components.items()},
                 },
@@ -221,56 +180,49 @@ class Collector:
         if not extra:
             return batch
         group_ids = torch.tensor([g for g, _ in extra], dtype=torch.long)
-        part = dataclasses.replace(
-            batch,
-            completion_ids=[s["completion_ids"] for _, s in extra],
-            sampler_logprobs=[s["logprobs"] for _, s in extra],  # the behaviour policy's
-            finished=[s["finished"] for _, s in extra],
-            texts=[s["text"] for _, s in extra],
-            rewards=torch.tensor([s["reward"] for _, s in extra], dtype=batch.rewards.dtype),
-            group_ids=group_ids,
-            terms={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in batch.terms},
-            reasons=[{} for _ in extra],
-            signals={
-                name: values[torch.searchsorted(ids, group_ids)]
-                for name, values in produced.items()
-            },
+        rewards = [s["reward"] for _, s in extra]
+        labels = list(batch.terms)
+        breakdown = RewardBreakdown(
+            total=rewards,
+            components={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in labels},
+            weights=dict(batch.term_weights),
+            errors={label: 0 for label in labels},
+            reasons={label: [None] * len(extra) for label in labels},
         )
-        return concat(
-            [batch, part],
-            problems=problems,
-            prompt_ids=batch.prompt_ids,
-            tokens_per_s=batch.tokens_per_s,
-            terms={label: batch.terms[label] + part.terms[label] for label in batch.terms},
-            signals={
-                name: torch.cat([batch.signals[name], part.signals[name]]) for name in batch.signals
-            },  # fmt: skip
-            term_weights=batch.term_weights,
-            policy_version=batch.policy_version,
-            demonstration_ids=batch.demonstration_ids,
-            demonstration_mask=batch.demonstration_mask,
-        )
+        first = torch.searchsorted(ids, group_ids)  # a group's signals: its first sample's
+        columns = {
+            "completion_ids": [s["completion_ids"] for _, s in extra],
+            "sampler_logprobs": [s["logprobs"] for _, s in extra],  # the behaviour policy's
+            "finished": [s["finished"] for _, s in extra],
+            "texts": [s["text"] for _, s in extra],
+            "group_ids": group_ids,
+            "breakdown": breakdown,
+            "rewards": torch.tensor(rewards, dtype=batch.rewards.dtype),
+            **{SIGNAL + name: values[first] for name, values in scored.signals.items()},
+        }
+        return batch.add_rows(dataclasses.replace(batch, columns=columns))
 
-    def _count_episodes(self, scored: Scored) -> None:
+    def _count_episodes(self, played: Samples) -> None:
         """Add a draw's episode counts (an environment's) to the step's."""
-        for key, value in (scored.episode_counts or {}).items():
+        for key, value in (played.info.get("episode_counts") or {}).items():
             self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
 
     def _hint(
-        self, problems: list[Problem], scored: Scored, rewards: torch.Tensor, n: int, base: int
-    ) -> tuple[list[Problem], Scored, torch.Tensor]:
+        self, played: Samples, rewards: torch.Tensor, n: int, base: int
+    ) -> tuple[Samples, torch.Tensor]:
         """GHPO's hint-guided rollouts (:mod:`rlvr.data.hints`): each group whose every sample
         scored below ``rollout.hint_threshold`` is played again with the first fraction of
         ``rollout.hints`` of its solution in the prompt, then the next while it still fails;
         the last hinted group replaces it (its problem, now hinted, and its samples). Group i
         hinted at its k-th fraction samples from the stream (base, P k + i, j). Returns the
-        draw's problems, scores and rewards in the original group order (the scores' counts are
-        not summed: the reward metrics and episode counts were taken as each part was played).
-        The prompt sampler has heard the unhinted rewards: the problems' own difficulty."""
-        if scored.group_ids is not None or len(rewards) != len(problems) * n:
+        draw's table and rewards in the original group order (the reward metrics and episode
+        counts were taken as each part was played). The prompt sampler has heard the unhinted
+        rewards: the problems' own difficulty."""
+        problems = played.problems
+        if self.algo.samples != "policy" or len(rewards) != len(problems) * n:
             raise ValueError("rollout.hints apply to the policy's own groups of one size")
         threshold = self.cfg.rollout.hint_threshold
-        groups: dict[int, tuple[Problem, Scored, torch.Tensor]] = {}
+        groups: dict[int, tuple[Samples, torch.Tensor]] = {}
         failing = [
             g
             for g in range(len(problems))
@@ -284,11 +236,11 @@ class Collector:
             keys = torch.cat(
                 [group_keys(base, 1, n, first_prompt=len(problems) * k + g) for g in todo]
             )
-            played = self.rollouts.run([hinted[g] for g in todo], n, self.sampling, keys)
-            self._count_episodes(played)
-            scores = self.rewards(played)
+            again = self.rollouts.run([hinted[g] for g in todo], n, self.sampling, keys)
+            self._count_episodes(again)
+            scores = self.rewards(again)
             for i, g in enumerate(todo):
-                groups[g] = (hinted[g], played.select([i], n), scores[i * n : (i + 1) * n])
+                groups[g] = (again.groups([i]), scores[i * n : (i + 1) * n])
             failing = [
                 g
                 for i, g in enumerate(todo)
@@ -296,26 +248,23 @@ class Collector:
             ]
         self._hinted += len(groups)
         if not groups:
-            return problems, scored, rewards
-        parts = [
-            groups[g][1] if g in groups else scored.select([g], n) for g in range(len(problems))
-        ]
-        problems = [groups[g][0] if g in groups else problems[g] for g in range(len(problems))]
+            return played, rewards
+        parts = [groups[g][0] if g in groups else played.groups([g]) for g in range(len(problems))]
         rewards = torch.cat(
             [
-                groups[g][2] if g in groups else rewards[g * n : (g + 1) * n]
+                groups[g][1] if g in groups else rewards[g * n : (g + 1) * n]
                 for g in range(len(problems))
             ]
         )
-        return problems, Scored.merge(parts), rewards
+        return merge_shards(parts), rewards
 
     def _run_sized(
         self, problems: list[Problem], sizes: list[int], base: int
-    ) -> tuple[list[Problem], list[int], Scored]:
+    ) -> tuple[list[int], Samples]:
         """Groups of different sizes (a sampler's ``group_sizes``): the problems of each size
-        played together, smallest size first; returns the problems and sizes in that order and
-        their merged scores. Sample j of the i-th problem (in that order) is the stream
-        (base, i, j), as in a uniform draw."""
+        played together, smallest size first; returns the sizes in that order and the merged
+        table (its problems in that order). Sample j of the i-th problem (in that order) is the
+        stream (base, i, j), as in a uniform draw."""
         if self.algo.group_filter or self.algo.samples != "policy":
             raise ValueError(
                 "group sizes by prompt (curriculum group_sizes) apply to the policy's own "
@@ -331,9 +280,9 @@ class Collector:
                 self.rollouts.run(problems[first : first + count], size, self.sampling, keys)
             )
             first += count
-        return problems, sizes, Scored.merge(parts)
+        return sizes, merge_shards(parts)
 
-    def collect(self, step: int) -> tuple[Trajectories, dict[str, float]]:
+    def collect(self, step: int) -> tuple[Samples, dict[str, float]]:
         """The batch of step ``step`` (1-based): draw prompts, sample, score, tell the sampler;
         refill until the batch is full (dynamic sampling). Returns the batch and the step's
         sampling and reward metrics."""
@@ -379,7 +328,12 @@ class Collector:
         metrics["time/reward"] = self._reward_seconds
         self._reward_metrics.clear()
         self._reward_seconds = 0.0
-        return Trajectories.merge(parts), metrics
+        batch = Samples.concat(
+            parts,
+            tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
+            policy_version=min(p.policy_version for p in parts),
+        )
+        return batch, metrics
 
     def evaluate(self, problems: list[Problem]) -> dict[str, float]:
         """Held-out accuracy of the served policy: greedy, and sampled with the run's sampling

@@ -33,7 +33,7 @@ from rlvr.errors import CollapseError, NonFiniteError
 from rlvr.guards import CollapseGuard, NonFiniteGuard, first_nonfinite, memory_hint, resume_hint
 from rlvr.logging import MetricsLogger
 from rlvr.progress import ProgressDisplay
-from rlvr.trainer.batch import Sampled, Trajectories
+from rlvr.trainer.batch import Sampled, Samples
 from rlvr.trainer.build import RunParts, encode_problem
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.metrics import fmt_eval, note, sample_rows, staleness, step_metrics
@@ -96,9 +96,9 @@ class Ahead:
         batches: list[Sampled],
     ) -> None:
         self.collector, self.limit, self.last_step = collector, limit, last_step
-        self.batches = batches  # [(step, Trajectories, metrics)], oldest first
+        self.batches = batches  # [(step, Samples, metrics)], oldest first
 
-    def take(self, step: int) -> tuple[Trajectories, dict[str, float]]:
+    def take(self, step: int) -> tuple[Samples, dict[str, float]]:
         """Step ``step``'s batch: sampled ahead, or now."""
         if self.batches:
             sampled_for, data, metrics = self.batches.pop(0)
@@ -206,12 +206,12 @@ class Loop:
             self.progress.phase("checkpoint")
             self.checkpoint()
 
-    def collect(self) -> tuple[Trajectories, dict[str, float]]:
+    def collect(self) -> tuple[Samples, dict[str, float]]:
         """Steps 1-3: this step's batch and its sampling metrics."""
         with memory_hint(self.cfg, "sampling", self.run_dir, self.learners.device):
             return self.ahead.take(self.state.step + 1)
 
-    def learn(self, data: Trajectories) -> Update:
+    def learn(self, data: Samples) -> Update:
         """Step 4: the update on ``data``, the batches ahead sampled meanwhile (see
         :meth:`~rlvr.trainer.protocols.Learners.update`). Non-finite rewards skip it."""
         self.progress.phase("training")
@@ -249,7 +249,7 @@ class Loop:
 
     # ------------------------------------------------------------ after the step
 
-    def record(self, data: Trajectories, metrics: dict[str, float], bad: str | None) -> None:
+    def record(self, data: Samples, metrics: dict[str, float], bad: str | None) -> None:
         """Log the step's metrics and samples, update the progress display and run the guards
         (a tripped one stops the run, the checkpoints after its first bad step set aside)."""
         step = self.state.step

@@ -14,7 +14,7 @@ from rlvr.config import Config
 from rlvr.curriculum import per_category
 from rlvr.data import Problem, Task, answer_extractor, data_stats
 from rlvr.grading import answer_entropy_within_groups
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 
 
 def note(text: str) -> None:
@@ -26,7 +26,7 @@ def warn(text: str) -> None:
     note(f"warning: {text}")
 
 
-def step_metrics(data: Trajectories, task: Task, threshold: float) -> dict[str, float]:
+def step_metrics(data: Samples, task: Task, threshold: float) -> dict[str, float]:
     """Reward, length, group and per-category statistics of one step's samples (answers as the
     task's verifier reads them); a sample is correct (``reward/accuracy``) when its reward is
     at least ``threshold`` (``eval.reward_threshold``, as a held-out sample judged by the
@@ -60,7 +60,7 @@ def step_metrics(data: Trajectories, task: Task, threshold: float) -> dict[str, 
     return metrics
 
 
-def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
+def sample_rows(data: Samples, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` samples of a step as ``samples.jsonl`` rows."""
     rows = []
     for i in range(min(limit, len(data.texts))):
@@ -72,8 +72,8 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
             "reward": data.rewards[i].item(),
             "terms": {label: values[i] for label, values in data.terms.items()},
         }
-        if data.reasons and data.reasons[i]:  # a judge's reply, a failed test: why it scored so
-            row["reasons"] = data.reasons[i]
+        if reasons := data.reasons(i):  # a judge's reply, a failed test: why it scored so
+            row["reasons"] = reasons
         if data.transcripts is not None:  # agent episodes: the whole chat, reward per turn
             row["transcript"] = data.transcripts[i]
             row["turn_rewards"] = data.turn_rewards[i] if data.turn_rewards else []
@@ -83,7 +83,7 @@ def sample_rows(data: Trajectories, limit: int) -> list[dict[str, Any]]:
     return rows
 
 
-def staleness(version: int, data: Trajectories, bound: int) -> dict[str, float]:
+def staleness(version: int, data: Samples, bound: int) -> dict[str, float]:
     """``staleness/mean`` and ``/max``: policy versions between the learner (before this step's
     update) and the policy that sampled the batch, over its samples; more than ``bound``
     (``rollout.max_staleness``, plus ``sync_every`` - 1 for a semi-online snapshot) is a bug,

@@ -17,9 +17,8 @@ from rlvr.checkpoint import TrainerState
 from rlvr.config import Config
 from rlvr.data import Problem
 from rlvr.rollout import SamplingParams
-from rlvr.trainer.batch import Sampled, Trajectories
+from rlvr.trainer.batch import Sampled, Samples
 from rlvr.trainer.publish_check import EngineProbe
-from rlvr.trainer.rollouts import Scored
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -38,13 +37,13 @@ class Rollouts(Protocol):
 
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         """Play and score ``n`` episodes of each problem (:class:`~rlvr.trainer.rollouts.Player`),
         episode i from the stream ``keys[i]``."""
 
     def run_reference(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         """As :meth:`run`, sampled from the initial (reference) policy: an engine kept for it when
         the advantage needs the reference's rewards (AAPO)."""
 
@@ -86,7 +85,7 @@ class Learners(Protocol):
     def lr(self) -> float:
         """The learning rate of the next optimizer step."""
 
-    def update(self, data: Trajectories, meanwhile: Callable[[], None] = ...) -> Update:
+    def update(self, data: Samples, meanwhile: Callable[[], None] = ...) -> Update:
         """One step's update (advantages, epochs x minibatches of optimizer steps).
         ``meanwhile`` (the batches sampled ahead) runs while it trains where the learners run
         in other processes (Ray), and before it in this one (the engine shares the policy's

@@ -2,7 +2,7 @@
 training step", step 2-3).
 
 A group is ``n`` episodes of one problem. A :class:`Player` plays them on an engine and scores
-them, returning :class:`Scored`; the collector, the learner and evaluation never ask which kind
+them, returning a :class:`~rlvr.trainer.batch.Samples` table; the collector, the learner and evaluation never ask which kind
 of episode it was. Three players:
 
 * :class:`OneStep`: a plain task is the one-step environment, prompt -> one completion ->
@@ -22,7 +22,6 @@ log-probs of every sampled token, computed where the samples are (a Ray rollout 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,98 +42,29 @@ from rlvr.rewards.combined import CombinedReward, RewardBreakdown
 from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
-from rlvr.trainer.batch import concat
+from rlvr.trainer.batch import Samples
 
 
-@dataclass(kw_only=True)
-class Scored:
-    """Groups played and scored (plain data: it comes back from rollout workers).
+def merge_shards(parts: list[Samples]) -> Samples:
+    """Shards of one draw (groups played apart: Ray workers, groups of other sizes, hinted
+    groups), in prompt order, as one table: throughput is the tokens over the slowest shard's
+    time (the shards ran side by side), episode counts add up."""
+    seconds = max(p.info["seconds"] for p in parts)
+    tokens = sum(len(c) for p in parts for c in p.completion_ids)
+    info = {
+        "seconds": seconds,
+        "tokens_per_s": tokens / max(seconds, 1e-9),
+        "reward_seconds": max(p.info["reward_seconds"] for p in parts),
+    }
+    if "episode_counts" in parts[0].info:
+        keys = parts[0].info["episode_counts"]
+        info["episode_counts"] = {k: sum(p.info["episode_counts"][k] for p in parts) for k in keys}
+    return Samples.concat(parts, **info)
 
-    N samples of P problems: sample i of problem i // n, or of ``group_ids[i]`` when given
-    (the data's completions: as many per problem as it has).
 
-    Attributes:
-        prompt_ids: [P] each problem's prompt token ids (a plain task's chat, or the
-            environment's first messages, through the chat template).
-        completion_ids, logprobs, finished, texts: [N] per sample, as in
-            :class:`~rlvr.trainer.batch.Trajectories`.
-        breakdown: the reward's unweighted terms and error counts per sample.
-        seconds, tokens_per_s: the engine's time and throughput; ``reward_seconds``: scoring.
-        action_mask, turn_rewards, anchors, transcripts, infos: [N] per multi-turn episode, else
-            None (infos: each step's ``info`` as JSON data, :func:`rlvr.envs.base.plain`).
-        episode_counts: the episodes' summed counts (:func:`rlvr.envs.agent.counts`) or None.
-        group_ids: [N] the problem of each sample, or None (i // n).
-        teacher_logprobs: [N] a teacher's log-prob of each completion token (on-policy
-            distillation), or None.
-        demonstration_ids, demonstration_mask: [P] each problem's demonstration (token ids
-            after its prompt, and the loss mask on its assistant tokens), for an SFT term beside
-            the RL loss (``sft_coef``), or None.
-        faults: [N] the environment fault that ended each episode (one line) or None; None
-            without an environment.
-    """
-
-    prompt_ids: list[list[int]]
-    completion_ids: list[list[int]]
-    logprobs: list[list[float]]
-    finished: list[bool]
-    texts: list[str]
-    breakdown: RewardBreakdown
-    seconds: float
-    tokens_per_s: float
-    reward_seconds: float
-    action_mask: list[list[int]] | None = None
-    turn_rewards: list[list[float]] | None = None
-    anchors: list[list[Any]] | None = None
-    transcripts: list[list[dict[str, Any]]] | None = None
-    infos: list[list[dict[str, Any]]] | None = None
-    episode_counts: dict[str, float] | None = None
-    group_ids: list[int] | None = None
-    teacher_logprobs: list[list[float]] | None = None
-    demonstration_ids: list[list[int]] | None = None
-    demonstration_mask: list[list[int]] | None = None
-    faults: list[str | None] | None = None
-
-    def select(self, groups: list[int], n: int) -> Scored:
-        """The groups ``groups`` (problem indices, in that order) of a draw of ``n`` samples per
-        problem: their prompts and samples. Timings and counts (reward errors, events, usage,
-        episode counts) stay the whole draw's: merged selections of one draw do not sum them."""
-        if self.group_ids is not None:
-            raise ValueError("Scored.select takes draws of n samples per problem")
-        rows = [g * n + j for g in groups for j in range(n)]
-        per_group = ("prompt_ids", "demonstration_ids", "demonstration_mask")
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value is None or not isinstance(value, list):
-                continue
-            values[field.name] = [value[i] for i in (groups if field.name in per_group else rows)]
-        return dataclasses.replace(self, breakdown=self.breakdown.select(rows), **values)
-
-    @staticmethod
-    def merge(parts: list[Scored]) -> Scored:
-        """Shards of one draw, in prompt order, as one (throughput: tokens over the slowest
-        shard's time, the shards ran side by side)."""
-        seconds = max(p.seconds for p in parts)
-        tokens = sum(len(c) for p in parts for c in p.completion_ids)
-        counted = None
-        if parts[0].episode_counts is not None:
-            keys = parts[0].episode_counts
-            counted = {k: sum(p.episode_counts[k] for p in parts) for k in keys}  # type: ignore[index]
-        group_ids = None
-        if parts[0].group_ids is not None:  # offset by the problems of the shards before
-            offsets = [0]
-            for p in parts[:-1]:
-                offsets.append(offsets[-1] + len(p.prompt_ids))
-            group_ids = [g + o for p, o in zip(parts, offsets, strict=True) for g in p.group_ids]  # type: ignore[union-attr]
-        return concat(
-            parts,
-            group_ids=group_ids,
-            breakdown=RewardBreakdown.concat([p.breakdown for p in parts]),
-            seconds=seconds,
-            tokens_per_s=tokens / max(seconds, 1e-9),
-            reward_seconds=max(p.reward_seconds for p in parts),
-            episode_counts=counted,
-        )
+def _groups_of(problems: list[Problem], n: int) -> torch.Tensor:
+    """[P n] the group of each of ``n`` samples per problem, in problem order."""
+    return torch.arange(len(problems)).repeat_interleave(n)
 
 
 class Player(Protocol):
@@ -147,7 +77,7 @@ class Player(Protocol):
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor | None,
-    ) -> Scored:
+    ) -> Samples:
         """``n`` scored episodes of each problem, episode i from the stream ``keys[i]``."""
 
     def records(
@@ -249,7 +179,7 @@ class OneStep:
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor | None,
-    ) -> Scored:
+    ) -> Samples:
         prompt_ids = [self.encode(p) for p in problems]
         rollout = engine.generate(prompt_ids, n, sampling, keys)
         texts = [self.decode(c) for c in rollout.completion_ids]
@@ -263,21 +193,31 @@ class OneStep:
         if self.reference_scorer is not None:
             fields.update(self.reference_scorer(rollout, texts, owners))
         breakdown = self.reward(texts, owners, group_ids=ids, **fields)
-        teacher = self.teacher(rollout) if self.teacher is not None else None
-        demos = None if self.demonstration is None else [self.demonstration(p) for p in problems]
-        return Scored(
+        columns = {
+            "completion_ids": rollout.completion_ids,
+            "sampler_logprobs": rollout.logprobs,
+            "finished": rollout.finished,
+            "texts": texts,
+            "group_ids": torch.tensor(ids, dtype=torch.long),
+            "breakdown": breakdown,
+        }
+        if self.teacher is not None:
+            columns["teacher_logprobs"] = self.teacher(rollout)
+        group_columns = {}
+        if self.demonstration is not None:  # sft_coef: each problem's demonstration
+            demos = [self.demonstration(p) for p in problems]
+            group_columns["demonstration_ids"] = [d[1] for d in demos]
+            group_columns["demonstration_mask"] = [d[2] for d in demos]
+        return Samples(
+            problems=problems,
             prompt_ids=prompt_ids,
-            completion_ids=rollout.completion_ids,
-            logprobs=rollout.logprobs,
-            finished=rollout.finished,
-            texts=texts,
-            breakdown=breakdown,
-            seconds=rollout.stats["rollout/seconds"],
-            tokens_per_s=rollout.stats["rollout/tokens_per_s"],
-            reward_seconds=time.perf_counter() - start,
-            teacher_logprobs=teacher,
-            demonstration_ids=None if demos is None else [d[1] for d in demos],
-            demonstration_mask=None if demos is None else [d[2] for d in demos],
+            columns=columns,
+            group_columns=group_columns,
+            info={
+                "seconds": rollout.stats["rollout/seconds"],
+                "tokens_per_s": rollout.stats["rollout/tokens_per_s"],
+                "reward_seconds": time.perf_counter() - start,
+            },
         )
 
     def records(
@@ -347,7 +287,7 @@ class Given:
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor | None,
-    ) -> Scored:
+    ) -> Samples:
         start = time.perf_counter()
         prompts, completions, masks, rewards, owners, finished, texts = [], [], [], [], [], [], []
         for i, problem in enumerate(problems):
@@ -368,26 +308,18 @@ class Given:
                 owners.append(i)
                 texts.append(demo.text)
             prompts.append(prompt)
-        breakdown = RewardBreakdown(
-            total=rewards,
-            components={"data": rewards},
-            weights={"data": 1.0},
-            errors={"data": 0},
-            reasons={"data": [None] * len(rewards)},
-        )
-        return Scored(
-            prompt_ids=prompts,
-            completion_ids=completions,
-            logprobs=[[0.0] * len(c) for c in completions],
-            finished=finished,
-            texts=texts,
-            breakdown=breakdown,
-            seconds=time.perf_counter() - start,
-            tokens_per_s=0.0,
-            reward_seconds=0.0,
-            action_mask=masks,
-            group_ids=owners,
-        )
+        breakdown = RewardBreakdown.single("data", rewards)
+        columns = {
+            "completion_ids": completions,
+            "sampler_logprobs": [[0.0] * len(c) for c in completions],
+            "finished": finished,
+            "texts": texts,
+            "group_ids": torch.tensor(owners, dtype=torch.long),
+            "breakdown": breakdown,
+            "action_mask": masks,
+        }
+        info = {"seconds": time.perf_counter() - start, "tokens_per_s": 0.0, "reward_seconds": 0.0}
+        return Samples(problems=problems, prompt_ids=prompts, columns=columns, info=info)
 
     def records(
         self,
@@ -414,37 +346,34 @@ class MultiTurn:
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor | None,
-    ) -> Scored:
+    ) -> Samples:
         start = time.perf_counter()
         prompts, episodes = self.agent.play(engine, problems, n, sampling, keys)
         seconds = time.perf_counter() - start
         returns = [e.reward for e in episodes]
-        breakdown = RewardBreakdown(
-            total=returns,
-            components={"env": returns},
-            weights={"env": 1.0},
-            errors={"env": 0},
-            reasons={"env": [None] * len(episodes)},
-        )
+        breakdown = RewardBreakdown.single("env", returns)
         sampled = sum(sum(e.action_mask) for e in episodes)
-        return Scored(
-            prompt_ids=prompts,
-            completion_ids=[e.completion_ids for e in episodes],
-            logprobs=[e.logprobs for e in episodes],
-            finished=[e.finished for e in episodes],
-            texts=[e.last_action for e in episodes],
-            breakdown=breakdown,
-            seconds=seconds,
-            tokens_per_s=sampled / max(seconds, 1e-9),
-            reward_seconds=0.0,
-            action_mask=[e.action_mask for e in episodes],
-            turn_rewards=[e.turn_rewards for e in episodes],
-            anchors=[e.anchors for e in episodes],
-            transcripts=[e.messages for e in episodes],
-            infos=[[plain(info) for info in e.infos] for e in episodes],
-            episode_counts=counts(episodes),
-            faults=[e.fault for e in episodes],
-        )
+        columns = {
+            "completion_ids": [e.completion_ids for e in episodes],
+            "sampler_logprobs": [e.logprobs for e in episodes],
+            "finished": [e.finished for e in episodes],
+            "texts": [e.last_action for e in episodes],
+            "group_ids": _groups_of(problems, n),
+            "breakdown": breakdown,
+            "action_mask": [e.action_mask for e in episodes],
+            "turn_rewards": [e.turn_rewards for e in episodes],
+            "anchors": [e.anchors for e in episodes],
+            "transcripts": [e.messages for e in episodes],
+            "infos": [[plain(info) for info in e.infos] for e in episodes],
+            "faults": [e.fault for e in episodes],
+        }
+        info = {
+            "seconds": seconds,
+            "tokens_per_s": sampled / max(seconds, 1e-9),
+            "reward_seconds": 0.0,
+            "episode_counts": counts(episodes),
+        }
+        return Samples(problems=problems, prompt_ids=prompts, columns=columns, info=info)
 
     def records(
         self,

@@ -21,6 +21,7 @@ from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.guards import vocabulary_size
 from rlvr.models import load_tokenizer
 from rlvr.rollout import RolloutEngine, SamplingParams
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
     Front,
     RunParts,
@@ -35,7 +36,7 @@ from rlvr.trainer.build import (
 )
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.publish_check import EngineProbe
-from rlvr.trainer.rollouts import Player, Scored
+from rlvr.trainer.rollouts import Player
 
 
 @dataclass
@@ -50,12 +51,12 @@ class LocalRollouts:
 
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         return self.player.play(self.engine, problems, n, sampling, keys)
 
     def run_reference(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         if self.reference is None:
             raise RuntimeError("this run keeps no reference engine (advantage aapo keeps one)")
         return self.player.play(self.reference, problems, n, sampling, keys)

@@ -46,7 +46,7 @@ from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer, resolve
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
     RunParts,
     build_front,
@@ -55,7 +55,7 @@ from rlvr.trainer.build import (
     sampling_params,
 )
 from rlvr.trainer.collect import Collector
-from rlvr.trainer.rollouts import Scored
+from rlvr.trainer.rollouts import merge_shards
 
 
 class RayUnavailable(RlvrError, ValueError):
@@ -221,13 +221,13 @@ class RayLearners:
                 f"{str(err).splitlines()[0][:300] if str(err) else ''})"
             ) from None
 
-    def start_update(self, data: Trajectories) -> list[Any]:
+    def start_update(self, data: Samples) -> list[Any]:
         """Send ``data`` to every learner and start their update; the calls' references."""
         ref = self._ray.put(data)
         return [r.update.remote(ref) for r in self.ranks]
 
     def update(
-        self, data: Trajectories, meanwhile: Callable[[], None] = lambda: None
+        self, data: Samples, meanwhile: Callable[[], None] = lambda: None
     ) -> tuple[dict[str, float], str | None]:
         """The learners' update; ``meanwhile`` runs while they train (the rollout workers
         sample the batches ahead)."""
@@ -390,12 +390,12 @@ class RayRollouts:
 
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         return self._run("run", problems, n, sampling, keys)
 
     def run_reference(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         """The reference's groups, on each worker's engine over its initial policy."""
         return self._run("run_reference", problems, n, sampling, keys)
 
@@ -406,7 +406,7 @@ class RayRollouts:
         n: int,
         sampling: SamplingParams,
         keys: torch.Tensor | None,
-    ) -> Scored:
+    ) -> Samples:
         parts = shards(len(problems), len(self.workers))
         args = {
             i: (problems[lo:hi], n, sampling, None if keys is None else keys[lo * n : hi * n])
@@ -417,7 +417,7 @@ class RayRollouts:
         self._stats = {
             f"rollout/worker{i}/tokens_per_s": s.tokens_per_s for i, s in enumerate(scored)
         }
-        return Scored.merge(scored)
+        return merge_shards(scored)
 
     def evaluate(
         self, problems: list[Problem], sampling: SamplingParams, seed: int

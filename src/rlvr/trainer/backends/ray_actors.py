@@ -29,9 +29,8 @@ from rlvr.grading.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.local import local_rollouts
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import build_front, build_learner, load_policy, resolve_algorithm
-from rlvr.trainer.rollouts import Scored
 
 
 def _where() -> dict[str, Any]:
@@ -75,12 +74,12 @@ class RolloutWorker:
 
     def run(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         return self.rollouts.run(problems, n, sampling, keys)
 
     def run_reference(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
-    ) -> Scored:
+    ) -> Samples:
         return self.rollouts.run_reference(problems, n, sampling, keys)
 
     def records(
@@ -166,7 +165,7 @@ class LearnerWorker:
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
         return self.learner.score(prompt, completions)
 
-    def update(self, data: Trajectories) -> tuple[dict[str, float], str | None, float]:
+    def update(self, data: Samples) -> tuple[dict[str, float], str | None, float]:
         metrics, bad = self.learner.update(data)
         return metrics, bad, self.learner.lr
 

@@ -9,7 +9,7 @@ import torch
 from rlvr import algorithms
 from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.config import AlgorithmConfig
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 
 
 def padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
@@ -21,7 +21,7 @@ def padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
 
 
 def _reward_terms(
-    data: Trajectories, device: torch.device
+    data: Samples, device: torch.device
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The batch's reward terms [N, K] and their weights [K] (GDPO's inputs), or (None, None)
     where the reward is one function (no terms with weights)."""
@@ -34,7 +34,7 @@ def _reward_terms(
 
 
 def advantage_inputs(
-    data: Trajectories,
+    data: Samples,
     mask: torch.Tensor,
     sampler_logp: torch.Tensor,
     token_kl: torch.Tensor | None,
@@ -69,7 +69,7 @@ def advantage_inputs(
 
 
 def turn_credit(
-    algo: algorithms.Preset, settings: AlgorithmConfig, data: Trajectories, mask: torch.Tensor
+    algo: algorithms.Preset, settings: AlgorithmConfig, data: Samples, mask: torch.Tensor
 ) -> torch.Tensor:
     """Per-token advantages [N, T] of agent episodes under ``algorithm.credit``
     (:mod:`rlvr.algorithms.credit`): per-turn advantages with the preset's estimator as the

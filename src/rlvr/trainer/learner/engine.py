@@ -1,4 +1,4 @@
-"""The learner: a :class:`~rlvr.trainer.batch.Trajectories` batch -> ``ppo_epochs`` x
+"""The learner: a :class:`~rlvr.trainer.batch.Samples` batch -> ``ppo_epochs`` x
 ``minibatches`` optimizer steps over micro-batches (docs/design.md, "One training step", step 4).
 
 :class:`Learner` owns the policy's trained weights, the value head (PPO), the reference
@@ -24,7 +24,7 @@ from rlvr.config import Config
 from rlvr.distributed.data_parallel import DataParallel
 from rlvr.grading import snapshot_params, update_sparsity
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.learner import imitation, pairs, policy_gradient  # noqa: F401  (built-in kinds)
 from rlvr.trainer.learner.forward import Forward
 from rlvr.trainer.learner.kinds import (
@@ -42,7 +42,7 @@ from rlvr.trainer.learner.state import Checkpointed
 
 @dataclass
 class Learner(Checkpointed):
-    """Trains the policy on :class:`Trajectories` (see the module docstring).
+    """Trains the policy on :class:`Samples` (see the module docstring).
 
     Attributes:
         policy: the trained model (fp32 weights); what the collector is given after an update.
@@ -127,7 +127,7 @@ class Learner(Checkpointed):
             self.group.all_reduce_sum(list(tensors))
         return tensors
 
-    def batch(self, data: Trajectories) -> Batch:
+    def batch(self, data: Samples) -> Batch:
         """``data``'s samples as one padded batch on the learner's device."""
         return make_batch(
             data.prompt_ids,
@@ -155,12 +155,12 @@ class Learner(Checkpointed):
             ref_logp = self._sum_over_group(ref[:1])[0]
         return old_logp, entropy, values, ref_logp
 
-    def prepare(self, data: Trajectories) -> Prepared:
+    def prepare(self, data: Samples) -> Prepared:
         """The objective kind's preparation of ``data`` (no-grad passes in eval mode)."""
         self.policy.eval()
         return self.kind.prepare(self, data)
 
-    def optimize(self, data: Trajectories) -> tuple[dict[str, float], str | None]:
+    def optimize(self, data: Samples) -> tuple[dict[str, float], str | None]:
         """The objective's preparation, then ``ppo_epochs`` passes of ``minibatches`` optimizer
         steps over its shuffled units. Returns averaged metrics and None; or ``({metric},
         quantity)`` when an input, a loss or a gradient norm is non-finite: no optimizer step
@@ -217,7 +217,7 @@ class Learner(Checkpointed):
         return None if found is None else SkipStep(*found)
 
     def update(
-        self, data: Trajectories, meanwhile: Callable[[], None] = lambda: None
+        self, data: Samples, meanwhile: Callable[[], None] = lambda: None
     ) -> tuple[dict[str, float], str | None]:
         """One step's update (:meth:`optimize`): metrics and None, or the non-finite quantity
         that stopped it. The version advances when an update completed. ``meanwhile`` runs

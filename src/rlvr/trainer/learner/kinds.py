@@ -31,7 +31,7 @@ import torch
 from rlvr.registry import Registry
 
 if TYPE_CHECKING:
-    from rlvr.trainer.batch import Trajectories
+    from rlvr.trainer.batch import Samples
     from rlvr.trainer.learner.engine import Learner
 
 
@@ -78,7 +78,7 @@ class ObjectiveKind:
     """The strategy of one kind of objective (see the module docstring); stateless: an update's
     state is its :class:`Prepared`."""
 
-    def prepare(self, learner: Learner, data: Trajectories) -> Prepared:
+    def prepare(self, learner: Learner, data: Samples) -> Prepared:
         """The update's fixed inputs from the step's batch ``data`` (non-empty)."""
         raise NotImplementedError
 

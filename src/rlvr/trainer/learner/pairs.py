@@ -18,7 +18,7 @@ import torch
 
 from rlvr import algorithms
 from rlvr.policy import Batch
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.learner.kinds import (
     Averages,
     ObjectiveKind,
@@ -58,7 +58,7 @@ class Pairs(Prepared):
 class PairObjective(ObjectiveKind):
     """A registered pair loss over the pairs of each group (see the module docstring)."""
 
-    def prepare(self, learner: Learner, data: Trajectories) -> Pairs:
+    def prepare(self, learner: Learner, data: Samples) -> Pairs:
         """The pairs, and the no-grad passes of the paired rows only."""
         chosen, rejected, skipped = algorithms.preference_pairs(
             data.rewards, data.group_ids, learner.algo.pairs

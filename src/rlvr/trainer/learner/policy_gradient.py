@@ -42,7 +42,7 @@ from rlvr import algorithms
 from rlvr.guards import first_nonfinite
 from rlvr.policy import Batch, make_batch
 from rlvr.rollout.streams import stream_key
-from rlvr.trainer.batch import Trajectories
+from rlvr.trainer.batch import Samples
 from rlvr.trainer.learner.advantage_inputs import (
     advantage_inputs,
     advantage_stats,
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Samples(Prepared):
+class SampleTensors(Prepared):
     """One update's samples: the batch and per-sample tensors [N] or [N, T].
 
     Attributes:
@@ -101,7 +101,7 @@ class Samples(Prepared):
 class PolicyGradient(ObjectiveKind):
     """J(theta) of the module docstring."""
 
-    def prepare(self, learner: Learner, data: Trajectories) -> Samples:
+    def prepare(self, learner: Learner, data: Samples) -> SampleTensors:
         """The batch, the no-grad passes and the advantages (1) of one update."""
         algo, settings = learner.algo, learner.cfg.algorithm
         batch = learner.batch(data)
@@ -140,7 +140,7 @@ class PolicyGradient(ObjectiveKind):
             and learner.value_head is None
         )
         nonzero = advantages != 0 if advantages.dim() == 1 else (advantages * mask != 0).any(-1)
-        return Samples(
+        return SampleTensors(
             units=len(data),
             batch=batch,
             advantages=advantages,
@@ -160,7 +160,7 @@ class PolicyGradient(ObjectiveKind):
         """The tokens the loss sees [N, T], given the advantages (all of ``train_mask``)."""
         return train_mask
 
-    def demonstrations(self, learner: Learner, data: Trajectories) -> Batch | None:
+    def demonstrations(self, learner: Learner, data: Samples) -> Batch | None:
         """Each problem's demonstration as a batch [P] when ``sft_coef`` > 0, else None."""
         if learner.algo.sft_coef <= 0:
             return None
@@ -174,7 +174,7 @@ class PolicyGradient(ObjectiveKind):
         ).to(learner.device)
 
     def check(self, prepared: Prepared) -> tuple[dict[str, float], str] | None:
-        assert isinstance(prepared, Samples)
+        assert isinstance(prepared, SampleTensors)
         if first_nonfinite({"advantages": prepared.advantages}) is None:
             return None
         bad_frac = (~torch.isfinite(prepared.advantages)).float().mean().item()
@@ -191,7 +191,7 @@ class PolicyGradient(ObjectiveKind):
         """The minibatch's gradient over its sample rows ``units``: the loss of this learner's
         trained rows, micro-batch by micro-batch, then with ``sft_coef`` the SFT term of their
         groups' demonstrations."""
-        assert isinstance(prepared, Samples)
+        assert isinstance(prepared, SampleTensors)
         mb = learner.cfg.train.micro_batch_size
         totals = (float(prepared.train_mask[units].sum()), float(len(units)))
         active = units[prepared.trained[units]] if prepared.skippable else units
@@ -254,7 +254,7 @@ class PolicyGradient(ObjectiveKind):
     def loss(
         self,
         learner: Learner,
-        p: Samples,
+        p: SampleTensors,
         rows: torch.Tensor,
         totals: tuple[float, float],
         averages: Averages,
@@ -336,7 +336,12 @@ class PolicyGradient(ObjectiveKind):
         return loss
 
     def demonstration_loss(
-        self, learner: Learner, p: Samples, groups: torch.Tensor, total: float, averages: Averages
+        self,
+        learner: Learner,
+        p: SampleTensors,
+        groups: torch.Tensor,
+        total: float,
+        averages: Averages,
     ) -> torch.Tensor:
         """``sft_coef`` x the NLL of the demonstrations of ``groups`` (a micro-batch of them), as
         a share of the token mean over the minibatch's groups' demonstration tokens ``total``:
@@ -352,7 +357,7 @@ class PolicyGradient(ObjectiveKind):
         return learner.algo.sft_coef * nll / max(total, 1.0)
 
     def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
-        assert isinstance(prepared, Samples)
+        assert isinstance(prepared, SampleTensors)
         mask = prepared.batch.action_mask
         if prepared.token_kl is not None:
             metrics["policy/kl_ref"] = algorithms.masked_mean(prepared.token_kl, mask).item()
