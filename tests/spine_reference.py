@@ -8,7 +8,8 @@ greedy rewards, AAPO's reference rewards) were added before issue 46; PPO (GAE, 
 in the reward), a run with every optional term of J(theta) at once (KL in the loss, entropy
 bonus, TIS, off-policy masking, top-entropy tokens, the SFT term) and Skywork-OR1's adaptive
 entropy bonus with DPPO's sampler-anchored loss were added before the learner was split into
-objective kinds (issue 46, part 3).
+objective kinds (issue 46, part 3); GHPO's hints, GFPO's filter, RePO's replay and Knapsack RL's
+group sizes were added before the collector's draw became a list of stages (part 2).
 
 Record again (only when a change is *meant* to alter training)::
 
@@ -117,6 +118,24 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
     }
     adaptive = _base(run_dir)  # Skywork-OR1's adaptive entropy bonus, a sampler-anchored loss
     adaptive["algorithm"] = {"preset": "grpo", "entropy_target": 6.0, "policy_loss": "dppo_tv"}
+    rows = {"name": "file", "path": str(TESTS / "data" / "spine_rows.jsonl"), "eval_fraction": 0.5}
+    hints = _base(run_dir)  # the task's verifier: every group fails and is played hinted
+    hints["reward"] = {}
+    hints["rollout"]["hints"] = [0.25, 0.5]
+    gfpo = _base(run_dir)
+    gfpo["algorithm"] = {
+        "preset": "grpo",
+        "beta": 0.0,
+        "group_filter": "reward_per_token",
+        "group_filter_oversample": 2,
+    }
+    replay = _base(run_dir)  # 2 training rows: every step revisits both
+    replay["task"] = rows
+    replay["rollout"].update(group_size=2, replay=2, replay_threshold=0.3)
+    replay["algorithm"] = {"preset": "grpo", "beta": 0.0, "tis_cap": 2.0}
+    knapsack = _base(run_dir)
+    knapsack["task"] = rows
+    knapsack["curriculum"] = {"name": "knapsack", "params": {"threshold": 0.4, "max_size": 6}}
     return {
         "plain": plain,
         "dapo": dapo,
@@ -130,6 +149,10 @@ def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
         "ppo": ppo,
         "terms": terms,
         "adaptive_entropy": adaptive,
+        "hints": hints,
+        "gfpo": gfpo,
+        "replay": replay,
+        "knapsack": knapsack,
     }
 
 

@@ -297,7 +297,7 @@ def test_hints_must_be_increasing_fractions():
 
 
 def test_the_replay_buffer_keeps_the_newest_successes_per_prompt():
-    from rlvr.trainer.replay import ReplayBuffer
+    from rlvr.trainer.stages.replay import ReplayBuffer
 
     buffer = ReplayBuffer(replay=2, per_prompt=3, threshold=1.0)
     for i, reward in enumerate([1.0, 0.0, 1.0, 1.0, 1.0]):

@@ -4,14 +4,14 @@ step", steps 1-3).
 
 A :class:`Collector` draws the prompts, names each sample's random stream (seed, step, draw,
 prompt, sample: :mod:`rlvr.rollout.streams`), hands the groups to its
-:class:`~rlvr.trainer.protocols.Rollouts` (in this process, or on Ray rollout workers), and
-turns the scored groups into the step's batch: a sampler's group sizes (Knapsack RL), DAPO's
-overlong penalty, the sampler's update, GHPO's hints for the groups that failed, GFPO's sample
-filter, the group selector (DAPO's dynamic sampling refills the batch), RePO's replayed
-samples; the signals the estimator needs are produced on demand (:mod:`rlvr.trainer.signals`:
-SPO's baselines, ReMax's greedy rewards, AAPO's reference rewards). It never
-touches the optimizer: the learner trains on what it returns and publishes new weights back
-(:meth:`Collector.publish`).
+:class:`~rlvr.trainer.protocols.Rollouts` (in this process, or on Ray rollout workers; a
+sampler's group sizes, Knapsack RL), and turns the played table into the step's batch: the
+rewards (DAPO's overlong penalty), the sampler's update, the run's draw stages
+(:mod:`rlvr.trainer.stages`: GHPO's hints, GFPO's filter, RePO's replay), the step's group
+accumulator (DAPO's dynamic sampling, a group selector, refilling the batch), and the signals
+the estimator needs, produced on demand (:mod:`rlvr.trainer.signals`: SPO's baselines, ReMax's
+greedy rewards, AAPO's reference rewards). It never touches the optimizer: the learner trains
+on what it returns and publishes new weights back (:meth:`Collector.publish`).
 """
 
 from __future__ import annotations
@@ -26,18 +26,18 @@ import torch
 from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.curriculum.base import PromptSampler
-from rlvr.data import Problem, hints
+from rlvr.data import Problem
 from rlvr.envs.agent import episode_metrics
-from rlvr.rewards.combined import RewardBreakdown
 from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer import signals
 from rlvr.trainer.batch import SIGNAL, Samples
 from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
-from rlvr.trainer.replay import ReplayBuffer
 from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.signals import Draw
+from rlvr.trainer.stages import STAGES, DrawState, Stage, stages_for
+from rlvr.trainer.stages.replay import ReplayBuffer
 
 #: Reward metrics summed over a step's draws (a judge's usage), not averaged.
 SUMMED = ("judge/", "time/")
@@ -70,9 +70,9 @@ class Collector:
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
-    _hinted: int = 0
-    _replayed: int = 0
     replay: ReplayBuffer | None = None
+    stages: list[Stage] = dataclasses.field(default_factory=list)
+    counts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rollout = self.cfg.rollout
@@ -80,6 +80,8 @@ class Collector:
             self.replay = ReplayBuffer(
                 rollout.replay, rollout.replay_buffer, rollout.replay_threshold
             )
+        self.stages = [STAGES[name] for name in stages_for(self.cfg, self.algo)]
+        self.counts = {key: 0.0 for stage in self.stages for key in stage.counts}
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (the learners') from now on, as policy ``version``; the
@@ -104,25 +106,50 @@ class Collector:
         self._reward_seconds += played.info["reward_seconds"]
         return rewards
 
+    def play(self, problems: list[Problem], n: int, keys: torch.Tensor | None) -> Samples:
+        """``n`` episodes of each problem played and scored by the rollouts (episode i from the
+        stream ``keys[i]``); their episode counts added to the step's."""
+        played = self.rollouts.run(problems, n, self.sampling, keys)
+        for key, value in (played.info.get("episode_counts") or {}).items():
+            self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
+        return played
+
     def _draw(self, step: int, draw: int, n: int, draws: algorithms.GroupAccumulator) -> Samples:
         """Draw ``draw`` of step ``step``: P prompts, n samples each (sample j of prompt i from
-        the stream (seed, step, draw, i, j)), played and scored, with their rewards and the
-        signals the estimator needs as columns; the samples the filters keep."""
-        algo, P, G = self.algo, self.cfg.rollout.prompts_per_step, self.cfg.rollout.group_size
+        the stream (seed, step, draw, i, j)), played and scored, with their rewards; the run's
+        stages (:mod:`rlvr.trainer.stages`) and the step's group accumulator decide the rows
+        kept, which get the signals the estimator needs as columns."""
         self.phase("sampling")
-        problems = self.sampler.draw(P)  # its checkpointed state makes every draw resumable
+        problems = self.sampler.draw(self.cfg.rollout.prompts_per_step)  # resumable: checkpointed
         base = stream_key(self.cfg.train.seed, step, draw)
-        allocate = getattr(self.sampler, "group_sizes", None)  # Knapsack RL's budgets
-        sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
-        if len(set(sizes)) == 1:
-            n = sizes[0]
-            played = self.rollouts.run(
-                problems, n, self.sampling, group_keys(base, len(problems), n)
-            )
-        else:
-            sizes, played = self._run_sized(problems, sizes, base)
-        problems, ids = played.problems, played.group_ids
-        self._count_episodes(played)
+        sizes, played = self._play_sized(problems, n, base)
+        n = sizes[0] if len(set(sizes)) == 1 else n
+        self._warn_faults(step, played)
+        table = played.with_columns(rewards=self.rewards(played))
+        wanted = signals.needed(self.algo.advantage)  # inputs the estimator needs produced
+
+        def moment(t: Samples) -> Draw:
+            return Draw(self, t.problems, sizes, n, t.group_ids, base)
+
+        produced = signals.produce(wanted, moment(table), before_update=True)
+        self.sampler.update(table.problems, table.rewards, table.group_ids)  # before any filter
+        state = DrawState(self, table, torch.arange(len(table)), n, base)
+        for stage in self.stages:
+            if not stage.after_select:
+                stage.apply(state)
+        table, keep = state.table, state.keep
+        keep = keep[draws.add(table.rewards[keep], table.group_ids[keep])]  # the step's groups
+        produced |= signals.produce(wanted, moment(table), before_update=False)  # final groups
+        state.table = table.with_columns(**{SIGNAL + k: v for k, v in produced.items()})
+        info = {"tokens_per_s": table.tokens_per_s, "policy_version": self.version}
+        state.batch = dataclasses.replace(state.table.select(keep), info=info)
+        for stage in self.stages:
+            if stage.after_select:
+                stage.apply(state)
+        return state.batch
+
+    def _warn_faults(self, step: int, played: Samples) -> None:
+        """One line about a draw's episodes that ended in an environment fault."""
         faults = [f for f in played.faults or () if f is not None]
         if faults:
             self.warn(
@@ -130,133 +157,16 @@ class Collector:
                 f"environment fault (reward 0 for that turn, env.on_error: end_episode); the "
                 f"first: {faults[0]}"
             )
-        rewards = self.rewards(played)
-        wanted = signals.needed(algo.advantage)  # inputs the estimator needs produced
-        produced = signals.produce(wanted, Draw(self, problems, sizes, n, ids, base), True)
-        self.sampler.update(problems, rewards, ids)  # every group, before any filtering
-        if self.cfg.rollout.hints:  # GHPO: failed groups again, with a solution's prefix
-            played, rewards = self._hint(played, rewards, n, base)
-        keep = torch.arange(len(played))
-        if algo.group_filter:  # GFPO: keep G of the n samples of each group
-            lengths = torch.tensor([len(c) for c in played.completion_ids])
-            keep = algorithms.group_filter(
-                rewards, ids, lengths, G, algo.group_filter, **algo.params.get("group_filter", {})
-            )
-        keep = keep[draws.add(rewards[keep], ids[keep])]
-        final = Draw(self, played.problems, sizes, n, ids, base)  # the final groups (hinted too)
-        produced |= signals.produce(wanted, final, before_update=False)
-        signal_columns = {SIGNAL + name: values for name, values in produced.items()}
-        scored = played.with_columns(rewards=rewards, **signal_columns)
-        batch = dataclasses.replace(
-            scored.select(keep),
-            info={"tokens_per_s": played.tokens_per_s, "policy_version": self.version},
-        )
-        if self.replay is None:
-            return batch
-        return self._with_replay(batch, scored)
 
-    def _with_replay(self, batch: Samples, scored: Samples) -> Samples:
-        """``batch`` with each kept group's replayed samples (:mod:`rlvr.trainer.replay`) after
-        its own, taken before this draw's successful samples (all of them, ``scored``, kept or
-        not) are stored; a replayed sample's produced signals are its group's."""
-        assert self.replay is not None
-        problems, ids = batch.problems, scored.group_ids
-        groups = sorted(set(batch.group_ids.tolist()))
-        extra = [(g, s) for g in groups for s in self.replay.take(problems[g].id)]
-        components = scored.terms
-        for i in range(len(scored)):
-            self.replay.store(
-                problems[int(ids[i])].id,
-                {
-                    "completion_ids": list(scored.completion_ids[i]),
-                    "logprobs": list(scored.sampler_logprobs[i]),
-                    "text": scored.texts[i],
-                    "reward": float(scored.rewards[i]),
-                    "finished": bool(scored.finished[i]),
-                    "terms": {label: values[i] for label, values in components.items()},
-                },
-            )
-        self._replayed += len(extra)
-        if not extra:
-            return batch
-        group_ids = torch.tensor([g for g, _ in extra], dtype=torch.long)
-        rewards = [s["reward"] for _, s in extra]
-        labels = list(batch.terms)
-        breakdown = RewardBreakdown(
-            total=rewards,
-            components={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in labels},
-            weights=dict(batch.term_weights),
-            errors={label: 0 for label in labels},
-            reasons={label: [None] * len(extra) for label in labels},
-        )
-        first = torch.searchsorted(ids, group_ids)  # a group's signals: its first sample's
-        columns = {
-            "completion_ids": [s["completion_ids"] for _, s in extra],
-            "sampler_logprobs": [s["logprobs"] for _, s in extra],  # the behaviour policy's
-            "finished": [s["finished"] for _, s in extra],
-            "texts": [s["text"] for _, s in extra],
-            "group_ids": group_ids,
-            "breakdown": breakdown,
-            "rewards": torch.tensor(rewards, dtype=batch.rewards.dtype),
-            **{SIGNAL + name: values[first] for name, values in scored.signals.items()},
-        }
-        return batch.add_rows(dataclasses.replace(batch, columns=columns))
-
-    def _count_episodes(self, played: Samples) -> None:
-        """Add a draw's episode counts (an environment's) to the step's."""
-        for key, value in (played.info.get("episode_counts") or {}).items():
-            self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
-
-    def _hint(
-        self, played: Samples, rewards: torch.Tensor, n: int, base: int
-    ) -> tuple[Samples, torch.Tensor]:
-        """GHPO's hint-guided rollouts (:mod:`rlvr.data.hints`): each group whose every sample
-        scored below ``rollout.hint_threshold`` is played again with the first fraction of
-        ``rollout.hints`` of its solution in the prompt, then the next while it still fails;
-        the last hinted group replaces it (its problem, now hinted, and its samples). Group i
-        hinted at its k-th fraction samples from the stream (base, P k + i, j). Returns the
-        draw's table and rewards in the original group order (the reward metrics and episode
-        counts were taken as each part was played). The prompt sampler has heard the unhinted
-        rewards: the problems' own difficulty."""
-        problems = played.problems
-        if self.algo.samples != "policy" or len(rewards) != len(problems) * n:
-            raise ValueError("rollout.hints apply to the policy's own groups of one size")
-        threshold = self.cfg.rollout.hint_threshold
-        groups: dict[int, tuple[Samples, torch.Tensor]] = {}
-        failing = [
-            g
-            for g in range(len(problems))
-            if bool((rewards[g * n : (g + 1) * n] < threshold).all())
-        ]
-        for k, fraction in enumerate(self.cfg.rollout.hints, start=1):
-            hinted = {g: hints.hinted(problems[g], fraction) for g in failing}
-            todo = [g for g in failing if hinted[g] is not None]
-            if not todo:
-                break
-            keys = torch.cat(
-                [group_keys(base, 1, n, first_prompt=len(problems) * k + g) for g in todo]
-            )
-            again = self.rollouts.run([hinted[g] for g in todo], n, self.sampling, keys)
-            self._count_episodes(again)
-            scores = self.rewards(again)
-            for i, g in enumerate(todo):
-                groups[g] = (again.groups([i]), scores[i * n : (i + 1) * n])
-            failing = [
-                g
-                for i, g in enumerate(todo)
-                if bool((scores[i * n : (i + 1) * n] < threshold).all())
-            ]
-        self._hinted += len(groups)
-        if not groups:
-            return played, rewards
-        parts = [groups[g][0] if g in groups else played.groups([g]) for g in range(len(problems))]
-        rewards = torch.cat(
-            [
-                groups[g][1] if g in groups else rewards[g * n : (g + 1) * n]
-                for g in range(len(problems))
-            ]
-        )
-        return merge_shards(parts), rewards
+    def _play_sized(self, problems: list[Problem], n: int, base: int) -> tuple[list[int], Samples]:
+        """The draw's groups: n samples of each problem, or as many as the prompt sampler's
+        ``group_sizes`` gives it (Knapsack RL's budgets); the sizes and the played table (its
+        problems in the order they were played)."""
+        allocate = getattr(self.sampler, "group_sizes", None)
+        sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
+        if len(set(sizes)) == 1:
+            return sizes, self.play(problems, sizes[0], group_keys(base, len(problems), sizes[0]))
+        return self._run_sized(problems, sizes, base)
 
     def _run_sized(
         self, problems: list[Problem], sizes: list[int], base: int
@@ -276,9 +186,7 @@ class Collector:
         for size in sorted(set(sizes)):
             count = sizes.count(size)
             keys = group_keys(base, count, size, first_prompt=first)
-            parts.append(
-                self.rollouts.run(problems[first : first + count], size, self.sampling, keys)
-            )
+            parts.append(self.play(problems[first : first + count], size, keys))
             first += count
         return sizes, merge_shards(parts)
 
@@ -314,13 +222,11 @@ class Collector:
             }
         )
         metrics.update(self.sampler.metrics())
-        if self.cfg.rollout.hints:
-            metrics["sampling/hinted_groups"] = float(self._hinted)
-            self._hinted = 0
+        for key, value in self.counts.items():  # what the run's stages did
+            metrics[key] = value
+            self.counts[key] = 0.0
         if self.replay is not None:
-            metrics["sampling/replayed"] = float(self._replayed)
             metrics.update(self.replay.metrics())
-            self._replayed = 0
         if self._episode_counts:
             metrics.update(episode_metrics(self._episode_counts))
             self._episode_counts.clear()

@@ -22,7 +22,16 @@ epochs).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import torch
+
+from rlvr.rewards.combined import RewardBreakdown
+from rlvr.trainer.batch import SIGNAL
+from rlvr.trainer.stages.base import DrawState, register_stage
+
+REPLAYED = "sampling/replayed"
 
 
 class ReplayBuffer:
@@ -63,3 +72,58 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.entries = {str(k): list(v) for k, v in state.get("entries", {}).items()}
+
+
+@register_stage(
+    "replay",
+    active=lambda cfg, algo: bool(cfg.rollout.replay),
+    after_select=True,
+    counts=(REPLAYED,),
+)
+def repo(state: DrawState) -> None:
+    """The kept groups' replayed samples after their own (``state.batch``), taken before this
+    draw's successful samples (all of them, kept or not: ``state.table``) are stored; a replayed
+    sample's produced signals are its group's."""
+    buffer, table, batch = state.collector.replay, state.table, state.batch
+    assert buffer is not None and batch is not None
+    problems, ids = batch.problems, table.group_ids
+    groups = sorted(set(batch.group_ids.tolist()))
+    extra = [(g, s) for g in groups for s in buffer.take(problems[g].id)]
+    terms = table.terms
+    for i in range(len(table)):
+        buffer.store(
+            problems[int(ids[i])].id,
+            {
+                "completion_ids": list(table.completion_ids[i]),
+                "logprobs": list(table.sampler_logprobs[i]),
+                "text": table.texts[i],
+                "reward": float(table.rewards[i]),
+                "finished": bool(table.finished[i]),
+                "terms": {label: values[i] for label, values in terms.items()},
+            },
+        )
+    state.collector.counts[REPLAYED] += len(extra)
+    if not extra:
+        return
+    group_ids = torch.tensor([g for g, _ in extra], dtype=torch.long)
+    rewards = [s["reward"] for _, s in extra]
+    labels = list(batch.terms)
+    breakdown = RewardBreakdown(
+        total=rewards,
+        components={label: [s["terms"].get(label, 0.0) for _, s in extra] for label in labels},
+        weights=dict(batch.term_weights),
+        errors={label: 0 for label in labels},
+        reasons={label: [None] * len(extra) for label in labels},
+    )
+    first = torch.searchsorted(ids, group_ids)  # a group's signals: its first sample's
+    columns = {
+        "completion_ids": [s["completion_ids"] for _, s in extra],
+        "sampler_logprobs": [s["logprobs"] for _, s in extra],  # the behaviour policy's
+        "finished": [s["finished"] for _, s in extra],
+        "texts": [s["text"] for _, s in extra],
+        "group_ids": group_ids,
+        "breakdown": breakdown,
+        "rewards": torch.tensor(rewards, dtype=batch.rewards.dtype),
+        **{SIGNAL + name: values[first] for name, values in table.signals.items()},
+    }
+    state.batch = batch.add_rows(dataclasses.replace(batch, columns=columns))
