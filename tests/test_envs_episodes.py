@@ -15,7 +15,7 @@ from rlvr.data import Problem
 from rlvr.envs import EnvError, StepResult
 from rlvr.envs.agent import counts, episode_metrics
 from rlvr.envs.chat import ChatRenderer, TemplateError
-from rlvr.envs.episodes import Budget, Episode, Faults, run_episodes
+from rlvr.envs.episodes import Budget, Episode, EpisodeContext, Faults, run_episodes
 from rlvr.envs.tool_env import ToolEnv
 from rlvr.envs.tools import make_tool
 from rlvr.logging import read_metrics
@@ -93,17 +93,19 @@ def _play(
     sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     n = n or len(actions) // len(problems)
     prompts, episodes = run_episodes(
+        EpisodeContext(
+            problems,
+            n,
+            sampling,
+            torch.arange(len(actions)),
+            [0] * len(problems),
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            budget,
+            faults or Faults(),
+        ),
         lambda p, k: session,
         make_env,
-        renderer,
-        lambda ids: tok.decode(ids, skip_special_tokens=True),
-        problems,
-        n,
-        sampling,
-        torch.arange(len(actions)),
-        [0] * len(problems),
-        budget,
-        faults or Faults(),
     )
     return session, prompts, episodes
 
@@ -271,16 +273,18 @@ def test_kv_reuse_across_turns_equals_a_full_prefill(tiny):
 
     def play(session_type):
         return run_episodes(
+            EpisodeContext(
+                PROBLEMS,
+                3,
+                sampling,
+                keys,
+                [0, 0],
+                renderer,
+                lambda ids: tok.decode(ids, skip_special_tokens=True),
+                Budget(3, 200, 64),
+            ),
             lambda prompts, n: session_type(engine, prompts, n),
             lambda: Uneven(turns=3),
-            renderer,
-            lambda ids: tok.decode(ids, skip_special_tokens=True),
-            PROBLEMS,
-            3,
-            sampling,
-            keys,
-            [0, 0],
-            Budget(3, 200, 64),
         )
 
     prompts, kv = play(KVSession)

@@ -19,7 +19,7 @@ from test_trainer import tiny_config
 from rlvr.data import Problem
 from rlvr.envs.base import EnvError
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, EnvFault, Faults, run_episodes
+from rlvr.envs.episodes import Budget, EnvFault, EpisodeContext, Faults, run_episodes
 from rlvr.envs.harness import AgentOutcome, RecordingEndpoint, play_recorded
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.recorded import Call, Session, episode_from_calls
@@ -70,13 +70,17 @@ def test_a_program_calling_the_endpoint_plays_the_episodes_rlvrs_loop_plays(tiny
     engine, renderer, sampling, decode = _parts(tiny)
     keys = torch.arange(6) * 7919
     prompts, direct = run_episodes(
+        EpisodeContext(PROBLEMS, 3, sampling, keys, [0, 0], renderer, decode, BUDGET),
         lambda p, n: open_session(engine, p, n),
-        CountdownEnv, renderer, decode, PROBLEMS, 3, sampling, keys, [0, 0], BUDGET,
-    )  # fmt: skip
+        CountdownEnv,
+    )
     recorded_prompts, recorded = play_recorded(
-        engine, lambda: EnvAgent(stream=stream), renderer, decode, PROBLEMS, 3, sampling, keys,
-        [0, 0], BUDGET, Faults(timeout_s=30),
-    )  # fmt: skip
+        EpisodeContext(
+            PROBLEMS, 3, sampling, keys, [0, 0], renderer, decode, BUDGET, Faults(timeout_s=30)
+        ),
+        engine,
+        lambda: EnvAgent(stream=stream),
+    )
     assert recorded_prompts == prompts
     for a, b in zip(direct, recorded, strict=True):
         assert b.fault is None
@@ -97,9 +101,12 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
 
     made = iter([RewritingAgent(), EnvAgent()])
     _, episodes = play_recorded(
-        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0],
-        BUDGET, Faults(timeout_s=30),
-    )  # fmt: skip
+        EpisodeContext(
+            PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
+        ),
+        engine,
+        lambda: next(made),
+    )
     rewriting, fine = episodes
     assert rewriting.fault.startswith("agent RewritingAgent, problem 'p0', turn 1: play() raised")
     assert "do not continue the episode" in rewriting.fault
@@ -107,9 +114,12 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
     assert fine.fault is None
     made = iter([Failing(), EnvAgent()])
     _, episodes = play_recorded(
-        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0],
-        BUDGET, Faults(timeout_s=30),
-    )  # fmt: skip
+        EpisodeContext(
+            PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
+        ),
+        engine,
+        lambda: next(made),
+    )
     assert episodes[0].fault == (
         "agent Failing, problem 'p0', turn 1: play() raised RuntimeError: the harness crashed"
     )
@@ -118,9 +128,12 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
     )  # one action, group prompt
     with pytest.raises(EnvFault, match="the harness crashed"):
         play_recorded(
-            engine, Failing, renderer, decode, PROBLEMS[:1], 2, sampling, keys, [0], BUDGET,
-            Faults(timeout_s=30),
-        )  # fmt: skip
+            EpisodeContext(
+                PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
+            ),
+            engine,
+            Failing,
+        )
 
 
 def test_a_program_that_hangs_after_a_call_ends_at_the_time_limit_naming_its_turn(tiny):
@@ -142,9 +155,20 @@ def test_a_program_that_hangs_after_a_call_ends_at_the_time_limit_naming_its_tur
     start = time.monotonic()
     try:
         _, (hung, fine) = play_recorded(
-            engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling,
-            torch.arange(2), [0], BUDGET, Faults(timeout_s=3.0),
-        )  # fmt: skip
+            EpisodeContext(
+                PROBLEMS[:1],
+                2,
+                sampling,
+                torch.arange(2),
+                [0],
+                renderer,
+                decode,
+                BUDGET,
+                Faults(timeout_s=3.0),
+            ),
+            engine,
+            lambda: next(made),
+        )
     finally:
         release.set()
     assert time.monotonic() - start < 30
@@ -175,9 +199,20 @@ def test_a_malformed_outcome_is_the_episodes_fault(tiny, outcome, message):
 
     made = iter([Malformed(), EnvAgent()])
     _, (bad, fine) = play_recorded(
-        engine, lambda: next(made), renderer, decode, PROBLEMS[:1], 2, sampling,
-        torch.arange(2), [0], BUDGET, Faults(timeout_s=30),
-    )  # fmt: skip
+        EpisodeContext(
+            PROBLEMS[:1],
+            2,
+            sampling,
+            torch.arange(2),
+            [0],
+            renderer,
+            decode,
+            BUDGET,
+            Faults(timeout_s=30),
+        ),
+        engine,
+        lambda: next(made),
+    )
     assert bad.fault.startswith("agent Malformed, problem 'p0', turn ") and message in bad.fault
     assert bad.reward == 0.0 and bad.truncated and fine.fault is None
 
@@ -231,9 +266,20 @@ def test_native_tool_calls_go_out_as_tool_calls_and_come_back_token_exact(smol_t
     sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     problem = Problem("p", "What is 6 * 7?", "42")
     prompts, (ep,) = play_recorded(
-        engine, ToolCallingAgent, renderer, lambda ids: tok.decode(ids, skip_special_tokens=True),
-        [problem], 1, sampling, torch.zeros(1, dtype=torch.long), [0], BUDGET, Faults(timeout_s=30),
-    )  # fmt: skip
+        EpisodeContext(
+            [problem],
+            1,
+            sampling,
+            torch.zeros(1, dtype=torch.long),
+            [0],
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            BUDGET,
+            Faults(timeout_s=30),
+        ),
+        engine,
+        ToolCallingAgent,
+    )
     assert ep.fault is None and ep.num_turns == 2 and ep.reward == 1.0
     assert (ep.tool_calls, ep.tool_errors) == (1, 0)  # the call the endpoint read out
     described = tools_prompt([make_tool_from(CALC)], "hermes")

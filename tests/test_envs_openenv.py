@@ -292,6 +292,7 @@ def test_openenvs_own_harness_plays_an_mcp_environment_at_the_endpoint_token_exa
     import torch
 
     from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.episodes import EpisodeContext
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.openenv_harness import openenv_environment
     from rlvr.envs.parsers import tools_prompt
@@ -303,10 +304,20 @@ def test_openenvs_own_harness_plays_an_mcp_environment_at_the_endpoint_token_exa
     renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
     sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     prompts, (ep,) = play_recorded(
-        engine, lambda: openenv_environment(servers["mcp"], harness="openenv"), renderer,
-        lambda ids: tok.decode(ids, skip_special_tokens=True), [PROBLEM], 1, sampling,
-        torch.zeros(1, dtype=torch.long), [3], Budget(4, 2048, 1024), Faults(timeout_s=60),
-    )  # fmt: skip
+        EpisodeContext(
+            [PROBLEM],
+            1,
+            sampling,
+            torch.zeros(1, dtype=torch.long),
+            [3],
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            Budget(4, 2048, 1024),
+            Faults(timeout_s=60),
+        ),
+        engine,
+        lambda: openenv_environment(servers["mcp"], harness="openenv"),
+    )
     assert ep.fault is None and ep.num_turns == 3 and ep.reward == 1.0
     assert (ep.tool_calls, ep.tool_errors) == (3, 1)
     first = OpenEnvEnv(servers["mcp"]).reset(PROBLEM, seed=3)[0]["content"]

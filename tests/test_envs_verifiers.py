@@ -95,7 +95,7 @@ def test_a_taskset_that_plays_the_user_runs_its_own_episodes_at_the_endpoint(tin
     import torch
 
     from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import Budget, Faults
+    from rlvr.envs.episodes import Budget, EpisodeContext, Faults
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.verifiers_env import verifiers_environment
     from rlvr.models import stop_token_ids
@@ -107,10 +107,20 @@ def test_a_taskset_that_plays_the_user_runs_its_own_episodes_at_the_endpoint(tin
     renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
     sampling = SamplingParams(max_new_tokens=6, stop_token_ids=stop_token_ids(tok))
     _, episodes = play_recorded(
-        engine, lambda: verifiers_environment("vf_guess_for_tests", task, harness="rlvr"),
-        renderer, lambda ids: tok.decode(ids, skip_special_tokens=True), [task.train_problem(0)],
-        2, sampling, torch.arange(2), [0], Budget(3, 2048, 1024), Faults(timeout_s=60),
-    )  # fmt: skip
+        EpisodeContext(
+            [task.train_problem(0)],
+            2,
+            sampling,
+            torch.arange(2),
+            [0],
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            Budget(3, 2048, 1024),
+            Faults(timeout_s=60),
+        ),
+        engine,
+        lambda: verifiers_environment("vf_guess_for_tests", task, harness="rlvr"),
+    )
     for ep in episodes:
         assert ep.fault is None and ep.num_turns == 3 and ep.reward == 0.0
         assert ep.infos[-1]["verifiers_rewards"] == {"solved": 0.0}
@@ -167,7 +177,7 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
     import torch
 
     from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import Budget, Faults
+    from rlvr.envs.episodes import Budget, EpisodeContext, Faults
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.verifiers_env import verifiers_environment
     from rlvr.models import stop_token_ids
@@ -180,11 +190,20 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
     sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     problem = task.train_problem(0)
     prompts, (ep,) = play_recorded(
-        engine, lambda: verifiers_environment("vf_tools_for_tests", task, harness="rlvr"),
-        renderer, lambda ids: tok.decode(ids, skip_special_tokens=True), [problem], 1,
-        sampling, torch.zeros(1, dtype=torch.long), [0], Budget(4, 2048, 1024),
-        Faults(timeout_s=60),
-    )  # fmt: skip
+        EpisodeContext(
+            [problem],
+            1,
+            sampling,
+            torch.zeros(1, dtype=torch.long),
+            [0],
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            Budget(4, 2048, 1024),
+            Faults(timeout_s=60),
+        ),
+        engine,
+        lambda: verifiers_environment("vf_tools_for_tests", task, harness="rlvr"),
+    )
     assert ep.fault is None and ep.num_turns == 4 and ep.reward == 1.0
     assert ep.infos[-1]["verifiers_rewards"] == {"correct": 1.0}
     assert (ep.tool_calls, ep.tool_errors) == (3, 2)  # 'mul' unknown, 'add' raising, 'add'

@@ -153,7 +153,7 @@ def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, eng
     from rlvr.data import ArithmeticTask
     from rlvr.envs.calculator import CalculatorEnv
     from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import Budget, run_episodes
+    from rlvr.envs.episodes import Budget, EpisodeContext, run_episodes
     from rlvr.envs.parsers import tools_prompt
     from rlvr.rollout.torch_engine import open_session
 
@@ -171,16 +171,18 @@ def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, eng
 
     def play(rollout_engine):
         return run_episodes(
+            EpisodeContext(
+                problems,
+                1,
+                dataclasses.replace(greedy(tokenizer), max_new_tokens=32),
+                torch.zeros(len(problems), dtype=torch.long),
+                [0] * len(problems),
+                renderer,
+                decode,
+                Budget(3, 160, 64),
+            ),
             lambda prompts, n: open_session(rollout_engine, prompts, n),
             lambda: CalculatorEnv("action", demonstration=True),
-            renderer,
-            decode,
-            problems,
-            1,
-            dataclasses.replace(greedy(tokenizer), max_new_tokens=32),
-            torch.zeros(len(problems), dtype=torch.long),
-            [0] * len(problems),
-            Budget(3, 160, 64),
         )
 
     (_, got), (_, want) = play(engine), play(ours)

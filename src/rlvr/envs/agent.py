@@ -19,7 +19,7 @@ import torch
 from rlvr.data.base import Problem, Task
 from rlvr.envs.base import Environment
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, Episode, Faults, run_episodes
+from rlvr.envs.episodes import Budget, Episode, EpisodeContext, Faults, run_episodes
 from rlvr.envs.harness import play_recorded
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.registry import env_factory
@@ -133,26 +133,20 @@ class Agent:
         """``n`` episodes of each problem on ``engine`` (episode i from stream ``keys[i]``; None:
         drawn from torch's global generator, as ``generate`` does): each problem's prompt ids
         and the episodes."""
-        keys = checked_keys(keys, len(problems) * n, sampling)
-        seeds = [episode_seed(p) for p in problems]
-        if self.recorded:
-            return play_recorded(
-                engine, self.make_env, self.renderer, self.decode, problems, n, sampling, keys,
-                seeds, self.budget, self.faults,
-            )  # fmt: skip
-        return run_episodes(
-            lambda prompts, k: open_session(engine, prompts, k),
-            self.make_env,
-            self.renderer,
-            self.decode,
+        ctx = EpisodeContext(
             problems,
             n,
             sampling,
-            keys,
-            seeds,
+            checked_keys(keys, len(problems) * n, sampling),
+            [episode_seed(p) for p in problems],
+            self.renderer,
+            self.decode,
             self.budget,
             self.faults,
         )
+        if self.recorded:
+            return play_recorded(ctx, engine, self.make_env)
+        return run_episodes(ctx, lambda prompts, k: open_session(engine, prompts, k), self.make_env)
 
 
 def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:

@@ -439,24 +439,48 @@ def _observation(
     return obs
 
 
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What every episode of one batch shares, whichever engine plays it (:func:`run_episodes`:
+    rlvr's turn loop over an environment; :func:`rlvr.envs.harness.play_recorded`: an agent
+    program calling a recording endpoint).
+
+    Attributes:
+        problems: [P] the problems; ``n`` episodes of each (episode i of problem i // n).
+        sampling: the run's sampling settings.
+        keys: [P n] each episode's random stream (turn t samples from ``keys[i]`` for t = 0,
+            then ``derive(keys[i], t)``).
+        seeds: [P] each problem's episode seed (the episodes of a group start alike).
+        renderer: the token-exact chat renderer.
+        decode: sampled ids -> an action's text.
+        budget: turn and token budgets.
+        faults: the time limit of a call into the environment, and what a fault does.
+    """
+
+    problems: list[Problem]
+    n: int
+    sampling: SamplingParams
+    keys: torch.Tensor
+    seeds: list[int]
+    renderer: ChatRenderer
+    decode: Callable[[list[int]], str]
+    budget: Budget
+    faults: Faults = Faults()
+
+
 def run_episodes(
+    ctx: EpisodeContext,
     open_session: Callable[[list[list[int]], int], TurnSession],
     make_env: Callable[[], Environment],
-    renderer: ChatRenderer,
-    decode: Callable[[list[int]], str],
-    problems: list[Problem],
-    n: int,
-    sampling: SamplingParams,
-    keys: torch.Tensor,
-    seeds: list[int],
-    budget: Budget,
-    faults: Faults = Faults(),
 ) -> tuple[list[list[int]], list[Episode]]:
-    """Play ``n`` episodes of each problem (episode i of problem i // n); turn t of episode i
+    """Play ``ctx.n`` episodes of each problem, a fresh environment from ``make_env`` each, on
+    the sessions ``open_session`` opens (episode i of problem i // n); turn t of episode i
     samples from the stream ``keys[i]`` for t = 0 (as a single completion does), then
     ``derive(keys[i], t)``. Environments are closed (their optional ``close()``) when the
     episodes end. Returns each problem's prompt ids and the episodes."""
-    envs, episodes, prompts = start_episodes(make_env, renderer, problems, n, seeds, faults)
+    problems, n, sampling, keys = ctx.problems, ctx.n, ctx.sampling, ctx.keys
+    renderer, decode, budget, faults = ctx.renderer, ctx.decode, ctx.budget, ctx.faults
+    envs, episodes, prompts = start_episodes(make_env, renderer, problems, n, ctx.seeds, faults)
     log = _FaultLog()
     try:
         session = open_session(prompts, n)

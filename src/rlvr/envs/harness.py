@@ -42,7 +42,15 @@ import torch
 from rlvr.data.base import Problem
 from rlvr.envs.base import EnvError, Message
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, EnvFault, Episode, Faults, info_problem, reward_problem
+from rlvr.envs.episodes import (
+    Budget,
+    EnvFault,
+    Episode,
+    EpisodeContext,
+    Faults,
+    info_problem,
+    reward_problem,
+)
 from rlvr.envs.parsers import parse_hermes, tools_prompt
 from rlvr.envs.recorded import Call, Session, episode_from_calls
 from rlvr.envs.tools import Tool
@@ -269,22 +277,14 @@ def _answer(text: str, prompt: list[int], ids: list[int], finished: bool) -> dic
 
 
 def play_recorded(
-    engine: Any,
-    make_program: Callable[[], AgentProgram],
-    renderer: ChatRenderer,
-    decode: Callable[[list[int]], str],
-    problems: list[Problem],
-    n: int,
-    sampling: SamplingParams,
-    keys: torch.Tensor,
-    seeds: list[int],
-    budget: Budget,
-    faults: Faults,
+    ctx: EpisodeContext, engine: Any, make_program: Callable[[], AgentProgram]
 ) -> tuple[list[list[int]], list[Episode]]:
-    """Play ``n`` episodes of each problem, each with a fresh program from ``make_program`` (see
-    the module docstring); each problem's prompt ids (its episodes' first call) and the
-    episodes."""
-    endpoint = RecordingEndpoint(renderer, decode)
+    """Play ``ctx.n`` episodes of each problem on ``engine``, each with a fresh program from
+    ``make_program`` (see the module docstring); each problem's prompt ids (its episodes'
+    first call) and the episodes."""
+    problems, n, sampling, keys = ctx.problems, ctx.n, ctx.sampling, ctx.keys
+    budget, faults, seeds = ctx.budget, ctx.faults, ctx.seeds
+    endpoint = RecordingEndpoint(ctx.renderer, ctx.decode)
     played: list[_Episode] = []
     threads = []
     try:
