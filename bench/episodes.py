@@ -37,7 +37,7 @@ import yaml
 from rlvr.config import build_config
 from rlvr.data import build_task
 from rlvr.envs.agent import build_agent, episode_seed
-from rlvr.envs.episodes import Faults, run_episodes
+from rlvr.envs.episodes import EpisodeContext, Faults, run_episodes
 from rlvr.envs.harness import AgentOutcome, play_recorded
 from rlvr.models import load_model, load_tokenizer, stop_token_ids
 from rlvr.rollout import SamplingParams, TorchEngine, describe_device
@@ -81,24 +81,14 @@ def play(agent, engine, session, problems, n, sampling):
     keys = group_keys(stream_key(7), len(problems), n)
     seeds = [episode_seed(p) for p in problems]
     start = time.perf_counter()
-    if session is None:
-        _, episodes = play_recorded(
-            engine, lambda: EnvProgram(agent.make_env, agent.budget.max_turns), agent.renderer,
-            agent.decode, problems, n, sampling, keys, seeds, agent.budget, Faults(),
-        )  # fmt: skip
-        return time.perf_counter() - start, episodes
-    _, episodes = run_episodes(
-        lambda prompts, k: session(engine, prompts, k),
-        agent.make_env,
-        agent.renderer,
-        agent.decode,
-        problems,
-        n,
-        sampling,
-        keys,
-        seeds,
-        agent.budget,
+    ctx = EpisodeContext(
+        problems, n, sampling, keys, seeds, agent.renderer, agent.decode, agent.budget, Faults()
     )
+    if session is None:
+        program = lambda: EnvProgram(agent.make_env, agent.budget.max_turns)  # noqa: E731
+        _, episodes = play_recorded(ctx, engine, program)
+        return time.perf_counter() - start, episodes
+    _, episodes = run_episodes(ctx, lambda prompts, k: session(engine, prompts, k), agent.make_env)
     return time.perf_counter() - start, episodes
 
 

@@ -346,12 +346,14 @@ def _shipped() -> dict[str, tuple[Path, list[str]]]:
 SHIPPED = _shipped()
 
 
-def tiny_run(run_dir: Path) -> list[str]:
-    """Overrides that run a shipped config on the tiny model for one step, no evaluation."""
+def tiny_run(run_dir: Path, steps: int = 2) -> list[str]:
+    """Overrides that run a shipped config on the tiny model for ``steps`` steps, groups of 2,
+    no evaluation."""
     return [
         "model.name=tiny-random-llama",
-        "train.steps=1",
+        f"train.steps={steps}",
         "train.threads=1",
+        "rollout.group_size=2",
         "rollout.prompts_per_step=2",
         "rollout.max_new_tokens=8",
         "eval.before=false",
@@ -373,13 +375,11 @@ def test_every_shipped_config_trains_a_step_on_the_tiny_model(tmp_path, name):
 
     path, arm = SHIPPED[name]
     cfg = load_config(path, arm)  # as written
-    overrides = [*arm, *tiny_run(tmp_path / "run"), "distributed.backend=local"]
+    overrides = [*arm, *tiny_run(tmp_path / "run", steps=1), "distributed.backend=local"]
     if cfg.model.teacher is not None:  # distill's teacher: a checkpoint of the demo
         overrides.append("model.teacher=tiny-random-llama")
     # a judge model (judge_writing's SmolLM2) is the tiny one too
     overrides += [f"reward.judges.{judge}.model=tiny-random-llama" for judge in cfg.reward.judges]
-    if cfg.rollout.group_size > 4:  # GFPO and the groups of one stay as they are
-        overrides.append("rollout.group_size=4")
     train(load_config(path, overrides))
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert [r["step"] for r in rows] == [1]

@@ -1,4 +1,4 @@
-"""The trainer as parts (rlvr.trainer: collect, batch, learn): each alone, the
+"""The trainer as parts (rlvr.trainer: collect, batch, learner): each alone, the
 batch crossing a process boundary by pickle, and the learner's state moved between learners."""
 
 from __future__ import annotations

@@ -329,7 +329,7 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
     parts.learners.update(data)
     want = [p.grad for _, p in sorted(parts.learners.policy.named_parameters())]
 
-    learners = RayLearners(cfg)
+    learners = RayLearners(cfg, parts.learners.algo)
     try:
         learners.update(data)
         for rank in learners.ranks:

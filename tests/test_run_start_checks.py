@@ -73,7 +73,7 @@ def _learners(**algorithm):
     sees them: the preset and no policy or modules here)."""
     import torch
 
-    from rlvr.trainer.build import build_learner, resolve_algorithm
+    from rlvr.trainer.build import Dtypes, build_learner, resolve_algorithm
 
     cfg = build_config(
         {
@@ -84,7 +84,8 @@ def _learners(**algorithm):
         }
     )
     algo = resolve_algorithm(cfg)
-    local = build_learner(cfg, algo, load_model("tiny-random-llama"), 0, torch.Generator())
+    policy = load_model("tiny-random-llama")
+    local = build_learner(cfg, algo, policy, 0, torch.Generator(), Dtypes.of(cfg, policy))
 
     class Remote:  # Ray's learners: counted on the meta device
         precision = None

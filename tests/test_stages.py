@@ -38,3 +38,24 @@ def test_a_users_stage_filters_the_draw_with_no_edit_of_the_collector(tmp_path, 
     data, metrics = parts.collector.collect(1)
     assert len(data) == 4 and data.group_ids.tolist() == [0, 0, 1, 1]  # 2 of each group of 4
     assert metrics["sampling/groups_kept"] == 2.0
+
+
+def test_replay_refuses_a_column_its_buffer_cannot_rebuild():
+    """RePO's replayed samples are rebuilt from the buffer's fields: a batch whose samples carry
+    another column (a plug-in's) is refused by name, not joined short of it."""
+    from types import SimpleNamespace
+
+    import pytest
+    from test_parts import _table
+
+    from rlvr.trainer.stages.replay import REPLAYED, ReplayBuffer, repo
+
+    table = _table(2, 4, 0, token_scores=[[0.1]] * 4)
+    collector = SimpleNamespace(replay=ReplayBuffer(1, 2), counts={REPLAYED: 0.0})
+    state = DrawState(collector, table, torch.arange(4), 2, 0, batch=table)
+    with pytest.raises(ValueError, match="token_scores, which it cannot replay"):
+        repo(state)
+    plain = _table(2, 4, 0)
+    state = DrawState(collector, plain, torch.arange(4), 2, 0, batch=plain)
+    repo(state)  # the buffer's own columns: stored, nothing to replay yet
+    assert len(state.batch) == 4 and collector.counts[REPLAYED] == 0.0

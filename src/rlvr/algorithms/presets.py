@@ -371,6 +371,11 @@ def _objective_problems(p: Preset) -> list[str]:
                 f"beta is the KL penalty of policy-gradient objectives; objective {p.objective!r} "
                 "sets its own strength in params.objective"
             )
+        if p.kl_in != "loss":
+            problems.append(
+                f"kl_in places the KL penalty of policy-gradient objectives; objective "
+                f"{p.objective!r} has none"
+            )
         if p.entropy_coef or p.top_entropy_rho is not None or p.vf_coef:
             problems.append(
                 f"entropy_coef, top_entropy_rho and value heads apply to policy-gradient "

@@ -3,7 +3,9 @@ training step"):
 
 * :mod:`.run`: the run directory, start-up checks, resume, then the loop;
 * :mod:`.loop`: each step visibly collect -> learn -> publish -> record;
-* :mod:`.collect`: prompts -> groups of episodes -> one batch (filters, dynamic sampling);
+* :mod:`.collect`: prompts -> groups of episodes -> one batch (dynamic sampling);
+* :mod:`.stages`: the draw stages between scoring and the batch (GHPO, GFPO, RePO, a user's);
+* :mod:`.signals`: inputs of the estimator produced on demand (SPO, ReMax, AAPO);
 * :mod:`.rollouts`: how episodes are played and scored (a plain task's one-step episodes or an
   environment's multi-turn ones): the one rollout path;
 * :mod:`.batch`: :class:`~.batch.Samples`, one columnar table of a step's samples, from the

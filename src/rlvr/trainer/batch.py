@@ -112,7 +112,14 @@ class Samples:
     faults = Column[list[str | None] | None]()
     teacher_logprobs = Column[list[list[float]] | None]()
 
-    REQUIRED = ("completion_ids", "sampler_logprobs", "finished", "texts", "group_ids")
+    REQUIRED = (
+        "completion_ids",
+        "sampler_logprobs",
+        "finished",
+        "texts",
+        "group_ids",
+        "breakdown",
+    )
 
     def __post_init__(self) -> None:
         missing = [name for name in self.REQUIRED if name not in self.columns]

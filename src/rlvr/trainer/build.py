@@ -162,6 +162,7 @@ def build_learner(
     policy: torch.nn.Module,
     pad_token_id: int,
     generator: torch.Generator,
+    dtypes: Dtypes,
 ) -> Learner:
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
     AdamW over the trained parameters (a LoRA policy's adapter only), schedule; gradient
@@ -171,11 +172,9 @@ def build_learner(
     adapter disabled (the base model), or with a frozen copy of the adapter where the initial
     policy is not the base model (``model.lora.path``) or ProRL resets the reference."""
     device = next(policy.parameters()).device
-    fast = rollout_dtype(cfg, policy)
-    autocast = train_dtype(cfg, policy)
     reference = None
     if algo.needs_reference and cfg.model.lora is None:
-        copy = load_model(cfg.model.name, fast).to(device)
+        copy = load_model(cfg.model.name, dtypes.rollout).to(device)
         reference = Reference(policy, copy, None, algo.reference_reset_every, algo.reference_mix)
     elif algo.needs_reference:
         adapter = "base"
@@ -202,7 +201,7 @@ def build_learner(
         scheduler,
         algo,
         cfg,
-        Forward.of(cfg, algo.samples, autocast),
+        Forward.of(cfg, algo.samples, dtypes.train),
         generator,
         pad_token_id,
     )
@@ -337,22 +336,28 @@ def build_front(
     return Front(algo, task, fingerprint, reward, judge, token_stats)
 
 
-def rollout_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
-    """The rollout engine's (and the reference model's) dtype (``rollout.dtype``; ``auto``
-    measured for ``policy``'s shapes on its device, :mod:`rlvr.precision`)."""
-    device = next(policy.parameters()).device
-    if adapters.is_quantized(policy):  # the engine samples from the quantised model itself
-        return torch.float32
-    return precision.resolve(cfg.rollout.dtype, device, policy.config, "rollout")
+@dataclass(frozen=True)
+class Dtypes:
+    """A run's two compute dtypes, resolved once per process for the policy on its device:
+    ``rollout`` (``rollout.dtype``: the engine's, the reference's and the teacher's weights) and
+    ``train`` (``train.autocast``: the training forward's, the scorers'); ``auto`` is measured
+    for the policy's shapes on its device (:mod:`rlvr.precision`)."""
+
+    rollout: torch.dtype
+    train: torch.dtype
+
+    @classmethod
+    def of(cls, cfg: Config, policy: torch.nn.Module) -> Dtypes:
+        device = next(policy.parameters()).device
+        rollout = torch.float32  # a quantised policy: the engine samples from it, in fp32
+        if not adapters.is_quantized(policy):
+            rollout = precision.resolve(cfg.rollout.dtype, device, policy.config, "rollout")
+        return cls(rollout, precision.resolve(cfg.train.autocast, device, policy.config, "train"))
 
 
-def train_dtype(cfg: Config, policy: torch.nn.Module) -> torch.dtype:
-    """The autocast dtype of training forwards (``train.autocast``, ``auto`` as above)."""
-    device = next(policy.parameters()).device
-    return precision.resolve(cfg.train.autocast, device, policy.config, "train")
-
-
-def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Module) -> Player:
+def build_player(
+    cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Module, dtypes: Dtypes
+) -> Player:
     """How the run's episodes are played and scored: an environment's multi-turn episodes
     (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
     rewards on the reference answer's probability, a scorer over ``policy``)."""
@@ -364,7 +369,7 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
                 f"algorithm.advantage {algo.advantage!r} (on-policy distillation) scores "
                 "single completions; agent episodes (env.name) are not supported yet"
             )
-        teacher = build_teacher(cfg, tokenizer, policy)
+        teacher = build_teacher(cfg, tokenizer, policy, dtypes)
     if cfg.env.name is not None:
         return MultiTurn(build_agent(cfg, front.task, tokenizer))
     scorer = None
@@ -374,7 +379,7 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
             tokenizer,
             cfg.reward.answer_format,
             cfg.train.micro_batch_size,
-            train_dtype(cfg, policy),
+            dtypes.train,
         )
     stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
     demonstration = None
@@ -396,7 +401,9 @@ def build_player(cfg: Config, front: Front, tokenizer: Any, policy: torch.nn.Mod
     return sampled
 
 
-def build_teacher(cfg: Config, tokenizer: Any, policy: torch.nn.Module) -> TeacherScorer:
+def build_teacher(
+    cfg: Config, tokenizer: Any, policy: torch.nn.Module, dtypes: Dtypes
+) -> TeacherScorer:
     """On-policy distillation's teacher (``model.teacher``) on the policy's device, in the
     rollout dtype, frozen; a ConfigError when there is none or its vocabulary is not the
     student's (its log-probs would be of other tokens)."""
@@ -416,14 +423,14 @@ def build_teacher(cfg: Config, tokenizer: Any, policy: torch.nn.Module) -> Teach
             f"({len(theirs)} vs {len(tokenizer)} tokens): its log-probs would score other tokens"
         )
     device = next(policy.parameters()).device
-    model = load_model(spec, rollout_dtype(cfg, policy)).to(device).eval()
+    model = load_model(spec, dtypes.rollout).to(device).eval()
     model.requires_grad_(False)
     return TeacherScorer(
         model,
         tokenizer.pad_token_id,
         cfg.rollout.temperature,
         cfg.train.micro_batch_size,
-        train_dtype(cfg, policy),
+        dtypes.train,
     )
 
 
@@ -488,18 +495,17 @@ def load_policy(cfg: Config) -> torch.nn.Module:
     return policy
 
 
-def build_sampler(cfg: Config, task: Task) -> PromptSampler:
+def build_sampler(cfg: Config, task: Task, algo: algorithms.Preset) -> PromptSampler:
     """The prompt sampler (``curriculum``); one with a ``baselines()`` method where the
     advantage needs per-prompt baselines (SPO)."""
     try:
         sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
     except ValueError as err:
         raise ConfigError(f"curriculum: {err}") from None
-    advantage = resolve_algorithm(cfg).advantage
-    needs = algorithms.ADVANTAGES[advantage].requires
+    needs = algorithms.ADVANTAGES[algo.advantage].requires
     if "baselines" in needs and not callable(getattr(sampler, "baselines", None)):
         raise ConfigError(
-            f"algorithm.advantage: {advantage} needs each prompt's tracked baseline: set "
+            f"algorithm.advantage: {algo.advantage} needs each prompt's tracked baseline: set "
             f"curriculum.name: spo (curriculum {cfg.curriculum.name!r} keeps none)"
         )
     return sampler

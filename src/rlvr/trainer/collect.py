@@ -56,6 +56,10 @@ class Collector:
         phase: told "sampling" as the step moves (the progress display).
         warn: shows a one-line warning (environment faults of a draw).
         version: the policy version the rollouts serve (see :meth:`publish`).
+        replay: RePO's buffer (``rollout.replay``; checkpointed by the loop), or None.
+        stages: the run's draw stages, in order (:func:`rlvr.trainer.stages.stages_for`).
+        counts: what the stages counted this step (their ``counts`` metrics), reset by
+            :meth:`collect`.
     """
 
     rollouts: Rollouts

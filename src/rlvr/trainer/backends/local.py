@@ -23,6 +23,7 @@ from rlvr.models import load_tokenizer
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
+    Dtypes,
     Front,
     RunParts,
     build_front,
@@ -31,7 +32,6 @@ from rlvr.trainer.build import (
     build_sampler,
     decode_tokens,
     load_policy,
-    rollout_dtype,
     sampling_params,
 )
 from rlvr.trainer.collect import Collector
@@ -93,6 +93,7 @@ def local_rollouts(
     front: Front,
     tokenizer: object,
     policy: torch.nn.Module,
+    dtypes: Dtypes,
     cleanup: contextlib.ExitStack | None,
 ) -> LocalRollouts:
     """Playing and scoring over ``policy`` in this process: the engine (closed by ``cleanup``)
@@ -103,16 +104,16 @@ def local_rollouts(
         served = copy.deepcopy(policy).requires_grad_(False)
         for name, param in served.named_parameters():  # update_weights copies these
             param.requires_grad_(dict(policy.named_parameters())[name].requires_grad)
-    engine = build_engine(cfg, served, tokenizer, rollout_dtype(cfg, policy), decode)
+    engine = build_engine(cfg, served, tokenizer, dtypes.rollout, decode)
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     reference = None
     if "reference_rewards" in ADVANTAGES[front.algo.advantage].requires:  # AAPO
         frozen = copy.deepcopy(policy).requires_grad_(False)  # the initial policy, before any step
-        reference = build_engine(cfg, frozen, tokenizer, rollout_dtype(cfg, policy), decode)
+        reference = build_engine(cfg, frozen, tokenizer, dtypes.rollout, decode)
         if cleanup is not None:
             cleanup.callback(close_engine, reference)
-    player = build_player(cfg, front, tokenizer, policy)
+    player = build_player(cfg, front, tokenizer, policy, dtypes)
     return LocalRollouts(engine, player, front.judge.name, reference)
 
 
@@ -131,8 +132,9 @@ def build(
     front.task = task
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     generator = torch.Generator().manual_seed(cfg.train.seed)
-    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator)
-    sampler = build_sampler(cfg, task)
-    rollouts = local_rollouts(cfg, front, tokenizer, policy, cleanup)
+    dtypes = Dtypes.of(cfg, policy)  # resolved once: the learner's, the engine's, the scorers'
+    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator, dtypes)
+    sampler = build_sampler(cfg, task, front.algo)
+    rollouts = local_rollouts(cfg, front, tokenizer, policy, dtypes, cleanup)
     collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
     return front.parts(tokenizer, learner, collector, vocabulary_size(policy, tokenizer))

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from rlvr import algorithms
 from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError
 from rlvr.data import Problem, limit_task_prompts
@@ -51,7 +52,6 @@ from rlvr.trainer.build import (
     RunParts,
     build_front,
     build_sampler,
-    resolve_algorithm,
     sampling_params,
 )
 from rlvr.trainer.collect import Collector
@@ -185,11 +185,11 @@ class RayLearners:
     """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
     update, checkpoints, learning rate, version."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, algo: algorithms.Preset) -> None:
         ray = import_ray()
         cfg = with_cpus(cfg)
         self.cfg, self._ray, self.version = cfg, ray, 0
-        self.algo = resolve_algorithm(cfg)
+        self.algo = algo
         self.device = resolve_device(cfg.train.device)
         data, world = cfg.model_dump(mode="json"), cfg.distributed.learners
         # rank 0 writes checkpoints: on this machine when it can, beside the run directory
@@ -524,9 +524,9 @@ def build(
     shape = SimpleNamespace(config=AutoConfig.from_pretrained(str(resolve(cfg.model.name))))
     front.task, _ = limit_task_prompts(front.task, tokenizer, shape, cfg)
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
-    sampler = build_sampler(cfg, front.task)
+    sampler = build_sampler(cfg, front.task, front.algo)
     start = time.perf_counter()
-    learners = RayLearners(cfg)
+    learners = RayLearners(cfg, front.algo)
     cleanup.callback(learners.close)
     rollouts = RayRollouts(cfg, user_reward, learners, front.judge.name)
     cleanup.callback(rollouts.close)

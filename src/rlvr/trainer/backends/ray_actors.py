@@ -30,7 +30,13 @@ from rlvr.models import load_tokenizer, quiet_transformers
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.local import local_rollouts
 from rlvr.trainer.batch import Samples
-from rlvr.trainer.build import build_front, build_learner, load_policy, resolve_algorithm
+from rlvr.trainer.build import (
+    Dtypes,
+    build_front,
+    build_learner,
+    load_policy,
+    resolve_algorithm,
+)
 
 
 def _where() -> dict[str, Any]:
@@ -65,7 +71,8 @@ class RolloutWorker:
         front = build_front(cfg, user_reward, self._cleanup)
         tokenizer = load_tokenizer(cfg.model.name)
         self.policy = load_policy(cfg)
-        self.rollouts = local_rollouts(cfg, front, tokenizer, self.policy, self._cleanup)
+        dtypes = Dtypes.of(cfg, self.policy)
+        self.rollouts = local_rollouts(cfg, front, tokenizer, self.policy, dtypes, self._cleanup)
         self.version = 0
         self.group: WeightGroup | None = None
 
@@ -151,8 +158,10 @@ class LearnerWorker:
         self.tokenizer = load_tokenizer(cfg.model.name)
         policy = load_policy(cfg)
         generator = torch.Generator().manual_seed(cfg.train.seed)
+        dtypes = Dtypes.of(cfg, policy)
+        algo = resolve_algorithm(cfg)  # this process's own, once
         self.learner = build_learner(
-            cfg, resolve_algorithm(cfg), policy, self.tokenizer.pad_token_id, generator
+            cfg, algo, policy, self.tokenizer.pad_token_id, generator, dtypes
         )
         self.learner.group = group
         if self.rank != 0:  # rank 0 logs the fraction of parameters changed

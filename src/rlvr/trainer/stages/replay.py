@@ -32,6 +32,10 @@ from rlvr.trainer.batch import SIGNAL
 from rlvr.trainer.stages.base import DrawState, register_stage
 
 REPLAYED = "sampling/replayed"
+STORED = frozenset(
+    {"completion_ids", "sampler_logprobs", "finished", "texts", "group_ids", "breakdown", "rewards"}
+)
+"""The columns of a replayed sample (the buffer's fields; produced signals are its group's)."""
 
 
 class ReplayBuffer:
@@ -86,6 +90,14 @@ def repo(state: DrawState) -> None:
     sample's produced signals are its group's."""
     buffer, table, batch = state.collector.replay, state.table, state.batch
     assert buffer is not None and batch is not None
+    other = sorted(
+        name for name in batch.columns if name not in STORED and not name.startswith(SIGNAL)
+    )
+    if other:
+        raise ValueError(
+            f"rollout.replay rebuilds a replayed sample from what its buffer stores; this run's "
+            f"samples also carry {', '.join(other)}, which it cannot replay: unset rollout.replay"
+        )
     problems, ids = batch.problems, table.group_ids
     groups = sorted(set(batch.group_ids.tolist()))
     extra = [(g, s) for g in groups for s in buffer.take(problems[g].id)]
