@@ -28,15 +28,10 @@ from pydantic import (
     model_validator,
 )
 
+from rlvr.ecosystems import ecosystem_of, task_families
 from rlvr.errors import RlvrError
 from rlvr.plugins import load_entry_points, load_plugins
 from rlvr.templates import answer_regex, template_fields
-
-#: Task name prefixes whose problems are labelled episodes of the same-named environment
-#: (the game comes from the environment and the episode seed, not from the task).
-EPISODE_LABELS = ("textarena:", "gem:", "openenv:")
-#: Other ecosystems' task names (``PREFIX<id>``): their problems and scores are the ecosystem's.
-ECOSYSTEM_TASKS = (*EPISODE_LABELS, "verifiers:")
 
 
 class Section(BaseModel):
@@ -227,20 +222,11 @@ class TaskConfig(Section):
     def _check_task(self) -> TaskConfig:
         builtin = ("arithmetic", "file", "countdown", "guess_number")
         rg = self.name.startswith("reasoning_gym:")
-        ta = any(
-            self.name.startswith(prefix) and len(self.name) > len(prefix)
-            for prefix in ECOSYSTEM_TASKS
-        )
-        if (
-            self.name not in builtin
-            and not (rg and len(self.name) > len("reasoning_gym:"))
-            and not ta
-        ):
+        if self.name not in builtin and ecosystem_of(self.name, "task") is None:
             raise ValueError(
-                f"task.name must be one of {', '.join(builtin)}, reasoning_gym:NAME with NAME "
-                f"a reasoning-gym dataset (e.g. reasoning_gym:chain_sum), textarena:ENV_ID, "
-                f"gem:ENV_ID, openenv:URL or verifiers:TASKSET; "
-                f"got {self.name!r}"
+                f"task.name must be one of {', '.join(builtin)} or another ecosystem's "
+                f"{', '.join(task_families())} (reasoning_gym:NAME with NAME a reasoning-gym "
+                f"dataset, e.g. reasoning_gym:chain_sum); got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
             raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
@@ -1202,16 +1188,17 @@ class Config(Section):
                 "environment's steps; put the reward in the environment's step() (or remove "
                 "env.name to train single completions on this reward)"
             )
-        env_of_task = ("gem:", "openenv:")
-        if self.task.name.startswith(env_of_task) and self.env.name != self.task.name:
+        found = ecosystem_of(self.task.name, "task")
+        plays = None if found is None else found[0].plays_task
+        if plays == "same" and self.env.name != self.task.name:
             raise ValueError(
                 f"task.name {self.task.name}: its problems are episodes of env.name: "
                 f"{self.task.name} (the same id)"
             )
-        if self.task.name.startswith("textarena:") and self.env.name != "textarena":
+        if plays not in (None, "same") and self.env.name != plays:
             raise ValueError(
-                f"task.name {self.task.name}: TextArena problems are games, played by "
-                "env.name: textarena (with env.params.env_id set to the same id)"
+                f"task.name {self.task.name}: its problems are games, played by env.name: "
+                f"{plays} (with env.params.env_id set to the same id)"
             )
         return self
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlvr.config import ECOSYSTEM_TASKS, ConfigError, TaskConfig
+from rlvr.config import ConfigError, TaskConfig
 from rlvr.data.base import Task
 from rlvr.data.files import file_mixture
 from rlvr.data.mixture import MixtureTask
 from rlvr.data.registry import make_task
+from rlvr.ecosystems import ecosystem_of
 from rlvr.errors import RlvrError
 
 
@@ -39,7 +40,7 @@ def _build(t: TaskConfig) -> Task:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)
-    if t.name == "guess_number" or t.name.startswith(ECOSYSTEM_TASKS):
+    if t.name == "guess_number" or ecosystem_of(t.name, "task") is not None:
         kwargs.pop("prompt_template", None)
         return make_task(t.name, **t.dataset_kwargs, **kwargs)
     source = {

@@ -17,8 +17,8 @@ from rlvr.data.files import FileTask
 from rlvr.data.guess_number import GuessNumberTask
 from rlvr.data.reasoning_gym import PREFIX as REASONING_GYM_PREFIX
 from rlvr.data.reasoning_gym import ReasoningGymTask
-from rlvr.data.textarena import PREFIX as TEXTARENA_PREFIX
 from rlvr.data.textarena import TextArenaTask
+from rlvr.ecosystems import ecosystem_of, task_families
 
 TASKS: dict[str, str] = {
     "arithmetic": "procedural integer arithmetic, difficulty levels 1-6 (ArithmeticTask)",
@@ -34,9 +34,6 @@ TASKS: dict[str, str] = {
     "openenv:<URL>": "labelled episodes for env openenv:<URL> (an OpenEnv server)",
     "verifiers:<taskset>": "a verifiers taskset's tasks, scored by its own rewards (VerifiersTask)",
 }
-GEM_PREFIX = "gem:"
-OPENENV_PREFIX = "openenv:"
-VERIFIERS_PREFIX = "verifiers:"
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     "arithmetic": ArithmeticTask,
@@ -51,18 +48,28 @@ LEVELS: dict[str, tuple[int, int]] = {
 }
 
 
+def _verifiers_task(taskset: str, **kwargs: Any) -> Task:
+    from rlvr.data.verifiers_tasks import VerifiersTask
+
+    options = {k: v for k, v in kwargs.items() if k not in ("seed", "n_eval")}
+    return VerifiersTask(taskset, kwargs.get("n_eval", 32), **options)
+
+
+_ECOSYSTEM_TASKS: dict[str, Callable[..., Task]] = {
+    "reasoning_gym": ReasoningGymTask,
+    "textarena": lambda env_id, **kwargs: TextArenaTask(env_id, n_eval=kwargs.get("n_eval", 32)),
+    "gem": lambda env_id, **kwargs: TextArenaTask(env_id, kwargs.get("n_eval", 32), "gem"),
+    "openenv": lambda url, **kwargs: TextArenaTask(url, kwargs.get("n_eval", 32), "openenv"),
+    "verifiers": _verifiers_task,
+}
+"""The task side of each ecosystem with tasks (:data:`rlvr.ecosystems.ECOSYSTEMS`), from its id:
+a reasoning-gym dataset, labelled episodes of a TextArena / GEM / OpenEnv environment, a
+verifiers taskset."""
+
+
 def is_task_name(name: str) -> bool:
-    """True if ``name`` is a registered task or ``reasoning_gym:NAME`` with a non-empty NAME."""
-    return name in _CONSTRUCTORS or any(
-        name.startswith(prefix) and len(name) > len(prefix)
-        for prefix in (
-            REASONING_GYM_PREFIX,
-            TEXTARENA_PREFIX,
-            GEM_PREFIX,
-            OPENENV_PREFIX,
-            VERIFIERS_PREFIX,
-        )
-    )
+    """True if ``name`` is a registered task or another ecosystem's ``PREFIX<id>``."""
+    return name in _CONSTRUCTORS or ecosystem_of(name, "task") is not None
 
 
 def _check_level(name: str, kwargs: dict[str, Any]) -> None:
@@ -86,27 +93,11 @@ def make_task(name: str, **kwargs: Any) -> Task:
     (options other than seed, n_eval, size and prompt_template go to the dataset's config).
     """
     if not is_task_name(name):
-        accepted = [
-            *_CONSTRUCTORS,
-            f"{REASONING_GYM_PREFIX}<name>",
-            f"{TEXTARENA_PREFIX}<env_id>",
-            f"{GEM_PREFIX}<env_id>",
-            f"{OPENENV_PREFIX}<URL>",
-            f"{VERIFIERS_PREFIX}<taskset>",
-        ]
+        accepted = [*_CONSTRUCTORS, *task_families()]
         raise ValueError(f"unknown task {name!r}; accepted: {', '.join(accepted)}")
     _check_level(name, kwargs)
-    if name.startswith(REASONING_GYM_PREFIX):
-        return ReasoningGymTask(name, **kwargs)
-    if name.startswith(TEXTARENA_PREFIX):
-        return TextArenaTask(name[len(TEXTARENA_PREFIX) :], n_eval=kwargs.get("n_eval", 32))
-    if name.startswith(VERIFIERS_PREFIX):
-        from rlvr.data.verifiers_tasks import VerifiersTask
-
-        options = {k: v for k, v in kwargs.items() if k not in ("seed", "n_eval")}
-        return VerifiersTask(name[len(VERIFIERS_PREFIX) :], kwargs.get("n_eval", 32), **options)
-    for prefix in (GEM_PREFIX, OPENENV_PREFIX):
-        if name.startswith(prefix):
-            env_id, ecosystem = name[len(prefix) :], prefix.rstrip(":")
-            return TextArenaTask(env_id, kwargs.get("n_eval", 32), ecosystem=ecosystem)
+    found = ecosystem_of(name, "task")
+    if found is not None:
+        ecosystem, task_id = found
+        return _ECOSYSTEM_TASKS[ecosystem.prefix.rstrip(":")](task_id, **kwargs)
     return _CONSTRUCTORS[name](**kwargs)

@@ -1,5 +1,6 @@
-"""Environments by name: the built-in ones, or ``module:Class`` (a user's), built from the
-config's ``env.params``."""
+"""Environments by name: the built-in ones, another project's (a family ``PREFIX<id>`` of
+:data:`rlvr.ecosystems.ECOSYSTEMS`, e.g. ``gem:<env_id>``), or ``module:Class`` (a user's),
+built from the config's ``env.params``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlvr.data.base import Task
+from rlvr.ecosystems import ecosystem_of
 from rlvr.envs.base import EnvError, Environment, load_environment_class
 from rlvr.registry import Registry
 
@@ -63,30 +65,12 @@ def register_environment(name: str, description: str) -> Callable[[type], type]:
     return decorator
 
 
-#: Ecosystem prefixes: ``PREFIX<env_id>`` names that ecosystem's environment ``env_id``.
-ECOSYSTEMS = {
-    "gem:": "gem:<env_id>",
-    "skyrl_gym:": "skyrl_gym:<env_id>",
-    "openenv:": "openenv:<URL>",
-    "verifiers:": "verifiers:<taskset>",
-}
-
-
-def ecosystem_of(name: str) -> tuple[str, str] | None:
-    """``(registry key, env_id)`` of an ecosystem environment name (``gem:<env_id>``,
-    ``skyrl_gym:<env_id>``), else None."""
-    for prefix, key in ECOSYSTEMS.items():
-        if name.startswith(prefix) and len(name) > len(prefix):
-            return key, name[len(prefix) :]
-    return None
-
-
 def environment_class(name: str) -> Callable[..., Any]:
     """The class (or factory function) of a built-in environment name, an ecosystem's
     (``gem:<env_id>``) or of ``module:Class``."""
-    found = ecosystem_of(name)
+    found = ecosystem_of(name, "environment")
     if found is not None:
-        name = found[0]
+        name = found[0].family  # the family's entry: gem:<env_id>
     if name in ENVS:
         entry = ENVS[name][0]
         if isinstance(entry, type):
@@ -107,7 +91,7 @@ def env_factory(
     cls = environment_class(name)
     accepted = inspect.signature(cls).parameters
     kwargs = {k: v for k, v in (("task", task), ("system_prompt", system_prompt)) if k in accepted}
-    found = ecosystem_of(name)
+    found = ecosystem_of(name, "environment")
     if found is not None:
         kwargs["env_id"] = found[1]
     kwargs.update(params)
