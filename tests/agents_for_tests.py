@@ -113,3 +113,29 @@ class ScriptedReplies:
         self.replies += texts
         ids = [self.tok(t, add_special_tokens=False)["input_ids"] + [self.end] for t in texts]
         return Rollout(prompts, ids, [[-0.5] * len(x) for x in ids], [True] * len(ids), 1)
+
+
+def episode_context(
+    tok, problems, n: int, budget, timeout_s: float, max_new_tokens: int = 64, seed: int = 0
+):
+    """The :class:`~rlvr.envs.episodes.EpisodeContext` of ``n`` episodes of each of ``problems``
+    under ``tok``'s chat template: episode i on stream i, every problem's seed ``seed``."""
+    import torch
+
+    from rlvr.envs.chat import ChatRenderer
+    from rlvr.envs.episodes import EpisodeContext, Faults
+    from rlvr.models import stop_token_ids
+    from rlvr.rollout import SamplingParams
+
+    stops = stop_token_ids(tok)
+    return EpisodeContext(
+        problems,
+        n,
+        SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stops),
+        torch.arange(len(problems) * n),
+        [seed] * len(problems),
+        ChatRenderer(tok, stop_token_ids=stops),
+        lambda ids: tok.decode(ids, skip_special_tokens=True),
+        budget,
+        Faults(timeout_s=timeout_s),
+    )

@@ -43,6 +43,13 @@ def _parts(tiny):
     return engine, renderer, sampling, decode
 
 
+def _two_episodes(renderer, sampling, decode, timeout_s: float) -> EpisodeContext:
+    """Two episodes of the first problem (streams 0 and 1, seed 0) under :data:`BUDGET`."""
+    return EpisodeContext(
+        PROBLEMS[:1], 2, sampling, torch.arange(2), [0], renderer, decode, BUDGET, Faults(timeout_s)
+    )
+
+
 def test_a_later_call_is_stitched_onto_the_sampled_ids(tiny):
     _, tok = tiny
     renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
@@ -93,7 +100,6 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
     from agents_for_tests import RewritingAgent
 
     engine, renderer, sampling, decode = _parts(tiny)
-    keys = torch.arange(2)
 
     class Failing(EnvAgent):
         def play(self, problem, seed, endpoint):
@@ -101,9 +107,7 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
 
     made = iter([RewritingAgent(), EnvAgent()])
     _, episodes = play_recorded(
-        EpisodeContext(
-            PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
-        ),
+        _two_episodes(renderer, sampling, decode, 30),
         engine,
         lambda: next(made),
     )
@@ -114,9 +118,7 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
     assert fine.fault is None
     made = iter([Failing(), EnvAgent()])
     _, episodes = play_recorded(
-        EpisodeContext(
-            PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
-        ),
+        _two_episodes(renderer, sampling, decode, 30),
         engine,
         lambda: next(made),
     )
@@ -128,9 +130,7 @@ def test_a_program_that_rewrites_its_history_or_fails_is_a_fault(tiny):
     )  # one action, group prompt
     with pytest.raises(EnvFault, match="the harness crashed"):
         play_recorded(
-            EpisodeContext(
-                PROBLEMS[:1], 2, sampling, keys, [0], renderer, decode, BUDGET, Faults(timeout_s=30)
-            ),
+            _two_episodes(renderer, sampling, decode, 30),
             engine,
             Failing,
         )
@@ -155,17 +155,7 @@ def test_a_program_that_hangs_after_a_call_ends_at_the_time_limit_naming_its_tur
     start = time.monotonic()
     try:
         _, (hung, fine) = play_recorded(
-            EpisodeContext(
-                PROBLEMS[:1],
-                2,
-                sampling,
-                torch.arange(2),
-                [0],
-                renderer,
-                decode,
-                BUDGET,
-                Faults(timeout_s=3.0),
-            ),
+            _two_episodes(renderer, sampling, decode, 3.0),
             engine,
             lambda: next(made),
         )
@@ -199,17 +189,7 @@ def test_a_malformed_outcome_is_the_episodes_fault(tiny, outcome, message):
 
     made = iter([Malformed(), EnvAgent()])
     _, (bad, fine) = play_recorded(
-        EpisodeContext(
-            PROBLEMS[:1],
-            2,
-            sampling,
-            torch.arange(2),
-            [0],
-            renderer,
-            decode,
-            BUDGET,
-            Faults(timeout_s=30),
-        ),
+        _two_episodes(renderer, sampling, decode, 30),
         engine,
         lambda: next(made),
     )
@@ -258,25 +238,13 @@ def test_native_tool_calls_go_out_as_tool_calls_and_come_back_token_exact(smol_t
     (SmolLM2's template ignores ``tools``), the reply's <tool_call> block goes out as
     ``tool_calls``, the program's ``tool`` message comes back as observation tokens, and the
     episode is the chat template of the whole conversation with the sampled calls."""
-    from agents_for_tests import CALC, ToolCallingAgent
+    from agents_for_tests import CALC, ToolCallingAgent, episode_context
 
     tok = smol_tok
     engine = ScriptedEngine(tok)
-    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
-    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     problem = Problem("p", "What is 6 * 7?", "42")
     prompts, (ep,) = play_recorded(
-        EpisodeContext(
-            [problem],
-            1,
-            sampling,
-            torch.zeros(1, dtype=torch.long),
-            [0],
-            renderer,
-            lambda ids: tok.decode(ids, skip_special_tokens=True),
-            BUDGET,
-            Faults(timeout_s=30),
-        ),
+        episode_context(tok, [problem], 1, BUDGET, 30),
         engine,
         ToolCallingAgent,
     )

@@ -289,32 +289,17 @@ def test_openenvs_own_harness_plays_an_mcp_environment_at_the_endpoint_token_exa
     rlvr's recording endpoint; the tools go out as OpenAI tools, each call runs on the server
     (an unknown one answered with its error and counted), the episode ends when a tool result
     says done, with the environment's reward, and is the chat template of the conversation."""
-    import torch
 
-    from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import EpisodeContext
+    from agents_for_tests import episode_context
+
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.openenv_harness import openenv_environment
     from rlvr.envs.parsers import tools_prompt
-    from rlvr.models import stop_token_ids
-    from rlvr.rollout import SamplingParams
 
     tok = load_tokenizer(SMOL)
     engine = SumCallingEngine(tok)
-    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
-    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     prompts, (ep,) = play_recorded(
-        EpisodeContext(
-            [PROBLEM],
-            1,
-            sampling,
-            torch.zeros(1, dtype=torch.long),
-            [3],
-            renderer,
-            lambda ids: tok.decode(ids, skip_special_tokens=True),
-            Budget(4, 2048, 1024),
-            Faults(timeout_s=60),
-        ),
+        episode_context(tok, [PROBLEM], 1, Budget(4, 2048, 1024), 60, seed=3),
         engine,
         lambda: openenv_environment(servers["mcp"], harness="openenv"),
     )

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("verifiers.v1", reason="verifiers is not installed (make test installs it)")
 
-from agents_for_tests import ScriptedReplies  # noqa: E402
+from agents_for_tests import ScriptedReplies, episode_context  # noqa: E402
 from test_envs_episodes import assert_tokens_are_the_template  # noqa: E402
 from test_trainer import tiny_config  # noqa: E402
 
@@ -94,29 +94,17 @@ def test_a_taskset_that_plays_the_user_runs_its_own_episodes_at_the_endpoint(tin
     episode holds three sampled replies and the environment's feedback between them."""
     import torch
 
-    from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import Budget, EpisodeContext, Faults
+    from rlvr.envs.episodes import Budget
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.verifiers_env import verifiers_environment
-    from rlvr.models import stop_token_ids
-    from rlvr.rollout import SamplingParams, TorchEngine
+    from rlvr.rollout import TorchEngine
 
     model, tok = tiny
     task = make_task(GUESS, n_eval=2)
     engine = TorchEngine(model, tok.pad_token_id, torch.float32)
-    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
-    sampling = SamplingParams(max_new_tokens=6, stop_token_ids=stop_token_ids(tok))
     _, episodes = play_recorded(
-        EpisodeContext(
-            [task.train_problem(0)],
-            2,
-            sampling,
-            torch.arange(2),
-            [0],
-            renderer,
-            lambda ids: tok.decode(ids, skip_special_tokens=True),
-            Budget(3, 2048, 1024),
-            Faults(timeout_s=60),
+        episode_context(
+            tok, [task.train_problem(0)], 2, Budget(3, 2048, 1024), 60, max_new_tokens=6
         ),
         engine,
         lambda: verifiers_environment("vf_guess_for_tests", task, harness="rlvr"),
@@ -174,33 +162,17 @@ def test_a_taskset_with_mcp_tools_calls_them_on_their_server_token_exact(smol_to
     the tools go out with each call, each tool call runs on the server (an unknown one is
     answered with the error), the results come back as tool messages, and the episode is the
     chat template of the whole conversation with the sampled replies."""
-    import torch
 
-    from rlvr.envs.chat import ChatRenderer
-    from rlvr.envs.episodes import Budget, EpisodeContext, Faults
+    from rlvr.envs.episodes import Budget
     from rlvr.envs.harness import play_recorded
     from rlvr.envs.verifiers_env import verifiers_environment
-    from rlvr.models import stop_token_ids
-    from rlvr.rollout import SamplingParams
 
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))  # the toolset's server module
     tok, task = smol_tok, make_task(TOOLS, n_eval=2)
     engine = ToolCallingEngine(tok)
-    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
-    sampling = SamplingParams(max_new_tokens=64, stop_token_ids=stop_token_ids(tok))
     problem = task.train_problem(0)
     prompts, (ep,) = play_recorded(
-        EpisodeContext(
-            [problem],
-            1,
-            sampling,
-            torch.zeros(1, dtype=torch.long),
-            [0],
-            renderer,
-            lambda ids: tok.decode(ids, skip_special_tokens=True),
-            Budget(4, 2048, 1024),
-            Faults(timeout_s=60),
-        ),
+        episode_context(tok, [problem], 1, Budget(4, 2048, 1024), 60),
         engine,
         lambda: verifiers_environment("vf_tools_for_tests", task, harness="rlvr"),
     )

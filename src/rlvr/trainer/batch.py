@@ -198,7 +198,10 @@ class Samples:
         """The groups ``groups`` (in that order) and their samples, the groups renumbered
         0..len(groups)-1."""
         ids = self.group_ids.tolist()
-        rows = [i for g in groups for i, owner in enumerate(ids) if owner == g]
+        by_group: dict[int, list[int]] = {}
+        for i, owner in enumerate(ids):
+            by_group.setdefault(owner, []).append(i)
+        rows = [i for g in groups for i in by_group.get(g, [])]
         table = self.select(rows)
         new = {g: k for k, g in enumerate(groups)}
         table.columns["group_ids"] = torch.tensor([new[ids[i]] for i in rows], dtype=torch.long)

@@ -22,6 +22,7 @@ names its kind; a user's kind is a subclass registered with :func:`register_obje
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -74,19 +75,20 @@ class Prepared:
     units: int
 
 
-class ObjectiveKind:
+class ObjectiveKind(ABC):
     """The strategy of one kind of objective (see the module docstring); stateless: an update's
     state is its :class:`Prepared`."""
 
+    @abstractmethod
     def prepare(self, learner: Learner, data: Samples) -> Prepared:
         """The update's fixed inputs from the step's batch ``data`` (non-empty)."""
-        raise NotImplementedError
 
     def check(self, prepared: Prepared) -> tuple[dict[str, float], str] | None:
         """Metrics and the name of a non-finite input that stops the update before its first
         optimizer step (e.g. advantages), or None."""
         return None
 
+    @abstractmethod
     def accumulate(
         self,
         learner: Learner,
@@ -99,10 +101,11 @@ class ObjectiveKind:
         ``units``, normalised so that the group's gradients sum to the minibatch's gradient;
         raise :class:`SkipStep` on a non-finite loss. ``first_epoch``: the first pass over the
         batch, which sees every unit once (metrics describing the batch are added then)."""
-        raise NotImplementedError
 
     def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
-        """Add the whole update's metrics to ``metrics`` (the micro-batches' means)."""
+        """Add the whole update's metrics to ``metrics`` (the micro-batches' means); none by
+        default."""
+        return None
 
 
 OBJECTIVE_KINDS: Registry[ObjectiveKind] = Registry("objective kind")
