@@ -105,7 +105,7 @@ def main() -> None:
                     "max_new_tokens": args.max_new_tokens,
                     "temperature": 1.0,
                 },
-                "algorithm": {"preset": "grpo", "beta": 0.0},
+                "algorithm": {"preset": "grpo", "kl": {"beta": 0.0}},
                 **(
                     {"reward": {"function": "alternating_reward:alternating"}}
                     if random_model

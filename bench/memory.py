@@ -56,7 +56,7 @@ cfg = build_config({
     "task": {"name": "arithmetic", "level": 3},
     "rollout": {"group_size": G, "prompts_per_step": prompts, "max_new_tokens": max_new,
                 "max_batch": 64},
-    "algorithm": {"preset": "grpo", "beta": 0.0},
+    "algorithm": {"preset": "grpo", "kl": {"beta": 0.0}},
     # a dense reward: every G trains (a 0/1 verifier leaves small groups all-equal, and a step
     # without gradients never allocates the optimizer state, which would flatter small G)
     "reward": {"terms": [{"name": "negative_entropy"}]},
@@ -128,7 +128,7 @@ cfg = build_config({
     "model": spec,
     "task": {"name": "arithmetic", "level": 3},
     "rollout": {"group_size": 8, "prompts_per_step": 2, "max_new_tokens": 32, "dtype": "fp32"},
-    "algorithm": {"preset": "grpo", "beta": 0.04},
+    "algorithm": {"preset": "grpo", "kl": {"beta": 0.04}},
     "reward": {"terms": [{"name": "negative_entropy"}]},  # dense: every step trains
     "train": {"steps": 2, "micro_batch_size": 16, "autocast": "fp32"},
     "eval": {"before": False, "after": False},

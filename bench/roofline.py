@@ -224,7 +224,7 @@ def grpo_row(
                     "max_batch": prompts * group,
                 },
                 "reward": {"function": "alternating_reward:alternating"},  # a whole update
-                "algorithm": {"preset": "grpo", "beta": 0.0},
+                "algorithm": {"preset": "grpo", "kl": {"beta": 0.0}},
                 "train": {
                     "steps": steps,
                     "lr": 1e-6,

@@ -393,22 +393,23 @@ def test_presets_reference_registered_components() -> None:
     assert {"grpo", "dr_grpo", "dapo", "rloo"} <= set(PRESETS)
     for name, preset in PRESETS.items():
         assert preset.name == name
-        assert preset.advantage in ADVANTAGES
-        assert preset.aggregation in AGGREGATIONS
-        assert preset.kl_estimator in KL_ESTIMATORS
-        assert preset.dual_clip is None or preset.dual_clip > 1
+        assert preset.advantage.name in ADVANTAGES
+        assert preset.aggregation.name in AGGREGATIONS
+        assert preset.kl.estimator in KL_ESTIMATORS
+        assert preset.policy_loss.dual_clip is None or preset.policy_loss.dual_clip > 1
 
 
 def test_preset_values() -> None:
     grpo_p, dapo_p, dr_p = get_preset("grpo"), get_preset("dapo"), get_preset("dr_grpo")
-    assert (grpo_p.beta, grpo_p.aggregation) == (0.04, "seq-mean-token-mean")
-    assert (dapo_p.clip_low, dapo_p.clip_high, dapo_p.aggregation) == (0.2, 0.28, "token-mean")
+    assert (grpo_p.kl.beta, grpo_p.aggregation.name) == (0.04, "seq-mean-token-mean")
+    loss = dapo_p.policy_loss
+    assert (loss.clip_low, loss.clip_high, dapo_p.aggregation.name) == (0.2, 0.28, "token-mean")
     assert "dynamic sampling" in dapo_p.summary
-    assert (dr_p.advantage, dr_p.aggregation, dr_p.beta) == (
+    assert (dr_p.advantage.name, dr_p.aggregation.name, dr_p.kl.beta) == (
         "dr_grpo",
         "seq-mean-token-sum-norm",
         0.0,
     )
-    assert get_preset("rloo").advantage == "rloo"
+    assert get_preset("rloo").advantage.name == "rloo"
     with pytest.raises(ValueError, match="'nope'.*dapo, dpo, dr_grpo, gmpo"):
         get_preset("nope")

@@ -6,7 +6,6 @@ the docs claim (on-policy gradients, micro-batch invariance, GAE, REINFORCE++ wh
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import typing
 
@@ -16,7 +15,7 @@ import torch
 from rlvr.algorithms import (
     ADVANTAGES,
     AGGREGATIONS,
-    GROUP_FILTERS,
+    GROUP_SELECTORS,
     KL_ESTIMATORS,
     KL_PLACEMENTS,
     NORMALIZATIONS,
@@ -57,6 +56,7 @@ from rlvr.algorithms import (
     value_loss,
     weight_by_sign,
 )
+from rlvr.algorithms.schema import PARTS, SCALARS, part_fields
 from rlvr.config import AlgorithmConfig, ConfigError, build_config
 
 MAX_LEN = 6
@@ -649,45 +649,55 @@ def test_every_preset_validates_and_is_documented() -> None:
 
 def test_preset_values_from_the_papers() -> None:
     dapo = get_preset("dapo")
-    assert (dapo.clip_low, dapo.clip_high, dapo.aggregation) == (0.2, 0.28, "token-mean")
-    assert dapo.dynamic_sampling and dapo.overlong_buffer_frac == 0.2 and dapo.max_draws > 1
-    gspo = get_preset("gspo")
-    assert (gspo.policy_loss, gspo.clip_low, gspo.clip_high) == ("sequence", 3e-4, 4e-4)
-    assert gspo.aggregation == "seq-mean-token-mean"
-    gmpo = get_preset("gmpo")
-    assert (gmpo.policy_loss, gmpo.clip_low, gmpo.clip_high) == ("geometric", 0.4, 0.4)
-    assert (get_preset("gpg").advantage, get_preset("gpg").policy_loss) == ("gpg", "none")
+    loss = dapo.policy_loss
+    assert (loss.clip_low, loss.clip_high, dapo.aggregation.name) == (0.2, 0.28, "token-mean")
+    assert dapo.select.name == "informative" and dapo.select.max_draws > 1
+    assert dapo.overlong.buffer_frac == 0.2
+    gspo = get_preset("gspo").policy_loss
+    assert (gspo.name, gspo.clip_low, gspo.clip_high) == ("sequence", 3e-4, 4e-4)
+    assert get_preset("gspo").aggregation.name == "seq-mean-token-mean"
+    gmpo = get_preset("gmpo").policy_loss
+    assert (gmpo.name, gmpo.clip_low, gmpo.clip_high) == ("geometric", 0.4, 0.4)
+    gpg = get_preset("gpg")
+    assert (gpg.advantage.name, gpg.policy_loss.name) == ("gpg", "none")
     for name in ("reinforce_pp", "reinforce_pp_baseline", "ppo"):
-        preset = get_preset(name)
-        assert (preset.kl_estimator, preset.kl_in) == ("k1", "reward") and preset.beta > 0
+        kl = get_preset(name).kl
+        assert (kl.estimator, kl.placement) == ("k1", "reward") and kl.beta > 0
     ppo = get_preset("ppo")
-    assert ppo.advantage == "gae" and ppo.vf_coef > 0 and ppo.value_clip == 0.2
-    assert get_preset("nsr").pos_weight == 0.0
-    assert get_preset("cispo").policy_loss == "cispo"
+    assert ppo.advantage.name == "gae" and ppo.value.coef > 0 and ppo.value.clip == 0.2
+    assert dict(ppo.advantage.params) == {"gamma": 1.0, "lam": 0.95}
+    assert get_preset("nsr").advantage.pos_weight == 0.0
+    assert get_preset("cispo").policy_loss.name == "cispo"
 
 
 @pytest.mark.parametrize(
     ("name", "overrides", "match"),
     [
-        ("gspo", {"advantage": "reinforce_pp"}, "sequence-level ratio"),
-        ("gmpo", {"advantage": "gae", "vf_coef": 0.1}, "sequence-level ratio"),
-        ("remax", {"dynamic_sampling": True}, "r_i - r_greedy"),
-        ("grpo", {"kl_in": "reward"}, "ignores token_kl"),
-        ("reinforce_pp", {"kl_estimator": "k3+"}, "k3\\+"),
-        ("grpo", {"dual_clip": 1.0}, "dual_clip must be > 1"),
-        ("gmpo", {"dual_clip": 3.0}, "dual_clip applies to"),
-        ("ppo", {"vf_coef": 0.0}, "value head"),
-        ("grpo", {"vf_coef": 0.5}, "only gae"),
-        ("grpo", {"lam": 0.95}, "gamma and lam are GAE's"),
-        ("grpo", {"normalize": "batch"}, "already divides by a std"),
-        ("grpo", {"max_draws": 4}, "needs dynamic_sampling"),
-        ("grpo", {"group_filter": "shortest"}, "set together"),
-        ("grpo", {"pos_weight": 0.0, "neg_weight": 0.0}, "not both 0"),
-        ("dr_grpo", {"reward_baseline": 0.5}, "reinforce"),
-        ("dr_grpo", {"reference_reset_every": 10}, "no reference"),
-        ("gspo", {"top_entropy_rho": 0.2}, "sequence-level"),
-        ("grpo", {"clip_low": 1.5}, "below 0"),
-        ("grpo", {"policy_loss": "ratio"}, "policy_loss: unknown policy loss 'ratio'"),
+        ("gspo", {"advantage": {"name": "reinforce_pp"}}, "sequence-level ratio"),
+        (
+            "gmpo",
+            {"advantage": {"name": "gae"}, "value": {"coef": 0.1}},
+            "sequence-level ratio",
+        ),
+        ("remax", {"select": {"name": "informative"}}, "r_i - r_greedy"),
+        ("grpo", {"kl": {"placement": "reward"}}, "ignores token_kl"),
+        ("reinforce_pp", {"kl": {"estimator": "k3+"}}, "k3\\+"),
+        ("grpo", {"policy_loss": {"dual_clip": 1.0}}, "dual_clip must be > 1"),
+        ("gmpo", {"policy_loss": {"dual_clip": 3.0}}, "dual_clip applies to"),
+        ("ppo", {"value": {"coef": 0.0}}, "value head"),
+        ("grpo", {"value": {"coef": 0.5}}, "only gae"),
+        ("grpo", {"advantage": {"lam": 0.95}}, "unknown parameter.*lam"),
+        ("grpo", {"advantage": {"normalize": "batch"}}, "already divides by a std"),
+        ("grpo", {"select": {"max_draws": 4}}, "needs a group selector"),
+        ("grpo", {"advantage": {"pos_weight": 0.0, "neg_weight": 0.0}}, "not both 0"),
+        ("dr_grpo", {"advantage": {"baseline": 0.5}}, "unknown parameter.*baseline"),
+        ("dr_grpo", {"reference": {"reset_every": 10}}, "no reference"),
+        ("gspo", {"entropy": {"top_rho": 0.2}}, "sequence-level"),
+        ("grpo", {"policy_loss": {"clip_low": 1.5}}, "below 0"),
+        ("grpo", {"policy_loss": {"name": "ratio"}}, "policy_loss.name: unknown policy loss"),
+        ("grpo", {"stages": [{"name": "hints"}], "objective": {"samples": "data"}}, "stages"),
+        ("grpo", {"correction": {"tis_level": "sequence"}}, "does nothing without tis_cap"),
+        ("grpo", {"entropy": {"target": 1.0, "coef": 0.1}}, "remove entropy.coef"),
     ],
 )
 def test_contradictory_combinations_raise(name: str, overrides: dict, match: str) -> None:
@@ -697,20 +707,23 @@ def test_contradictory_combinations_raise(name: str, overrides: dict, match: str
 
 def test_resolve_overrides_and_unknown_fields() -> None:
     custom = resolve(
-        "dr_grpo", normalize="batch", group_filter="shortest", group_filter_oversample=2
+        "dr_grpo",
+        advantage={"normalize": "batch"},
+        stages=[{"name": "group_filter", "criterion": "shortest", "oversample": 2}],
     )
-    assert (custom.name, custom.normalize, custom.group_filter) == ("dr_grpo", "batch", "shortest")
-    assert resolve("nsr", pos_weight=0.1).pos_weight == 0.1  # W-REINFORCE
-    with pytest.raises(ValueError, match="unknown algorithm fields \\['clip'\\]"):
+    assert (custom.name, custom.advantage.normalize) == ("dr_grpo", "batch")
+    assert custom.stages[0].name == "group_filter"
+    assert resolve("nsr", advantage={"pos_weight": 0.1}).advantage.pos_weight == 0.1  # W-REINFORCE
+    with pytest.raises(ValueError, match="unknown algorithm keys \\['clip'\\]"):
         resolve("grpo", clip=0.3)
-    with pytest.raises(ValueError, match="unknown algorithm fields \\['name'\\]"):
+    with pytest.raises(ValueError, match="unknown algorithm keys \\['name'\\]"):
         resolve("grpo", name="mine")
 
 
 def test_advantage_kwargs_follow_the_kl_placement() -> None:
     assert advantage_kwargs(get_preset("grpo")) == {}
     assert advantage_kwargs(get_preset("reinforce_pp")) == {"beta": 0.01}
-    assert advantage_kwargs(resolve("reinforce_pp", kl_in="loss")) == {"beta": 0.0}
+    assert advantage_kwargs(resolve("reinforce_pp", kl={"placement": "loss"})) == {"beta": 0.0}
     assert advantage_kwargs(get_preset("ppo")) == {"beta": 0.02, "gamma": 1.0, "lam": 0.95}
     assert advantage_kwargs(get_preset("nsr")) == {"baseline": 0.5}
 
@@ -721,7 +734,7 @@ def test_preset_advantages_pipeline() -> None:
     out = preset_advantages(get_preset("nsr"), AdvantageInputs(rewards, ids))
     torch.testing.assert_close(out.advantages, _t([0, -0.5, -0.5, -0.5]))
     # dr_grpo + batch: [0.5, -0.5, 0, 0] / pop std sqrt(0.125) -> [sqrt 2, -sqrt 2, 0, 0]
-    preset = resolve("dr_grpo", normalize="batch")
+    preset = resolve("dr_grpo", advantage={"normalize": "batch"})
     out = preset_advantages(preset, AdvantageInputs(rewards, ids))
     torch.testing.assert_close(out.advantages, _t([1.414213, -1.414213, 0, 0]), atol=1e-5, rtol=0)
     # ppo: token-level, whitened over masked tokens, returns passed through
@@ -742,37 +755,50 @@ def _literal_values(annotation: object) -> set[str]:
     }
 
 
-def test_algorithm_config_mirrors_preset_fields_and_registries() -> None:
+def test_algorithm_config_mirrors_the_algorithms_parts_and_registries() -> None:
+    """The config's algorithm section has one section per part of the resolved algorithm,
+    with the part's own fields; names of registered parts are checked against the registries
+    when the config loads."""
     fields = AlgorithmConfig.model_fields
-    preset_fields = {f.name for f in dataclasses.fields(PRESETS["grpo"])}
-    loop = AlgorithmConfig.LOOP_FIELDS
-    assert set(fields) - loop == preset_fields - {"name", "citation", "summary"}
-    assert _literal_values(fields["kl_in"].annotation) == set(KL_PLACEMENTS)
-    assert _literal_values(fields["normalize"].annotation) == set(NORMALIZATIONS)
-    # names of registered parts are checked against the registries when the config loads
-    for key, registry in (
-        ("preset", PRESETS),
-        ("advantage", ADVANTAGES),
-        ("policy_loss", POLICY_LOSSES),
-        ("aggregation", AGGREGATIONS),
-        ("kl_estimator", KL_ESTIMATORS),
-        ("group_filter", GROUP_FILTERS),
+    assert set(fields) == {"preset", *PARTS, "stages", *SCALARS}
+    for part in PARTS:
+        assert set(fields[part].annotation.model_fields) == set(part_fields(part)), part
+    kl_fields = fields["kl"].annotation.model_fields
+    assert _literal_values(kl_fields["placement"].annotation) == set(KL_PLACEMENTS)
+    normalize = fields["advantage"].annotation.model_fields["normalize"]
+    assert _literal_values(normalize.annotation) == set(NORMALIZATIONS)
+    for section, registry in (
+        ({"advantage": {"name": "not_registered"}}, ADVANTAGES),
+        ({"policy_loss": {"name": "not_registered"}}, POLICY_LOSSES),
+        ({"aggregation": {"name": "not_registered"}}, AGGREGATIONS),
+        ({"kl": {"estimator": "not_registered"}}, KL_ESTIMATORS),
+        ({"select": {"name": "not_registered"}}, GROUP_SELECTORS),
     ):
-        with pytest.raises(ConfigError, match=f"algorithm.{key}: unknown .*registered: "):
-            build_config({"algorithm": {key: "not_registered"}})
+        with pytest.raises(ConfigError, match=f"unknown {registry.kind} .*registered: "):
+            build_config({"algorithm": section})
+    with pytest.raises(ConfigError, match="algorithm.preset: unknown preset .*registered: "):
+        build_config({"algorithm": {"preset": "not_registered"}})
+    for part, key, registry in (
+        ("advantage", "name", ADVANTAGES),
+        ("policy_loss", "name", POLICY_LOSSES),
+        ("kl", "estimator", KL_ESTIMATORS),
+    ):
         for name in registry:
-            if key in ("preset", "advantage", "policy_loss", "kl_estimator"):
-                fields_ok = {key: name}
-                try:
-                    build_config({"algorithm": fields_ok})
-                except ConfigError as err:  # a combination the preset refuses, not the name
-                    assert "unknown" not in str(err)
+            try:
+                build_config({"algorithm": {part: {key: name}}})
+            except ConfigError as err:  # a combination the preset refuses, not the name
+                assert "unknown" not in str(err).split(";")[0]
 
 
 def test_algorithm_config_overrides_resolve() -> None:
-    cfg = AlgorithmConfig(preset="dapo", clip_high=0.3, dynamic_sampling=False, max_draws=1)
-    assert cfg.overrides() == {"clip_high": 0.3, "dynamic_sampling": False, "max_draws": 1}
-    algo = resolve(cfg.preset, **cfg.overrides())
-    assert (algo.name, algo.clip_high, algo.dynamic_sampling) == ("dapo", 0.3, False)
+    cfg = AlgorithmConfig(
+        preset="dapo", policy_loss={"clip_high": 0.3}, select={"name": "all", "max_draws": 1}
+    )
+    assert cfg.overrides() == {
+        "policy_loss": {"clip_high": 0.3},
+        "select": {"name": "all", "max_draws": 1},
+    }
+    algo = cfg.resolve()
+    assert (algo.name, algo.policy_loss.clip_high, algo.select.active) == ("dapo", 0.3, False)
     for name in PRESETS:
-        assert resolve(name, **AlgorithmConfig(preset=name).overrides()) == PRESETS[name]
+        assert AlgorithmConfig(preset=name).resolve() == PRESETS[name]

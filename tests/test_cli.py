@@ -76,7 +76,7 @@ def test_tasks_lists_builtin_tasks(monkeypatch) -> None:
 
     assert names == [name.split(":")[0] for name in TASKS]
     assert {"arithmetic", "file", "countdown", "reasoning_gym"} <= set(names)
-    assert "levels 1-6" in result.flat
+    assert "levels 1-8" in result.flat
 
 
 def test_curricula_lists_samplers(monkeypatch) -> None:
@@ -118,10 +118,11 @@ def test_algorithms_lists_presets(monkeypatch) -> None:
 def test_algorithms_shows_one_preset() -> None:
     result = run("algorithms", "dapo")
     assert result.exit_code == 0, result.output
-    rows = dict(re.findall(r"^│ (\w+)\s+│ (\S+)", result.clean, flags=re.M))
-    assert rows["name"] == "dapo"
-    assert rows["clip_high"] == "0.28" and rows["clip_low"] == "0.2"
-    assert rows["aggregation"] == "token-mean" and rows["beta"] == "0.0"
+    rows = dict(re.findall(r"^│ (\w+)\s+│ (.+?)\s*│$", result.clean, flags=re.M))
+    assert "preset dapo" in result.clean
+    assert "clip_low: 0.2, clip_high: 0.28" in rows["policy_loss"]
+    assert rows["aggregation"] == "name: token-mean" and rows["kl"].startswith("beta: 0.0")
+    assert rows["select"] == "name: informative, max_draws: 10"
 
 
 def test_algorithms_unknown_preset_fails() -> None:

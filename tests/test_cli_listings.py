@@ -38,9 +38,10 @@ def _run(command: str, columns: int, *args: str) -> str:
 def test_algorithms_lists_every_registered_part() -> None:
     result = CliRunner().invoke(cli.app, ["algorithms"], env={"COLUMNS": "40"})
     parts = ANSI.sub("", result.output).split(PARTS_TITLE)[1]
-    for key in ("algorithm.advantage", "algorithm.group_selector", "algorithm.credit"):
+    for key in ("algorithm.advantage.name", "algorithm.select.name", "algorithm.credit.name"):
         assert key in parts
     assert "pass_rate" in parts and "reward_per_token" in parts
+    assert "algorithm.stages" in parts and "group_filter, hints, replay" in parts
 
 
 @pytest.mark.parametrize(
@@ -80,9 +81,9 @@ def test_wide_terminal_keeps_the_table() -> None:
 
 def test_one_preset_shows_every_part_at_any_width() -> None:
     wide = _run("algorithms", 80, "dapo")
-    assert "│ group_filter_oversample │ None" in wide
+    assert "│ overlong    │ buffer_frac: 0.2" in wide
     narrow = _run("algorithms", 30, "dapo")
-    assert "\ngroup_filter_oversample\n  None\n" in narrow and "…" not in narrow
+    assert "\noverlong\n  buffer_frac: 0.2\n" in narrow and "…" not in narrow
 
 
 def test_listing_on_an_80_column_console_object(monkeypatch) -> None:

@@ -29,7 +29,7 @@ rollout:
   temperature: 0.7
 algorithm:
   preset: dapo
-  beta: 0.0
+  kl: {beta: 0.0}
 train:
   steps: 7
   lr: 2.0e-5
@@ -49,7 +49,7 @@ n_eval = 16
 
 [algorithm]
 preset = "rloo"
-clip_high = 0.3
+policy_loss = {clip_high = 0.3}
 
 [train]
 steps = 3
@@ -73,7 +73,7 @@ def test_defaults_validate() -> None:
     assert cfg.model.system_prompt is None
     assert cfg.task.name == "arithmetic" and cfg.task.level == 2 and cfg.task.n_eval == 200
     assert cfg.rollout.group_size == 8 and cfg.rollout.max_new_tokens == 128
-    assert cfg.algorithm.preset == "grpo" and cfg.algorithm.clip_high is None
+    assert cfg.algorithm.preset == "grpo" and cfg.algorithm.policy_loss.clip_high is None
     assert cfg.train.steps == 50 and cfg.train.lr == 1e-5 and cfg.train.betas == (0.9, 0.999)
     assert cfg.eval.n_prompts == 100 and cfg.logging.run_dir is None
     assert cfg.checkpoint.every == 25 and cfg.checkpoint.keep == 2
@@ -91,7 +91,7 @@ def test_yaml_file_loads(tmp_path) -> None:
         assert cfg.task.level == 1 and cfg.task.n_eval == 8
         assert cfg.rollout.group_size == 2 and cfg.rollout.prompts_per_step == 3
         assert cfg.rollout.temperature == 0.7
-        assert cfg.algorithm.preset == "dapo" and cfg.algorithm.beta == 0.0
+        assert cfg.algorithm.preset == "dapo" and cfg.algorithm.kl.beta == 0.0
         assert cfg.train.steps == 7 and cfg.train.lr == 2e-5 and cfg.train.betas == (0.9, 0.95)
         assert cfg.checkpoint.every == 10
         # untouched fields keep their defaults
@@ -104,7 +104,7 @@ def test_toml_file_loads(tmp_path) -> None:
     cfg = load_config(str(path))
     assert cfg.model.name == "tiny-random-llama"
     assert cfg.task.level == 4 and cfg.task.n_eval == 16
-    assert cfg.algorithm.preset == "rloo" and cfg.algorithm.clip_high == 0.3
+    assert cfg.algorithm.preset == "rloo" and cfg.algorithm.policy_loss.clip_high == 0.3
     assert cfg.train.steps == 3 and cfg.train.lr == 1e-4 and cfg.train.lr_schedule == "cosine"
     assert cfg.train.betas == (0.8, 0.9)
     assert cfg.logging.tensorboard is False
@@ -163,14 +163,15 @@ def test_overrides_apply_with_types(tmp_path) -> None:
     cfg = load_config(
         path,
         overrides=[
-            "algorithm.clip_high=0.28",
+            "algorithm.policy_loss.clip_high=0.28",
             "train.steps=2",
             "model.system_prompt=null",
             "eval.every=3",
             "train.betas=[0.5, 0.6]",
         ],
     )
-    assert cfg.algorithm.clip_high == 0.28 and isinstance(cfg.algorithm.clip_high, float)
+    clip_high = cfg.algorithm.policy_loss.clip_high
+    assert clip_high == 0.28 and isinstance(clip_high, float)
     assert cfg.train.steps == 2 and isinstance(cfg.train.steps, int)
     assert cfg.model.system_prompt is None  # the file set it; the override cleared it
     assert cfg.eval.every == 3  # a section the file did not have
@@ -280,7 +281,7 @@ def test_validate_assignment() -> None:
 def test_save_then_load_round_trips(tmp_path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(YAML_TEXT)
-    cfg = load_config(path, ["algorithm.clip_high=0.28", "logging.run_dir=runs/x"])
+    cfg = load_config(path, ["algorithm.policy_loss.clip_high=0.28", "logging.run_dir=runs/x"])
     out = tmp_path / "saved" / "config.yaml"
     out.parent.mkdir()
     save_config(cfg, out)
@@ -289,7 +290,8 @@ def test_save_then_load_round_trips(tmp_path) -> None:
     assert again.train.betas == (0.9, 0.95)
     saved = yaml.safe_load(out.read_text())
     assert list(saved) == list(Config.model_fields)  # every section, in order
-    assert saved["algorithm"]["clip_high"] == 0.28 and saved["logging"]["run_dir"] == "runs/x"
+    assert saved["algorithm"]["policy_loss"]["clip_high"] == 0.28
+    assert saved["logging"]["run_dir"] == "runs/x"
     assert saved["model"]["system_prompt"] == "You are a careful calculator."
     default_out = tmp_path / "default.yaml"
     save_config(Config(), default_out)
@@ -324,4 +326,4 @@ def test_the_help_of_a_key_naming_a_part_lists_every_registered_part(monkeypatch
         assert names, key
         listed = helps[key].split("registered: ")[1].split(", ")
         assert listed == sorted(names), key
-    assert "my_estimator" in helps["algorithm.advantage"]
+    assert "my_estimator" in helps["algorithm.advantage.name"]

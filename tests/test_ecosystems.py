@@ -14,7 +14,7 @@ from rlvr.envs.registry import ENVS
 def test_the_registries_list_exactly_the_families_of_the_table():
     for ecosystem in ECOSYSTEMS.values():
         assert (ecosystem.family in TASKS) == (ecosystem.task is not None), ecosystem
-        assert (ecosystem.family in ENVS) == ecosystem.environment, ecosystem
+        assert (ecosystem.family in ENVS) == (ecosystem.environment is not None), ecosystem
         name = ecosystem.prefix + "x"
         assert is_task_name(name) == (ecosystem.task is not None)
         assert not is_task_name(ecosystem.prefix)  # an empty id names nothing

@@ -240,5 +240,5 @@ def test_adaptive_entropy_control_trains_and_resumes_exactly(tmp_path):
 
 def test_entropy_target_and_a_fixed_bonus_are_refused_together(tmp_path):
     cfg = tiny_config(tmp_path / "run", algorithm={"entropy_target": 0.2, "entropy_coef": 0.01})
-    with pytest.raises(ValueError, match="entropy_target adapts the entropy bonus"):
+    with pytest.raises(ValueError, match="entropy.target adapts the entropy bonus"):
         build_config(cfg)

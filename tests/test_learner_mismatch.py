@@ -40,6 +40,7 @@ def _learner(tiny, micro_batch_size: int = 1, **algorithm) -> Learner:
             "train": {"micro_batch_size": micro_batch_size, "autocast": "fp32", "lr": 1e-3},
         }
     )
+    algo = cfg.algorithm.resolve()
     policy = copy.deepcopy(model)  # the fixture's model is shared: train a copy
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.train.lr)
     return Learner(
@@ -47,8 +48,8 @@ def _learner(tiny, micro_batch_size: int = 1, **algorithm) -> Learner:
         None,
         None,
         optimizer,
-        torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg)),
-        algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides()),
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, algo)),
+        algo,
         cfg,
         Forward.of(cfg, "policy", torch.float32),
         torch.Generator().manual_seed(0),

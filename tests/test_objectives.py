@@ -236,7 +236,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     data = preference_file(run_dir.parent / "prefs.jsonl")
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
-    del cfg["algorithm"]["beta"]
+    del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
     if preset in ("sft", "dpo", "ipo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
@@ -293,7 +293,7 @@ def test_sft_learning_with_equal_rewards_is_not_called_a_stall(tmp_path, capsys)
     assert rows[3]["sft/nll"] < rows[1]["sft/nll"]
     assert "nothing is learning" not in capsys.readouterr().out
     learns = {
-        name: algorithms.get_preset(name).learns_from_reward_differences
+        name: algorithms.learns_from_reward_differences(algorithms.get_preset(name))
         for name in ("grpo", "rloo", "online_dpo", "rebel", "sft", "rft", "dpo", "ppo", "remax")
         + ("on_policy_distillation",)
     }
@@ -450,7 +450,7 @@ def test_data_presets_need_the_datas_completions(tmp_path):
     with pytest.raises(Exception, match="no completion to train on"):
         train(build_config(cfg))
     bad = tiny_config(tmp_path / "x", algorithm={"preset": "dpo", "dynamic_sampling": True})
-    del bad["algorithm"]["beta"]
+    del bad["algorithm"]["kl"]
     with pytest.raises(ConfigError, match="samples: data"):
         build_config(bad)
     with pytest.raises(ConfigError, match="sft_coef"):

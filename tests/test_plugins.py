@@ -82,7 +82,7 @@ def test_a_plugins_parts_train_resume_and_are_listed(tmp_path, monkeypatch):
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert len(rows) == 2 and all("advantages/abs_mean" in r for r in rows)
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert saved["algorithm"]["advantage"] == "rank_test"
+    assert saved["algorithm"]["advantage"]["name"] == "rank_test"
     assert saved["plugins"] == cfg.plugins  # the resume below finds it again from here
 
     resumed = load_config(tmp_path / "run" / "config.yaml", ["train.steps=3"])
@@ -110,18 +110,18 @@ def test_unknown_names_are_refused_with_the_registered_ones(tmp_path):
 
 
 def test_params_are_checked_against_the_parts_signature():
-    with pytest.raises(ConfigError, match="params.advantage: unknown parameter.*accepts: eps"):
-        build_config({"algorithm": {"params": {"advantage": {"epsilon": 1.0}}}})
-    with pytest.raises(ConfigError, match="params.advantage: beta is set by rlvr"):
-        build_config({"algorithm": {"preset": "ppo", "params": {"advantage": {"beta": 1.0}}}})
-    with pytest.raises(ConfigError, match="params.group_filter: the algorithm selects no"):
-        build_config({"algorithm": {"params": {"group_filter": {"x": 1}}}})
-    with pytest.raises(ConfigError, match="params.value: not a part with parameters"):
-        build_config({"algorithm": {"params": {"value": {"x": 1}}}})
-    cfg = build_config({"algorithm": {"params": {"advantage": {"eps": 0.01}}}})
-    assert algorithms.resolve("grpo", **cfg.algorithm.overrides()).params == {
-        "advantage": {"eps": 0.01}
-    }
+    with pytest.raises(ConfigError, match="advantage: unknown parameter.*accepts: eps"):
+        build_config({"algorithm": {"advantage": {"epsilon": 1.0}}})
+    with pytest.raises(ConfigError, match="advantage: beta is set by rlvr"):
+        build_config({"algorithm": {"preset": "ppo", "advantage": {"beta": 1.0}}})
+    with pytest.raises(ConfigError, match="objective: 'policy_gradient' takes no parameters"):
+        build_config({"algorithm": {"objective": {"x": 1}}})
+    with pytest.raises(ConfigError, match="algorithm.value.x: unknown key"):
+        build_config({"algorithm": {"value": {"x": 1}}})
+    cfg = build_config({"algorithm": {"advantage": {"eps": 0.01}}})
+    assert dict(cfg.algorithm.resolve().advantage.params) == {"eps": 0.01}
+    flat = build_config({"algorithm": {"params": {"advantage": {"eps": 0.01}}}})  # older form
+    assert flat.algorithm.resolve() == cfg.algorithm.resolve()
 
 
 def test_a_missing_plugin_names_where_it_was_looked_for(tmp_path):
@@ -182,8 +182,8 @@ def test_installed_packages_register_parts_through_the_entry_point_group(tmp_pat
     (info / "entry_points.txt").write_text("[rlvr.plugins]\nparts = ep_parts\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(plugins, "_entry_points_loaded", False)
-    cfg = build_config({"algorithm": {"kl_estimator": "half_k1_ep_test", "beta": 0.1}})
-    assert cfg.algorithm.kl_estimator == "half_k1_ep_test"
+    cfg = build_config({"algorithm": {"kl": {"estimator": "half_k1_ep_test", "beta": 0.1}}})
+    assert cfg.algorithm.resolve().kl.estimator == "half_k1_ep_test"
     assert "half_k1_ep_test" in algorithms.KL_ESTIMATORS
 
 

@@ -16,7 +16,8 @@ from rlvr.trainer import train
 TRAINABLE = sorted(
     name
     for name, preset in PRESETS.items()
-    if preset.samples == "policy" and "teacher_logp" not in ADVANTAGES[preset.advantage].requires
+    if preset.objective.samples == "policy"
+    and "teacher_logp" not in ADVANTAGES[preset.advantage.name].requires
 )
 """Presets that learn from their own samples and a reward alone (SFT and offline DPO learn from
 the data's completions, distillation from a teacher: tests/test_objectives.py)."""

@@ -453,16 +453,17 @@ def test_an_async_dppo_run_recorded_with_tis_cap_resumes_with_it_set_to_null(tmp
     train(build_config(tiny_config(run_dir, 1, algorithm=algorithm, rollout={"max_staleness": 1})))
     path = run_dir / "config.yaml"
     recorded = yaml.safe_load(path.read_text())
-    recorded["algorithm"]["tis_cap"] = 2.0  # what the older validator wrote
+    recorded["algorithm"]["correction"]["tis_cap"] = 2.0  # what the older validator wrote
     path.write_text(yaml.safe_dump(recorded, sort_keys=False))
-    with pytest.raises(ConfigError, match="--resume RUN --set algorithm.tis_cap=null"):
+    fix = "algorithm.correction.tis_cap=null"
+    with pytest.raises(ConfigError, match=f"--resume RUN --set {fix}"):
         load_config(path)
-    cfg = load_config(path, ["algorithm.tis_cap=null", "train.steps=2"])
+    cfg = load_config(path, [fix, "train.steps=2"])
     train(cfg, resume=run_dir)
     assert sorted(step_rows(run_dir)) == [1, 2]
     changes = json.loads((run_dir / "resumes.jsonl").read_text())["changes"]
     assert changes == {
-        "algorithm.tis_cap": {"old": 2.0, "new": None},
+        "algorithm.correction.tis_cap": {"old": 2.0, "new": None},
         "train.steps": {"old": 1, "new": 2},
     }
 

@@ -53,12 +53,15 @@ def test_a_batch_beyond_the_bound_is_refused():
 
 def test_asynchronous_runs_truncate_the_behaviour_weight_unless_told_otherwise(tmp_path):
     cfg = build_config(tiny_config(tmp_path / "run", steps=1, rollout={"max_staleness": 1}))
-    assert cfg.algorithm.tis_cap == 2.0
+    assert cfg.algorithm.correction.tis_cap == 2.0
     train(cfg)
     recorded = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert recorded["algorithm"]["tis_cap"] == 2.0  # the config a run records is what it used
+    # the config a run records is what it used
+    assert recorded["algorithm"]["correction"]["tis_cap"] == 2.0
     masked = tiny_config(
-        tmp_path / "m", rollout={"max_staleness": 1}, algorithm={"mis_band": [0.5, 2]}
+        tmp_path / "m",
+        rollout={"max_staleness": 1},
+        algorithm={"correction": {"mis_band": [0.5, 2]}},
     )
-    assert build_config(masked).algorithm.tis_cap is None
-    assert build_config(tiny_config(tmp_path / "s")).algorithm.tis_cap is None
+    assert build_config(masked).algorithm.correction.tis_cap is None
+    assert build_config(tiny_config(tmp_path / "s")).algorithm.correction.tis_cap is None

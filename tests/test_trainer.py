@@ -39,7 +39,7 @@ def tiny_config(run_dir: Path, steps: int = 4, **sections) -> dict:
             "temperature": 1.0,
         },
         "reward": {"function": "rewards_for_tests:letter_fraction"},
-        "algorithm": {"preset": "grpo", "beta": 0.0},
+        "algorithm": {"preset": "grpo", "kl": {"beta": 0.0}},
         "train": {
             "steps": steps,
             "lr": 1e-3,
@@ -103,7 +103,7 @@ def test_lr_schedule_warmup_then_cosine_to_min():
     cfg = build_config(
         {"train": {"steps": 10, "warmup_steps": 2, "lr_schedule": "cosine", "min_lr_ratio": 0.1}}
     )
-    f = lr_lambda(cfg)
+    f = lr_lambda(cfg, cfg.algorithm.resolve())
     assert f(0) == 0.5 and f(1) == 1.0  # linear warmup over 2 steps
     assert f(2) == pytest.approx(1.0)  # cosine starts at the peak
     assert f(10) == pytest.approx(0.1)  # and ends at min_lr_ratio

@@ -290,10 +290,15 @@ def test_failed_groups_are_played_again_with_hints_and_trained_hinted(tmp_path):
 
 
 def test_hints_must_be_increasing_fractions():
+    """The run stops before it starts, naming the stage (its settings are the stage's)."""
     from rlvr.config import ConfigError
+    from rlvr.trainer.build import resolve_algorithm
 
-    with pytest.raises(ConfigError, match="increasing fractions"):
-        build_config({"rollout": {"hints": [0.5, 0.25]}})
+    stages = [{"name": "hints", "fractions": [0.5, 0.25]}]
+    with pytest.raises(ConfigError, match="stages hints: fractions must be increasing"):
+        resolve_algorithm(build_config({"algorithm": {"stages": stages}}))
+    with pytest.raises(ConfigError, match="increasing fractions"):  # the older form's key
+        resolve_algorithm(build_config({"rollout": {"hints": [0.5, 0.25]}}))
 
 
 def test_the_replay_buffer_keeps_the_newest_successes_per_prompt():
@@ -343,10 +348,10 @@ def test_replay_needs_an_importance_weight_at_config_time(tmp_path):
     from rlvr.config import ConfigError
 
     cfg = tiny_config(tmp_path / "run", steps=1, rollout={"replay": 2})
-    with pytest.raises(ConfigError, match=r"needs algorithm.tis_cap \(e.g. 2\), or a sampler-"):
+    with pytest.raises(ConfigError, match=r"needs algorithm.correction.tis_cap \(e.g. 2\), or a"):
         build_config(cfg)
     asynchronous = tiny_config(tmp_path / "run", rollout={"replay": 2, "max_staleness": 1})
-    assert build_config(asynchronous).algorithm.tis_cap == 2.0  # TIS of asynchronous runs
+    assert build_config(asynchronous).algorithm.correction.tis_cap == 2.0  # asynchronous TIS
 
 
 def test_dppo_replays_without_tis_its_ratio_to_the_behaviour_policy_is_the_correction(tmp_path):
@@ -361,7 +366,7 @@ def test_dppo_replays_without_tis_its_ratio_to_the_behaviour_policy_is_the_corre
     )
     cfg["task"] = _file_task(tmp_path)  # 6 training rows: step 2 draws them all again
     built = build_config(cfg)
-    assert built.algorithm.tis_cap is None
+    assert built.algorithm.correction.tis_cap is None
     train(built)
     rows = step_rows(run_dir)
     assert sorted(rows) == [1, 2] and rows[2]["sampling/replayed"] > 0

@@ -92,27 +92,28 @@ def test_dppo_refuses_a_second_sampler_correction():
             build_config({**base, "algorithm": {**algorithm, **correction}})
     # asynchronous rollouts add TIS at 2 by default, but not to DPPO: its ratio is pi / pi_behav
     ahead = build_config({**base, "algorithm": algorithm, "rollout": {"max_staleness": 1}})
-    assert ahead.algorithm.tis_cap is None
+    assert ahead.algorithm.correction.tis_cap is None
     token = build_config({**base, "algorithm": {"preset": "grpo"}, "rollout": {"max_staleness": 1}})
-    assert token.algorithm.tis_cap == 2.0
+    assert token.algorithm.correction.tis_cap == 2.0
 
 
 def test_dppo_kl_takes_its_own_threshold_unless_one_is_set():
     # grpo clips the ratio at 0.2; dppo_kl's delta is in nats, 0.05 by default (its docs)
-    default = resolve("grpo", policy_loss="dppo_kl")
+    default = resolve("grpo", policy_loss={"name": "dppo_kl"}).policy_loss
     assert (default.clip_low, default.clip_high) == (0.05, 0.05)
-    mixed = resolve("grpo", policy_loss="dppo_kl", clip_high=0.1)
+    mixed = resolve("grpo", policy_loss={"name": "dppo_kl", "clip_high": 0.1}).policy_loss
     assert (mixed.clip_low, mixed.clip_high) == (0.05, 0.1)  # the user's bound, as set
-    assert resolve("grpo", policy_loss="dppo_tv").clip_high == 0.2
-    assert resolve("dapo", policy_loss="token").clip_high == 0.28  # same space: the preset's
+    assert resolve("grpo", policy_loss={"name": "dppo_tv"}).policy_loss.clip_high == 0.2
+    same_space = resolve("dapo", policy_loss={"name": "token"}).policy_loss
+    assert same_space.clip_high == 0.28  # same space: the preset's
     cfg = build_config(
         {
             "model": {"name": "tiny-random-llama"},
             "algorithm": {"preset": "grpo", "policy_loss": "dppo_kl"},
         }
     )
-    algo = resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())  # as the trainer builds it
-    assert (algo.clip_low, algo.clip_high) == (0.05, 0.05)
+    loss = cfg.algorithm.resolve().policy_loss  # as the trainer builds it
+    assert (loss.clip_low, loss.clip_high) == (0.05, 0.05)
 
 
 def test_sapo_soft_gate_value_and_gradient():
@@ -282,7 +283,7 @@ def test_reference_mix_is_checked_and_trains_from_yaml(tmp_path):
     rows = step_rows(tmp_path / "run")
     assert sorted(rows) == [1, 2, 3] and rows[3]["policy/kl_ref"] > 0
     no_period = {**cfg, "algorithm": {"preset": "grpo", "reference_mix": 0.5}}
-    with pytest.raises(ConfigError, match="set reference_reset_every"):
+    with pytest.raises(ConfigError, match="set reference.reset_every"):
         build_config(no_period)
     lora = {**cfg, "algorithm": yaml.safe_load(algorithm), "model": {**cfg["model"], "lora": {}}}
     with pytest.raises(ConfigError, match="can only be reset"):

@@ -105,7 +105,9 @@ def _setup(
 SetOption = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", "-s", help="override a config value, e.g. --set algorithm.clip_high=0.28"
+        "--set",
+        "-s",
+        help="override a config value, e.g. --set algorithm.policy_loss.clip_high=0.28",
     ),
 ]
 
@@ -789,9 +791,10 @@ def tasks() -> None:
 
     Example: rlvr tasks
     """
-    from rlvr.data import TASKS
+    from rlvr.catalog import TASKS
 
-    _print_listing("tasks", ["name", "description"], [list(item) for item in TASKS.items()])
+    rows = [[name, TASKS.descriptions.get(name, "")] for name in TASKS]
+    _print_listing("tasks", ["name", "description"], rows)
 
 
 @app.command()
@@ -800,11 +803,11 @@ def envs() -> None:
 
     Example: rlvr envs
     """
-    from rlvr.envs.registry import ENVS
+    from rlvr.catalog import ENVS
     from rlvr.plugins import load_entry_points
 
     load_entry_points()
-    rows = [[name, about] for name, (_, about) in ENVS.items()]
+    rows = [[name, ENVS.descriptions.get(name, "")] for name in ENVS]
     rows.append(["module:Class", "your own environment (reset / step), see docs/agents.md"])
     _print_listing("environments (env.name)", ["name", "description"], rows)
 
@@ -848,12 +851,11 @@ def algorithms(
 
       rlvr algorithms --plugin my_parts.py
     """
-    import dataclasses
-
-    from rlvr.algorithms import PRESETS, get_preset
+    from rlvr.algorithms import PRESETS, as_overrides, get_preset
     from rlvr.config import load_config
     from rlvr.plugins import load_plugins
     from rlvr.registries import algorithm_parts
+    from rlvr.trainer.stages import STAGES
 
     if config is not None:
         load_config(config / "config.yaml" if config.is_dir() else config)
@@ -864,7 +866,9 @@ def algorithms(
         except ValueError as err:
             _fail(str(err))
             return
-        parts = [[f.name, str(getattr(preset, f.name))] for f in dataclasses.fields(preset)]
+        shape = as_overrides(preset)
+        parts = [[key, _part_text(shape[key])] for key in shape]
+        parts += [["citation", preset.citation], ["summary", preset.summary]]
         _print_listing(f"preset {name}", ["part", "value"], parts)
         return
     rows = [_preset_row(preset) for preset in PRESETS.values()]
@@ -875,6 +879,7 @@ def algorithms(
     )
     registries = algorithm_parts()
     parts = [[key, ", ".join(sorted(registry))] for key, registry in registries.items()]
+    parts.append(["algorithm.stages", ", ".join(sorted(STAGES))])
     _print_listing(
         "registered parts (each selectable by its key; @register_* in a plug-in adds one)",
         ["key", "names"],
@@ -882,7 +887,7 @@ def algorithms(
     )
     papers = [
         [key, name, part.paper]
-        for key in ("algorithm.advantage", "algorithm.policy_loss")
+        for key in ("algorithm.advantage.name", "algorithm.policy_loss.name")
         for name, part in sorted(registries[key].items())
         if part.paper
     ]
@@ -896,18 +901,28 @@ def _preset_row(preset: Any) -> list[str]:
     those its objective does not: a pair objective has no advantage, loss or aggregation)."""
     from rlvr.algorithms import OBJECTIVES
 
-    kind = OBJECTIVES[preset.objective].kind
+    objective, loss, kl = preset.objective, preset.policy_loss, preset.kl
+    kind = OBJECTIVES[objective.name].kind
     pg, pairs = kind == "policy_gradient", kind == "pairs"
     return [
         preset.name,
-        preset.objective + (" on the data" if preset.samples == "data" else ""),
-        "-" if pairs else preset.advantage,
-        preset.policy_loss if pg else "-",
-        f"{preset.clip_low}/{preset.clip_high}" if pg else "-",
-        "-" if pairs else preset.aggregation,
-        f"{preset.beta} {preset.kl_estimator} in {preset.kl_in}" if preset.beta else "-",
+        objective.name + (" on the data" if objective.samples == "data" else ""),
+        "-" if pairs else preset.advantage.name,
+        loss.name if pg else "-",
+        f"{loss.clip_low}/{loss.clip_high}" if pg else "-",
+        "-" if pairs else preset.aggregation.name,
+        f"{kl.beta} {kl.estimator} in {kl.placement}" if kl.beta else "-",
         preset.summary,
     ]
+
+
+def _part_text(value: Any) -> str:
+    """One part of a preset as ``rlvr algorithms NAME`` prints it: ``key: value`` pairs."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_part_text(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return "; ".join(_part_text(v) for v in value) or "-"
+    return "null" if value is None else str(value)
 
 
 # ---------------------------------------------------------------- rlvr config

@@ -5,7 +5,7 @@ path; every value is validated with an error naming the field and what is accept
 
 Example::
 
-    cfg = load_config("configs/demo.yaml", overrides=["algorithm.clip_high=0.28"])
+    cfg = load_config("configs/demo.yaml", overrides=["algorithm.policy_loss.clip_high=0.28"])
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -28,9 +28,11 @@ from pydantic import (
     model_validator,
 )
 
-from rlvr.ecosystems import ecosystem_of, task_families
+from rlvr.catalog import BACKENDS, TASKS
+from rlvr.ecosystems import ecosystem_of
 from rlvr.errors import RlvrError
 from rlvr.plugins import load_entry_points, load_plugins
+from rlvr.registry import Lazy
 from rlvr.templates import answer_regex, template_fields
 
 
@@ -220,13 +222,14 @@ class TaskConfig(Section):
 
     @model_validator(mode="after")
     def _check_task(self) -> TaskConfig:
-        builtin = ("arithmetic", "file", "countdown", "guess_number")
         rg = self.name.startswith("reasoning_gym:")
-        if self.name not in builtin and ecosystem_of(self.name, "task") is None:
+        if TASKS.lookup(self.name) is None:
+            names = [name for name in TASKS if "<" not in name]
+            families = [name for name in TASKS if "<" in name]
             raise ValueError(
-                f"task.name must be one of {', '.join(builtin)} or another ecosystem's "
-                f"{', '.join(task_families())} (reasoning_gym:NAME with NAME a reasoning-gym "
-                f"dataset, e.g. reasoning_gym:chain_sum); got {self.name!r}"
+                f"task.name must be one of {', '.join(names)} or another ecosystem's "
+                f"{', '.join(families)} (reasoning_gym:NAME with NAME a reasoning-gym dataset, "
+                f"e.g. reasoning_gym:chain_sum); got {self.name!r}"
             )
         if self.name == "countdown" and self.level > 3:
             raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
@@ -398,40 +401,6 @@ class RolloutConfig(Section):
         "than fp32 on this machine (rlvr.precision; CUDA: bf16 where supported)",
     )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
-    hints: list[float] = Field(
-        default_factory=list,
-        description="GHPO's hint-guided rollouts: a group whose every sample scores below "
-        "hint_threshold is played again with this fraction of the problem's reference solution "
-        "(its first demonstration) after the question, then the next fraction while it still "
-        "fails, and trained on as hinted; e.g. [0.25, 0.5, 0.75]; []: off",
-    )
-    hint_threshold: float = Field(
-        1.0, description="hints: the reward a sample needs to count as solving its problem"
-    )
-    replay: int = Field(
-        0,
-        ge=0,
-        description="RePO's replay: this many of a prompt's past successful samples join its "
-        "group when it is drawn again, corrected for their age (needs algorithm.tis_cap, or a "
-        "sampler-anchored policy loss: dppo_tv / dppo_kl); 0: off",
-    )
-    replay_buffer: int = Field(
-        16, ge=1, description="replay: the most successful samples kept per prompt"
-    )
-    replay_threshold: float = Field(
-        1.0, description="replay: the least reward a sample needs to be kept"
-    )
-
-    @model_validator(mode="after")
-    def _check_hints(self) -> RolloutConfig:
-        h = self.hints
-        if any(not 0 < f < 1 for f in h) or any(a >= b for a, b in zip(h, h[1:], strict=False)):
-            raise ValueError(
-                f"rollout.hints must be increasing fractions in (0, 1), e.g. [0.25, 0.5, 0.75]; "
-                f"got {h}"
-            )
-        return self
-
     max_staleness: int = Field(
         0,
         ge=0,
@@ -459,7 +428,9 @@ class DistributedConfig(Section):
     """Where the run's parts run (docs/scaling.md): all in this process (``local``), or rollout
     workers and learners as Ray actors (``ray``; ``pip install 'rlvr[ray]'``)."""
 
-    backend: Literal["local", "ray"] = Field("local", description="local: one process; ray: Ray")
+    backend: str = Field(
+        "local", description="a registered backend (local: one process; ray: Ray actors)"
+    )
     address: str | None = Field(
         None,
         description="Ray cluster: null starts one on this machine, auto joins the one `ray "
@@ -486,6 +457,12 @@ class DistributedConfig(Section):
     max_restarts: int = Field(
         3, ge=0, description="rollout workers recreated per run before it gives up"
     )
+
+    @model_validator(mode="after")
+    def _check_backend(self) -> DistributedConfig:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"distributed.backend: {BACKENDS.unknown(self.backend)}")
+        return self
 
 
 class RewardTerm(Section):
@@ -609,102 +586,17 @@ class RewardConfig(Section):
         return self
 
 
-class AlgorithmConfig(Section):
-    """Policy optimisation (see docs/design.md, "Conventions of the algorithms", and docs/algorithms.md).
+class Part(BaseModel):
+    """A part of the algorithm that selects a registered function: besides its own keys, any
+    other key is a keyword argument of that function (checked against its signature)."""
 
-    ``preset`` names a :data:`rlvr.algorithms.PRESETS` entry; every other field mirrors a
-    :class:`rlvr.algorithms.Preset` field and None takes the preset's value
-    (:meth:`overrides` lists those set). The combination is checked by
-    ``rlvr.algorithms.resolve(preset, **overrides())``.
-    """
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
-    preset: str = Field(
-        "grpo",
-        description="a registered preset (rlvr algorithms NAME shows one in full)",
-    )
-    advantage: str | None = Field(
-        None,
-        description="a registered advantage estimator (docs/algorithms.md)",
-    )
-    policy_loss: str | None = Field(
-        None,
-        description="a registered policy loss (token: PPO's clip; none: REINFORCE)",
-    )
-    clip_low: float | None = Field(
-        None,
-        ge=0,
-        description="eps_low (log space for geometric; 1: no lower bound); delta_low for "
-        "dppo_tv / dppo_kl. Unset: the preset's, or the policy loss's own default when "
-        "policy_loss switches to another clip space (dppo_tv 0.2, dppo_kl 0.05)",
-    )
-    clip_high: float | None = Field(
-        None,
-        ge=0,
-        description="eps_high (log space for geometric); delta_high for dppo_tv / dppo_kl. "
-        "Unset: as clip_low",
-    )
-    dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
-    aggregation: str | None = Field(
-        None,
-        description="a registered loss aggregation over tokens and samples",
-    )
-    beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
-    kl_estimator: str | None = Field(
-        None, description="a registered KL estimator (docs/algorithms.md)"
-    )
-    kl_in: Literal["loss", "reward"] | None = Field(
-        None, description="KL term in the per-token loss or in the token rewards"
-    )
-    entropy_coef: float | None = Field(None, description="entropy bonus weight")
-    normalize: Literal["group", "batch"] | None = Field(
-        None, description="batch: whiten the advantages over the batch"
-    )
-    pos_weight: float | None = Field(
-        None, ge=0, description="weight of positive advantages (0.1: W-REINFORCE)"
-    )
-    neg_weight: float | None = Field(None, ge=0, description="weight of negative advantages")
-    reward_baseline: float | None = Field(
-        None, description="constant baseline of the reinforce estimator"
-    )
-    top_entropy_rho: float | None = Field(
-        None, gt=0, le=1, description="train only the top rho fraction of tokens by entropy"
-    )
-    overlong_buffer_frac: float | None = Field(
-        None, ge=0, le=1, description="DAPO overlong penalty: L_cache / max_new_tokens"
-    )
-    dynamic_sampling: bool | None = Field(
-        None, description="DAPO: drop groups of equal rewards, refill the batch"
-    )
-    max_draws: int | None = Field(None, ge=1, description="rollout draws per step at most")
-    group_filter: str | None = Field(
-        None,
-        description="GFPO: keep group_size of oversample * group_size per prompt by a "
-        "registered criterion",
-    )
-    group_filter_oversample: int | None = Field(None, ge=2)
-    group_selector: str | None = Field(
-        None,
-        description="drop whole groups by a registered selector (informative: DAPO's, what "
-        "dynamic_sampling uses; pass_rate: within params.group_selector {low, high}); "
-        "max_draws > 1 refills the batch",
-    )
-    params: dict[str, dict[str, Any]] | None = Field(
-        None,
-        description="each selected part's own keyword arguments, by part: advantage, "
-        "policy_loss, aggregation, kl_estimator, group_filter, group_selector; e.g. "
-        "{advantage: {eps: 1e-4}}, checked against the part's signature",
-    )
-    reference_reset_every: int | None = Field(
-        None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
-    )
-    reference_mix: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="at each reference reset, theta_ref <- alpha theta + (1 - alpha) theta_ref "
-        "with alpha this (TR-DPO's soft update; 1: ProRL's hard reset); full weights only",
-    )
-    objective: str | None = Field(
+
+class ObjectiveConfig(Part):
+    """What the learner minimises; unset keys take the preset's."""
+
+    name: str | None = Field(
         None,
         description="a registered objective, computed by its kind's strategy (policy_gradient: "
         "advantages and a policy loss; imitation: SFT / RFT negative log-likelihood; pairs: "
@@ -732,12 +624,110 @@ class AlgorithmConfig(Section):
         description="weight of an SFT term on each problem's demonstration beside the RL loss "
         "(needs task.completion_column; 0: none)",
     )
-    vf_coef: float | None = Field(None, ge=0, description="value loss weight (gae)")
-    value_clip: float | None = Field(None, gt=0, description="value clip range (gae)")
-    gamma: float | None = Field(None, ge=0, le=1, description="GAE discount")
-    lam: float | None = Field(None, ge=0, le=1, description="GAE lambda")
-    ppo_epochs: int = Field(1, ge=1, description="mu, passes over each batch")
-    minibatches: int = Field(1, ge=1, description="optimiser steps per pass")
+
+
+class AdvantageConfig(Part):
+    """The advantage estimator; other keys are its keyword arguments (eps, baseline, gamma,
+    lam, ...)."""
+
+    name: str | None = Field(
+        None, description="a registered advantage estimator (docs/algorithms.md)"
+    )
+    normalize: Literal["group", "batch"] | None = Field(
+        None, description="batch: whiten the advantages over the batch"
+    )
+    pos_weight: float | None = Field(
+        None, ge=0, description="weight of positive advantages (0.1: W-REINFORCE)"
+    )
+    neg_weight: float | None = Field(None, ge=0, description="weight of negative advantages")
+
+
+class PolicyLossConfig(Part):
+    """The per-token policy loss; other keys are its keyword arguments."""
+
+    name: str | None = Field(
+        None, description="a registered policy loss (token: PPO's clip; none: REINFORCE)"
+    )
+    clip_low: float | None = Field(
+        None,
+        ge=0,
+        description="eps_low (log space for geometric; 1: no lower bound); delta_low for "
+        "dppo_tv / dppo_kl. Unset: the preset's, or the policy loss's own default when "
+        "name switches to another clip space (dppo_tv 0.2, dppo_kl 0.05)",
+    )
+    clip_high: float | None = Field(
+        None,
+        ge=0,
+        description="eps_high (log space for geometric); delta_high for dppo_tv / dppo_kl",
+    )
+    dual_clip: float | None = Field(None, gt=1, description="dual-clip bound c for A < 0")
+
+
+class AggregationConfig(Part):
+    """The loss aggregation over tokens and samples."""
+
+    name: str | None = Field(
+        None, description="a registered loss aggregation over tokens and samples"
+    )
+
+
+class KLConfig(Part):
+    """The KL penalty to the reference policy; other keys are the estimator's arguments."""
+
+    beta: float | None = Field(None, ge=0, description="KL-to-reference coefficient (0: no ref)")
+    estimator: str | None = Field(None, description="a registered KL estimator")
+    placement: Literal["loss", "reward"] | None = Field(
+        None, description="KL term in the per-token loss or in the token rewards"
+    )
+
+
+class ReferenceConfig(Section):
+    """Updates of the reference policy."""
+
+    reset_every: int | None = Field(
+        None, ge=0, description="ProRL: reset the reference policy every N steps (0: never)"
+    )
+    mix: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="at each reset, theta_ref <- alpha theta + (1 - alpha) theta_ref with alpha "
+        "this (TR-DPO's soft update; 1: ProRL's hard reset); full weights only",
+    )
+
+
+class EntropyConfig(Section):
+    """The entropy bonus, entropy-selected tokens, adaptive entropy control."""
+
+    coef: float | None = Field(None, description="entropy bonus weight")
+    top_rho: float | None = Field(
+        None, gt=0, le=1, description="train only the top rho fraction of tokens by entropy"
+    )
+    target: float | None = Field(
+        None,
+        ge=0,
+        description="adaptive entropy control (Skywork-OR1): an entropy bonus switched on, "
+        "its weight raised by coef_step per step (up to coef_max), while the policy's mean "
+        "token entropy is below this many nats; lowered when above. None: off",
+    )
+    coef_step: float | None = Field(
+        None, gt=0, description="adaptive entropy control: the coefficient's change per step"
+    )
+    coef_max: float | None = Field(
+        None, ge=0, description="adaptive entropy control: the largest coefficient"
+    )
+
+
+class ValueConfig(Section):
+    """PPO's value head (advantage gae)."""
+
+    coef: float | None = Field(None, ge=0, description="value loss weight")
+    clip: float | None = Field(None, gt=0, description="value clip range")
+
+
+class CorrectionConfig(Section):
+    """Corrections for the rollout engine's mismatch with the trainer."""
+
     tis_cap: float | None = Field(
         None,
         gt=0,
@@ -745,8 +735,8 @@ class AlgorithmConfig(Section):
         "min(pi_train / pi_sampler, tis_cap) at tis_level, correcting the rollout engine's "
         "mismatch with the trainer (Yao et al. 2025; 2 in the paper); None: off",
     )
-    tis_level: Literal["token", "sequence"] = Field(
-        "token",
+    tis_level: Literal["token", "sequence"] | None = Field(
+        None,
         description="the ratio TIS truncates: token (pi_train / pi_sampler of each token) or "
         "sequence (their product over the sequence, on all its tokens; Liu, Yao et al. 2025)",
     )
@@ -757,8 +747,8 @@ class AlgorithmConfig(Section):
         "weight (Liu, Yao et al. 2025; IcePop, Ling team 2025: token level, [0.5, 5]); "
         "None: off",
     )
-    mis_level: Literal["token", "sequence", "geometric"] = Field(
-        "token",
+    mis_level: Literal["token", "sequence", "geometric"] | None = Field(
+        None,
         description="the ratio MIS tests: token (masks tokens), sequence (the product over the "
         "sequence) or geometric (exp of the mean log-ratio, length-independent): both mask "
         "whole sequences",
@@ -770,67 +760,98 @@ class AlgorithmConfig(Section):
         "sequence whose mean log(pi_sampler / pi_theta) per token exceeds this many nats; "
         "None: off",
     )
-    entropy_target: float | None = Field(
+
+
+class CreditConfig(Section):
+    """Credit across the turns of agent episodes."""
+
+    name: str | None = Field(
         None,
-        ge=0,
-        description="adaptive entropy control (Skywork-OR1): an entropy bonus switched on, "
-        "its weight raised by entropy_coef_step per step (up to entropy_coef_max), while the "
-        "policy's mean token entropy is below this many nats; lowered when above. None: off",
+        description="a registered credit rule (rlvr.algorithms.credit; broadcast: the "
+        "episode's advantage on every action)",
     )
-    entropy_coef_step: float = Field(
-        1e-4, gt=0, description="adaptive entropy control: the coefficient's change per step"
+    gamma: float | None = Field(
+        None, ge=0, le=1, description="discount of turn rewards (turn_discounted, gigpo, gated)"
     )
-    entropy_coef_max: float = Field(
-        0.005, ge=0, description="adaptive entropy control: the largest coefficient"
+    gigpo_weight: float | None = Field(
+        None, ge=0, description="gigpo: weight w of the step advantage"
     )
-    credit: str = Field(
-        "broadcast",
-        description="agent episodes: a registered credit rule across turns "
-        "(rlvr.algorithms.credit; broadcast: the episode's advantage on every action)",
-    )
-    credit_gamma: float = Field(
-        1.0, ge=0, le=1, description="discount of turn rewards (turn_discounted, gigpo, gated)"
-    )
-    gigpo_weight: float = Field(1.0, ge=0, description="gigpo: weight w of the step advantage")
-    credit_gate: float = Field(
-        1.0, description="gated: the outcome (last turn's reward) that turn rewards need"
+    gate: float | None = Field(
+        None, description="gated: the outcome (last turn's reward) that turn rewards need"
     )
 
-    # fields of the training loop, not of the algorithm preset
-    LOOP_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"preset", "ppo_epochs", "minibatches", "tis_cap", "tis_level", "mis_band", "mis_level"}
-        | {"off_policy_mask", "credit", "credit_gamma", "gigpo_weight", "credit_gate"}
-        | {"entropy_target", "entropy_coef_step", "entropy_coef_max"}
+
+class SelectConfig(Part):
+    """Which whole groups a step trains on; other keys are the selector's arguments."""
+
+    name: str | None = Field(
+        None,
+        description="a registered group selector (all: every group; informative: DAPO's "
+        "dynamic sampling; pass_rate: within {low, high})",
+    )
+    max_draws: int | None = Field(
+        None, ge=1, description="rollout draws per step at most (a selector refills the batch)"
     )
 
-    @model_validator(mode="after")
-    def _check_mismatch_corrections(self) -> AlgorithmConfig:
-        if self.mis_band is not None and not 0 <= self.mis_band[0] < self.mis_band[1]:
-            raise ValueError("mis_band must be [low, high] with 0 <= low < high, e.g. [0.5, 5]")
-        if self.tis_level != "token" and self.tis_cap is None:
-            raise ValueError(
-                f"tis_level {self.tis_level!r} does nothing without tis_cap: set tis_cap "
-                "(e.g. 2) or remove tis_level"
-            )
-        if self.entropy_target is not None and self.entropy_coef:
-            raise ValueError(
-                "entropy_target adapts the entropy bonus itself: remove entropy_coef (a fixed "
-                "bonus) or entropy_target"
-            )
-        if self.mis_level != "token" and self.mis_band is None:
-            raise ValueError(
-                f"mis_level {self.mis_level!r} does nothing without mis_band: set mis_band "
-                "[low, high] or remove mis_level"
-            )
-        return self
+
+class OverlongConfig(Section):
+    """DAPO's soft overlong penalty."""
+
+    buffer_frac: float | None = Field(
+        None, ge=0, le=1, description="L_cache / max_new_tokens (None: no penalty)"
+    )
+
+
+class AlgorithmConfig(Section):
+    """Policy optimisation, by part (docs/algorithms.md): ``preset`` names a
+    :data:`rlvr.algorithms.PRESETS` entry, each part's keys set here replace the preset's
+    (:meth:`overrides`), and :meth:`resolve` gives the one :class:`rlvr.algorithms.Algorithm`
+    a run reads. A config in the flat form of older versions is read through
+    :func:`rlvr.algorithms.nest_flat`."""
+
+    preset: str = Field(
+        "grpo",
+        description="a registered preset (rlvr algorithms NAME shows one in full)",
+    )
+    objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig)
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    policy_loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    aggregation: AggregationConfig = Field(default_factory=AggregationConfig)
+    kl: KLConfig = Field(default_factory=KLConfig)
+    reference: ReferenceConfig = Field(default_factory=ReferenceConfig)
+    entropy: EntropyConfig = Field(default_factory=EntropyConfig)
+    value: ValueConfig = Field(default_factory=ValueConfig)
+    correction: CorrectionConfig = Field(default_factory=CorrectionConfig)
+    credit: CreditConfig = Field(default_factory=CreditConfig)
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    stages: list[dict[str, Any]] | None = Field(
+        None,
+        description="draw stages, in order, each {name, ...settings}: hints (GHPO), "
+        "group_filter (GFPO), replay (RePO) or a user's (`rlvr algorithms` lists them); "
+        "replaces the preset's list",
+    )
+    ppo_epochs: int | None = Field(None, ge=1, description="mu, passes over each batch")
+    minibatches: int | None = Field(None, ge=1, description="optimiser steps per pass")
 
     def overrides(self) -> dict[str, Any]:
-        """The Preset fields set here (not None), for ``rlvr.algorithms.resolve``."""
-        return {
-            k: v
-            for k, v in self.model_dump().items()
-            if k not in self.LOOP_FIELDS and v is not None
-        }
+        """The keys set here (not None), by part, for ``rlvr.algorithms.resolve``."""
+        out: dict[str, Any] = {}
+        for key, value in self:
+            if isinstance(value, BaseModel):
+                given = {k: v for k, v in value.model_dump().items() if v is not None}
+                if given:
+                    out[key] = given
+            elif key != "preset" and value is not None:
+                out[key] = value
+        return out
+
+    def resolve(self) -> Any:
+        """The preset with this section's keys applied, validated: a
+        :class:`rlvr.algorithms.Algorithm` (ValueError naming what contradicts)."""
+        from rlvr import algorithms
+
+        return algorithms.resolve(self.preset, **self.overrides())
 
 
 class EnvConfig(Section):
@@ -1009,18 +1030,6 @@ class CheckpointConfig(Section):
     save_final: bool = Field(True, description="checkpoint at the end of the run")
 
 
-def _sampler_anchored(algo: AlgorithmConfig) -> bool:
-    """The algorithm's policy loss measures its ratio against the sampler's log-probs (DPPO:
-    ``PolicyLoss.sampler_anchored``); False for names the registries do not hold (reported
-    by :meth:`Config._check_registered_names`)."""
-    from rlvr import algorithms
-
-    preset = algorithms.PRESETS.get(algo.preset)
-    loss = algo.policy_loss or (preset.policy_loss if preset is not None else None)
-    spec = algorithms.POLICY_LOSSES.get(loss) if loss is not None else None
-    return spec is not None and spec.sampler_anchored
-
-
 class Config(Section):
     """A whole run."""
 
@@ -1066,122 +1075,111 @@ class Config(Section):
         base_dir = (info.context or {}).get("base_dir")
         return {**data, "plugins": load_plugins(entries, base_dir)}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_flat_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        """A config in the flat form older versions wrote (``algorithm.beta``,
+        ``rollout.hints``, ...) is read in the nested form, with a one-line note naming the
+        keys (:func:`nest_algorithm`; with those :func:`build_config` read from the file
+        before applying the overrides)."""
+        if not isinstance(data, dict):
+            return data
+        nested, read = nest_algorithm(data)
+        read = [*(info.context or {}).get("flat_keys", ()), *read]
+        if read:
+            _deprecation_note(read)
+        return nested
+
     @model_validator(mode="after")
-    def _check_registered_names(self) -> Config:
-        """The algorithm's parts (preset, estimator, loss, aggregation, KL, filters, params) and
-        the credit rule are registered names, users' plug-ins included. The registries are
+    def _check_algorithm(self) -> Config:
+        """The algorithm resolves (its parts are registered names, users' plug-ins included,
+        and agree with each other), and agrees with the rest of the run. The registries are
         imported here, not with this module: they import torch, which processes that only read
         configs (reward workers) need not pay for."""
         from rlvr import algorithms
-        from rlvr.algorithms.credit import CREDIT
 
-        algo = self.algorithm
-        for key, registry in (
-            ("preset", algorithms.PRESETS),
-            ("advantage", algorithms.ADVANTAGES),
-            ("policy_loss", algorithms.POLICY_LOSSES),
-            ("aggregation", algorithms.AGGREGATIONS),
-            ("kl_estimator", algorithms.KL_ESTIMATORS),
-            ("group_filter", algorithms.GROUP_FILTERS),
-            ("group_selector", algorithms.GROUP_SELECTORS),
-            ("objective", algorithms.OBJECTIVES),
-            ("credit", CREDIT),
+        if self.algorithm.preset not in algorithms.PRESETS:
+            raise ValueError(
+                f"algorithm.preset: {algorithms.PRESETS.unknown(self.algorithm.preset)}"
+            )
+        correction = self.algorithm.correction
+        if (
+            self.rollout.max_staleness
+            and correction.tis_cap is None
+            and correction.mis_band is None
         ):
-            value = getattr(algo, key)
-            if value is not None and value not in registry:
-                raise ValueError(f"algorithm.{key}: {registry.unknown(value)}")
+            # asynchronous rollouts weight the loss by pi_proximal / pi_behaviour (AReaL's
+            # decoupled objective), truncated at 2 (token TIS) unless configured otherwise or
+            # the loss is sampler-anchored (DPPO: its own ratio is to pi_behaviour)
+            loss = (
+                self.algorithm.policy_loss.name
+                or algorithms.PRESETS[self.algorithm.preset].policy_loss.name
+            )
+            spec = algorithms.POLICY_LOSSES.get(loss)
+            if spec is None or not spec.sampler_anchored:
+                correction.tis_cap = 2.0
         try:
-            resolved = algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
+            algo = self.algorithm.resolve()
         except ValueError as err:
             raise ValueError(str(err)) from None
-        anchored = algorithms.POLICY_LOSSES[resolved.policy_loss].sampler_anchored
-        if anchored and (algo.tis_cap is not None or algo.mis_band is not None):
-            raise ValueError(
-                f"algorithm.policy_loss {resolved.policy_loss!r} measures its ratio and trust "
-                "region against the sampler's log-probs, which already corrects for the "
-                "sampler: remove algorithm.tis_cap / mis_band (they would weight by "
-                "pi_old / pi_sampler a second time). A run whose config.yaml an older rlvr wrote "
-                "with tis_cap: 2.0 (asynchronous DPPO) resumes with: rlvr train --resume RUN "
-                "--set algorithm.tis_cap=null"
-            )
-        if self.rollout.group_size == 1 and resolved.learns_from_reward_differences:
-            kind = algorithms.OBJECTIVES[resolved.objective].kind
+        if self.rollout.group_size == 1 and algorithms.learns_from_reward_differences(algo):
+            kind = algorithms.OBJECTIVES[algo.objective.name].kind
             part = (
-                f"objective {resolved.objective!r} pairs the samples of a group"
+                f"objective {algo.objective.name!r} pairs the samples of a group"
                 if kind == "pairs"
-                else f"advantage {resolved.advantage!r} compares each sample with its group"
+                else f"advantage {algo.advantage.name!r} compares each sample with its group"
             )
             raise ValueError(
                 f"rollout.group_size is 1 but algorithm {part}, which a group of one leaves "
                 "without a baseline: set rollout.group_size >= 2 (e.g. 8), or use an estimator "
-                "with its own baseline (algorithm.advantage: reinforce, remax or spo)"
+                "with its own baseline (algorithm.advantage.name: reinforce, remax or spo)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _check_reference_mix(self) -> Config:
-        """TR-DPO's soft update mixes full weights: a LoRA run's reference is an adapter, and
-        B A is not linear in (A, B), so it can only be reset."""
-        mix = self.algorithm.reference_mix
-        if mix is not None and mix < 1 and self.model.lora is not None:
+        if algo.reference.mix < 1 and self.model.lora is not None:
+            # TR-DPO's soft update mixes full weights; B A is not linear in (A, B)
             raise ValueError(
-                "algorithm.reference_mix < 1 mixes the policy's full weights into the "
+                "algorithm.reference.mix < 1 mixes the policy's full weights into the "
                 "reference; a LoRA run's reference is an adapter, which can only be reset "
-                "(reference_mix: 1)"
+                "(mix: 1)"
             )
+        if algo.credit.name != "broadcast" and self.env.name is None:
+            raise ValueError(
+                f"algorithm.credit.name: {algo.credit.name} assigns credit across the turns of "
+                "agent episodes; set env.name (an environment), or keep credit: broadcast"
+            )
+        if any(stage.name == "replay" for stage in algo.stages):
+            self._check_replay(algo)
         return self
 
-    @model_validator(mode="after")
-    def _behaviour_correction(self) -> Config:
-        """Asynchronous rollouts weight the loss by pi_proximal / pi_behaviour (AReaL's decoupled
-        objective); with neither correction configured it is truncated at 2 (token TIS). A
-        sampler-anchored loss (DPPO) needs none: its own ratio is to pi_behaviour."""
-        algo = self.algorithm
-        if (
-            self.rollout.max_staleness
-            and algo.tis_cap is None
-            and algo.mis_band is None
-            and not _sampler_anchored(algo)
-        ):
-            algo.tis_cap = 2.0
-        return self
-
-    @model_validator(mode="after")
-    def _check_replay(self) -> Config:
-        """RePO's replay (``rollout.replay``) needs a correction for a replayed sample's age:
-        TIS (``algorithm.tis_cap``, set above for asynchronous runs), or a sampler-anchored
-        policy loss (DPPO), whose ratio to a replayed row's stored behaviour log-probs is the
-        correction; and the policy's own single-turn samples to store."""
-        if not self.rollout.replay:
-            return self
+    def _check_replay(self, algo: Any) -> None:
+        """RePO's replay needs a correction for a replayed sample's age: TIS
+        (``algorithm.correction.tis_cap``, set above for asynchronous runs), or a
+        sampler-anchored policy loss (DPPO), whose ratio to a replayed row's stored behaviour
+        log-probs is the correction; and the policy's own single-turn samples to store."""
         from rlvr import algorithms
 
-        algo = algorithms.resolve(self.algorithm.preset, **self.algorithm.overrides())
         problems = []
         losses = algorithms.POLICY_LOSSES
-        if self.algorithm.tis_cap is None and not losses[algo.policy_loss].sampler_anchored:
+        if algo.correction.tis_cap is None and not losses[algo.policy_loss.name].sampler_anchored:
             anchored = "/".join(k for k, spec in losses.items() if spec.sampler_anchored)
             problems.append(
-                f"needs algorithm.tis_cap (e.g. 2), or a sampler-anchored policy loss "
+                f"needs algorithm.correction.tis_cap (e.g. 2), or a sampler-anchored policy loss "
                 f"({anchored}), whose ratio to the behaviour policy is the correction"
             )
-        if algo.samples != "policy" or algo.advantage in ("remax", "reverse_kl", "aapo"):
+        if algo.objective.samples != "policy" or algo.advantage.name in (
+            "remax",
+            "reverse_kl",
+            "aapo",
+        ):
             problems.append(
                 "replays the policy's own samples (not with remax, aapo, distillation or data)"
             )
         if self.env.name:
             problems.append("replays single-turn samples (not agent episodes)")
         if problems:
-            raise ValueError(f"rollout.replay: {'; '.join(problems)}")
-        return self
+            raise ValueError(f"algorithm.stages replay: {'; '.join(problems)}")
 
     @model_validator(mode="after")
     def _check_env(self) -> Config:
-        if self.algorithm.credit != "broadcast" and self.env.name is None:
-            raise ValueError(
-                f"algorithm.credit: {self.algorithm.credit} assigns credit across the turns of "
-                "agent episodes; set env.name (an environment), or keep credit: broadcast"
-            )
         if self.env.name is not None and (self.reward.function or self.reward.terms):
             raise ValueError(
                 "reward.function / reward.terms: an agent run (env.name) is rewarded by its "
@@ -1216,6 +1214,185 @@ class Config(Section):
                 "task.category_column"
             )
         return self
+
+
+FLAT_KEYS: dict[str, str] = {
+    "advantage": "advantage.name",
+    "normalize": "advantage.normalize",
+    "pos_weight": "advantage.pos_weight",
+    "neg_weight": "advantage.neg_weight",
+    "reward_baseline": "advantage.baseline",
+    "gamma": "advantage.gamma",
+    "lam": "advantage.lam",
+    "policy_loss": "policy_loss.name",
+    "clip_low": "policy_loss.clip_low",
+    "clip_high": "policy_loss.clip_high",
+    "dual_clip": "policy_loss.dual_clip",
+    "aggregation": "aggregation.name",
+    "beta": "kl.beta",
+    "kl_estimator": "kl.estimator",
+    "kl_in": "kl.placement",
+    "reference_reset_every": "reference.reset_every",
+    "reference_mix": "reference.mix",
+    "entropy_coef": "entropy.coef",
+    "top_entropy_rho": "entropy.top_rho",
+    "entropy_target": "entropy.target",
+    "entropy_coef_step": "entropy.coef_step",
+    "entropy_coef_max": "entropy.coef_max",
+    "vf_coef": "value.coef",
+    "value_clip": "value.clip",
+    "tis_cap": "correction.tis_cap",
+    "tis_level": "correction.tis_level",
+    "mis_band": "correction.mis_band",
+    "mis_level": "correction.mis_level",
+    "off_policy_mask": "correction.off_policy_mask",
+    "credit": "credit.name",
+    "credit_gamma": "credit.gamma",
+    "gigpo_weight": "credit.gigpo_weight",
+    "credit_gate": "credit.gate",
+    "group_selector": "select.name",
+    "max_draws": "select.max_draws",
+    "overlong_buffer_frac": "overlong.buffer_frac",
+    "objective": "objective.name",
+    "samples": "objective.samples",
+    "pairing": "objective.pairing",
+    "sync_every": "objective.sync_every",
+    "sft_coef": "objective.sft_coef",
+}
+"""Each key of the flat ``algorithm:`` form older configs used -> its nested place. Besides
+these: ``dynamic_sampling: true`` is ``select.name: informative``; ``group_filter`` and
+``group_filter_oversample`` are the stage ``{name: group_filter, criterion, oversample}``;
+``params.PART`` are that part's keyword arguments (``params.kl_estimator``: ``kl``,
+``params.group_selector``: ``select``, ``params.group_filter``: the group_filter stage)."""
+
+FLAT_PARAMS = {
+    "advantage": "advantage",
+    "policy_loss": "policy_loss",
+    "aggregation": "aggregation",
+    "kl_estimator": "kl",
+    "group_selector": "select",
+    "objective": "objective",
+}
+"""``params.X`` of the flat form -> the part whose keyword arguments they are."""
+
+
+_NEW_PLACE = {
+    "dynamic_sampling": "select.name",
+    "group_filter": "stages",
+    "group_filter_oversample": "stages",
+    "params": "each part's own keys",
+}
+
+
+def _nest_flat(flat: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The nested form of an ``algorithm:`` mapping in the flat form older configs used, and
+    each flat key it read with its new place (empty when ``flat`` is already nested).
+
+    A key that is already a part's mapping (``kl: {beta: 0}``) or a scalar of the nested form
+    (``preset``, ``ppo_epochs``, ``minibatches``, ``stages``) is kept; ``advantage``,
+    ``policy_loss``, ``aggregation``, ``objective`` and ``credit`` are flat when they are a
+    name (a string). Unknown keys are kept, for the config's check to name.
+    """
+    nested: dict[str, Any] = {}
+    read: list[str] = []
+
+    def put(path: str, value: Any) -> None:
+        part, key = path.split(".")
+        node = nested.setdefault(part, {})
+        if isinstance(node, dict):
+            node[key] = value  # over a nested mapping's (a --set flat key comes last)
+
+    stage: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key in FLAT_KEYS and not isinstance(value, Mapping):
+            put(FLAT_KEYS[key], value)
+        elif key == "dynamic_sampling" and not isinstance(value, Mapping):
+            put("select.name", "informative" if value else "all")
+        elif key in ("group_filter", "group_filter_oversample"):
+            if value is not None:
+                stage["criterion" if key == "group_filter" else "oversample"] = value
+        elif key == "params" and isinstance(value, Mapping):
+            for part, kwargs in value.items():
+                if part == "group_filter" and isinstance(kwargs, Mapping):
+                    stage.update(kwargs)
+                elif part in FLAT_PARAMS and isinstance(kwargs, Mapping):
+                    for name, v in kwargs.items():
+                        put(f"{FLAT_PARAMS[part]}.{name}", v)
+                else:
+                    nested.setdefault("params", {})[part] = kwargs  # for the check to name
+        else:
+            if isinstance(value, Mapping) and isinstance(nested.get(key), dict):
+                nested[key] = {**value, **nested[key]}  # the flat keys' values win
+            else:
+                nested[key] = value
+            continue
+        read.append(f"{key} as {_NEW_PLACE.get(key) or FLAT_KEYS[key]}")
+    if stage:
+        nested["stages"] = [*nested.get("stages", []), {"name": "group_filter", **stage}]
+    if "dynamic_sampling" in flat and "group_selector" in flat and flat["group_selector"]:
+        nested["select"]["name"] = flat["group_selector"]
+    return nested, read
+
+
+ROLLOUT_STAGES = {
+    "hints": ("hints", "fractions"),
+    "hint_threshold": ("hints", "threshold"),
+    "replay": ("replay", "replayed"),
+    "replay_buffer": ("replay", "buffer"),
+    "replay_threshold": ("replay", "threshold"),
+}
+"""The ``rollout:`` keys of the flat form that configured a draw stage -> (stage, setting)."""
+
+
+def nest_algorithm(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` (a whole config) with its ``algorithm:`` section and the stage keys of
+    ``rollout:`` read from the flat form older versions used into the nested form, and the
+    flat keys read (empty for a nested config). The stages keep the order they ran in:
+    hints, group_filter, replay."""
+    read: list[str] = []
+    out = dict(data)
+    algorithm = data.get("algorithm")
+    if isinstance(algorithm, dict):
+        out["algorithm"], keys = _nest_flat(algorithm)
+        read += [f"algorithm.{key}" for key in keys]  # "KEY as PART.KEY"
+    rollout = data.get("rollout")
+    if isinstance(rollout, dict) and set(rollout) & set(ROLLOUT_STAGES):
+        settings: dict[str, dict[str, Any]] = {}
+        for key in [k for k in rollout if k in ROLLOUT_STAGES]:
+            stage, setting = ROLLOUT_STAGES[key]
+            settings.setdefault(stage, {})[setting] = rollout[key]
+            read.append(f"rollout.{key} as stages {stage}")
+        out["rollout"] = {k: v for k, v in rollout.items() if k not in ROLLOUT_STAGES}
+        on = {
+            stage: values
+            for stage, values in settings.items()
+            if values.get("fractions" if stage == "hints" else "replayed")
+        }
+        if on:
+            algo = out.setdefault("algorithm", {})
+            if not isinstance(algo, dict):
+                return out, read
+            stages = list(algo.get("stages") or [])
+            if "hints" in on:
+                stages.insert(0, {"name": "hints", **on["hints"]})
+            if "replay" in on:
+                stages.append({"name": "replay", **on["replay"]})
+            algo["stages"] = stages
+    return out, read
+
+
+_NOTED: set[str] = set()
+
+
+def _deprecation_note(keys: list[str]) -> None:
+    """One line on stderr, once per process and set of keys, naming the flat keys read."""
+    line = (
+        f"note: this config uses the flat algorithm keys of older rlvr, read as the nested "
+        f"form (`rlvr config show` prints it; docs/config.md): {'; '.join(keys)}"
+    )
+    if line not in _NOTED:
+        _NOTED.add(line)
+        print(line, file=sys.stderr, flush=True)
 
 
 class ConfigError(RlvrError, ValueError):
@@ -1265,7 +1442,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     lists); text that is not valid YAML, or that YAML reads as nothing without saying ``null``
     (``#### (\\S+)`` is a YAML comment), is kept as the text given."""
     if "=" not in text:
-        raise ConfigError(f"--set expects KEY=VALUE, e.g. algorithm.clip_high=0.28 (got {text!r})")
+        raise ConfigError(
+            f"--set expects KEY=VALUE, e.g. algorithm.policy_loss.clip_high=0.28 (got {text!r})"
+        )
     key, raw = text.split("=", 1)
     if not raw.strip():
         return key.strip(), ""
@@ -1349,10 +1528,11 @@ def build_config(
             _resolve_data_path(data, base_dir)
         if str(base_dir) not in sys.path:
             sys.path.append(str(base_dir))
+    data, read = nest_algorithm(data)  # the file's flat keys, so the overrides set over them
     for key, value in parsed:
         _set_dotted(data, key, value)
     try:
-        return Config.model_validate(data, context={"base_dir": base_dir})
+        return Config.model_validate(data, context={"base_dir": base_dir, "flat_keys": read})
     except ValidationError as err:
         raise ConfigError(_format_errors(err)) from None
 
@@ -1377,28 +1557,26 @@ def save_config(config: Config, path: str | Path, comments: Sequence[str] = ()) 
 
 
 REGISTERED: dict[str, str] = {
-    "algorithm.preset": "PRESETS",
-    "algorithm.advantage": "ADVANTAGES",
-    "algorithm.policy_loss": "POLICY_LOSSES",
-    "algorithm.aggregation": "AGGREGATIONS",
-    "algorithm.kl_estimator": "KL_ESTIMATORS",
-    "algorithm.group_filter": "GROUP_FILTERS",
-    "algorithm.group_selector": "GROUP_SELECTORS",
-    "algorithm.objective": "OBJECTIVES",
-    "algorithm.credit": "CREDIT",
+    "task.name": "rlvr.catalog:TASKS",
+    "algorithm.preset": "rlvr.algorithms:PRESETS",
+    "algorithm.objective.name": "rlvr.algorithms:OBJECTIVES",
+    "algorithm.advantage.name": "rlvr.algorithms:ADVANTAGES",
+    "algorithm.policy_loss.name": "rlvr.algorithms:POLICY_LOSSES",
+    "algorithm.aggregation.name": "rlvr.algorithms:AGGREGATIONS",
+    "algorithm.kl.estimator": "rlvr.algorithms:KL_ESTIMATORS",
+    "algorithm.select.name": "rlvr.algorithms:GROUP_SELECTORS",
+    "algorithm.credit.name": "rlvr.algorithms:CREDIT",
+    "env.name": "rlvr.catalog:ENVS",
+    "distributed.backend": "rlvr.catalog:BACKENDS",
 }
-"""Config keys that name a registered part, and the registry of :mod:`rlvr.algorithms` each
+"""Config keys that name a registered part, and the ``module:attr`` of the registry each
 names: their help lists what is registered when it is shown (plug-ins' parts included), never
 a hand-written list."""
 
 
 def registered(key: str) -> list[str]:
     """The names registered for the config key ``key`` (a key of :data:`REGISTERED`)."""
-    from rlvr import algorithms
-    from rlvr.algorithms.credit import CREDIT
-
-    name = REGISTERED[key]
-    return list(CREDIT if name == "CREDIT" else getattr(algorithms, name))
+    return list(Lazy(REGISTERED[key]).load())
 
 
 def describe(config: Config) -> list[tuple[str, Any, Any, str]]:

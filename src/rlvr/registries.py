@@ -9,11 +9,10 @@ Each registry's unknown-name error lists the registered names, plug-ins' include
 from __future__ import annotations
 
 from rlvr import algorithms
-from rlvr.algorithms.credit import CREDIT
-from rlvr.config import Config, ConfigError
+from rlvr.catalog import ENVS
+from rlvr.config import REGISTERED, Config, ConfigError
 from rlvr.curriculum import CURRICULA
-from rlvr.envs.registry import ENVS
-from rlvr.registry import Registry, check_params
+from rlvr.registry import Lazy, Registry, check_params
 from rlvr.rewards import available_rewards
 
 TASK_REWARDS = ("task", "verifier")
@@ -46,15 +45,10 @@ def check_config(cfg: Config) -> None:
 
 
 def algorithm_parts() -> dict[str, Registry]:
-    """The registries of the algorithm's parts by the config key that selects them."""
-    return {
-        "algorithm.preset": algorithms.PRESETS,
-        "algorithm.objective": algorithms.OBJECTIVES,
-        "algorithm.advantage": algorithms.ADVANTAGES,
-        "algorithm.policy_loss": algorithms.POLICY_LOSSES,
-        "algorithm.aggregation": algorithms.AGGREGATIONS,
-        "algorithm.kl_estimator": algorithms.KL_ESTIMATORS,
-        "algorithm.group_filter": algorithms.GROUP_FILTERS,
-        "algorithm.group_selector": algorithms.GROUP_SELECTORS,
-        "algorithm.credit": CREDIT,
+    """The registries of the algorithm's parts by the config key that selects them
+    (:data:`rlvr.config.REGISTERED`), and GFPO's criteria (the group_filter stage's)."""
+    parts: dict[str, Registry] = {
+        key: Lazy(target).load() for key, target in REGISTERED.items() if key.startswith("algo")
     }
+    parts["algorithm.stages group_filter criterion"] = algorithms.GROUP_FILTERS
+    return parts

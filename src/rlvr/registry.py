@@ -1,34 +1,138 @@
-"""Registries: the named parts a config selects (advantage estimators, policy losses,
-aggregations, KL estimators, sample and group filters, credit rules, presets, curricula,
-environments). Each is a :class:`Registry`, a dict from name to part that refuses a name twice
-and whose unknown-name error lists every registered name, users' plug-ins included
-(:mod:`rlvr.plugins`)."""
+"""Registries: the named things a config selects (advantage estimators, policy losses,
+aggregations, KL estimators, group selectors, credit rules, presets, curricula, stages, rewards,
+tasks, environments, ecosystems, backends). Each is a :class:`Registry`: a dict from name to
+part that refuses a name twice and whose unknown-name error lists every registered name, users'
+plug-ins included (:mod:`rlvr.plugins`).
+
+A registry can hold what is expensive to import as a lazy ``"module:attr"`` entry
+(:meth:`Registry.add_lazy`), imported the first time it is looked up; it can import the modules
+whose import registers its built-in entries when it is first read (``modules``); and a name
+``PREFIX<placeholder>`` is a family: ``PREFIX<id>`` finds it with the id
+(:meth:`Registry.lookup`, e.g. ``gem:<env_id>`` for ``gem:game:GuessTheNumber-v0``).
+"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 V = TypeVar("V")
 
 
-class Registry(dict[str, V]):
-    """Name -> part, for one kind of part (``kind`` names it in messages, e.g.
-    "advantage estimator")."""
+@dataclass(frozen=True)
+class Lazy:
+    """A registry entry imported when first looked up: ``target`` is ``"module:attr"``."""
 
-    def __init__(self, kind: str) -> None:
+    target: str
+
+    def load(self) -> Any:
+        module, _, attr = self.target.partition(":")
+        value: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            value = getattr(value, part)
+        return value
+
+
+class Registry(dict[str, V]):
+    """Name -> part, for one kind of part.
+
+    Args:
+        kind: names the part in messages, e.g. "advantage estimator".
+        modules: modules whose import registers the built-in entries, imported before the
+            registry is first read.
+        same: ``same(old, new)``: registering ``new`` under a taken name replaces ``old``
+            instead of failing (e.g. a module imported twice registers its function again).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        modules: Iterable[str] = (),
+        same: Callable[[Any, Any], bool] | None = None,
+    ) -> None:
         super().__init__()
         self.kind = kind
+        self.descriptions: dict[str, str] = {}
+        self._modules = tuple(modules)
+        self._same = same
+        self._lock = threading.RLock()
 
-    def add(self, name: str, value: V) -> V:
-        """Register ``value`` as ``name``; ValueError if the name is taken."""
+    def add(self, name: str, value: V, description: str = "") -> V:
+        """Register ``value`` as ``name`` (with one line on what it is); ValueError if the name
+        is taken (unless ``same`` says the new value is the old one again)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} needs a non-empty string name, got {name!r}")
-        if name in self:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
-        self[name] = value
+        with self._lock:
+            if dict.__contains__(self, name):
+                old = dict.__getitem__(self, name)
+                if self._same is None or isinstance(old, Lazy) or not self._same(old, value):
+                    raise ValueError(f"{self.kind} {name!r} is already registered")
+            dict.__setitem__(self, name, value)
+            if description:
+                self.descriptions[name] = description
         return value
+
+    def add_lazy(self, name: str, target: str, description: str = "") -> None:
+        """Register ``"module:attr"`` as ``name``, imported when first looked up."""
+        if target.count(":") != 1 or not all(target.split(":")):
+            raise ValueError(f"{self.kind} {name!r}: a lazy entry is 'module:attr', got {target!r}")
+        self.add(name, Lazy(target), description)  # type: ignore[arg-type]
+
+    def _load_modules(self) -> None:
+        if self._modules:
+            with self._lock:
+                modules, self._modules = self._modules, ()
+                for module in modules:
+                    importlib.import_module(module)
+
+    def __getitem__(self, name: str) -> V:
+        self._load_modules()
+        value = dict.__getitem__(self, name)
+        if isinstance(value, Lazy):
+            value = value.load()
+            dict.__setitem__(self, name, value)
+        return value
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[name] if name in self else default
+
+    def __contains__(self, name: object) -> bool:
+        self._load_modules()
+        return dict.__contains__(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_modules()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._load_modules()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        self._load_modules()
+        return dict.keys(self)
+
+    def values(self) -> list[V]:  # type: ignore[override]
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, V]]:  # type: ignore[override]
+        return [(name, self[name]) for name in self]
+
+    def lookup(self, name: str) -> tuple[str, str | None] | None:
+        """``(entry, id)``: ``(name, None)`` for a registered name, ``(PREFIX<placeholder>,
+        id)`` for a name ``PREFIX<id>`` of a family entry; None when neither."""
+        if name in self:
+            return name, None
+        for key in self:
+            if key.endswith(">") and "<" in key:
+                prefix = key[: key.index("<")]
+                if name.startswith(prefix) and len(name) > len(prefix):
+                    return key, name[len(prefix) :]
+        return None
 
     def unknown(self, name: object) -> str:
         """The message for a name that is not registered: what is."""
@@ -46,7 +150,7 @@ def check_params(
 ) -> None:
     """ValueError unless every key of ``params`` is a keyword argument ``fn`` accepts (any, when
     it takes ``**kwargs``) and none of ``reserved`` (arguments the caller fills itself).
-    ``label`` names the part in the message (e.g. "algorithm.params.advantage (rank)")."""
+    ``label`` names the part in the message (e.g. "advantage")."""
     taken = sorted(set(params) & set(reserved))
     if taken:
         raise ValueError(f"{label}: {', '.join(taken)} is set by rlvr, not by params")

@@ -39,7 +39,7 @@ FIXED_ON_RESUME = (
     "task",
     "curriculum",
     "algorithm.preset",
-    "algorithm.advantage",
+    "algorithm.advantage.name",
     "train.seed",
     "logging.run_dir",
     "rollout.max_staleness",

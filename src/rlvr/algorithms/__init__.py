@@ -27,6 +27,13 @@ from rlvr.algorithms.advantages import (
     weight_by_sign,
 )
 from rlvr.algorithms.bnpo import bnpo
+from rlvr.algorithms.checks import (
+    KL_PLACEMENTS,
+    NORMALIZATIONS,
+    learns_from_reward_differences,
+    needs_reference,
+    pairing,
+)
 from rlvr.algorithms.credit import CREDIT, register_credit
 from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
@@ -101,11 +108,10 @@ from rlvr.algorithms.preference import (
     rebel_loss,
 )
 from rlvr.algorithms.presets import (
-    KL_PLACEMENTS,
-    NORMALIZATIONS,
     PRESETS,
     Preset,
     advantage_kwargs,
+    as_overrides,
     get_preset,
     preset_advantages,
     register_preset,
@@ -113,12 +119,46 @@ from rlvr.algorithms.presets import (
     validate,
 )
 from rlvr.algorithms.sapo import sapo_policy_loss
+from rlvr.algorithms.schema import (
+    AdvantagePart,
+    AggregationPart,
+    Algorithm,
+    CorrectionPart,
+    CreditPart,
+    EntropyPart,
+    KLPart,
+    ObjectivePart,
+    OverlongPart,
+    PolicyLossPart,
+    ReferencePart,
+    SelectPart,
+    StageEntry,
+    ValuePart,
+)
 from rlvr.algorithms.shaping import overlong_penalty
 from rlvr.algorithms.spo import spo
 from rlvr.algorithms.unlikeliness import unlikeliness_rewards
 from rlvr.algorithms.zero_variance import rl_zvp_advantages
 
 __all__ = [
+    "ObjectivePart",
+    "AdvantagePart",
+    "PolicyLossPart",
+    "AggregationPart",
+    "KLPart",
+    "ReferencePart",
+    "EntropyPart",
+    "ValuePart",
+    "CorrectionPart",
+    "CreditPart",
+    "SelectPart",
+    "OverlongPart",
+    "StageEntry",
+    "Algorithm",
+    "as_overrides",
+    "learns_from_reward_differences",
+    "needs_reference",
+    "pairing",
     "ADVANTAGES",
     "INPUT_FIELDS",
     "AGGREGATIONS",

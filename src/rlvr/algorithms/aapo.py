@@ -10,7 +10,7 @@ adds the clipped reward difference:
     A_i = (r_i - mean_g r) / (std_g r + eps) + clip(r_i - r^ref_i, low, high)
 
 with low = -0.2, high = 0.28 (the code's bounds). The paper trains it with a plain
--A log pi loss (no ratio, no clip, no KL): the ``aapo`` preset. ``algorithm.advantage: aapo``
+-A log pi loss (no ratio, no clip, no KL): the ``aapo`` preset. ``algorithm.advantage.name: aapo``
 makes the rollouts keep an engine over the initial policy and sample the reference's groups
 (``Rollouts.run_reference``).
 """

@@ -19,7 +19,7 @@ and the weight 1 / f is capped at 1e6 (``max_weight``), as there.
 alpha = beta = 1 gives f = 1 (REINFORCE with the group mean as baseline); alpha = beta = 3/2
 gives f proportional to sqrt(p (1 - p)), Bernoulli's std (GRPO): BNPO moves between the two as
 the pass rates spread. A group whose rewards are all equal has A = 0; a group of one keeps
-A = r (the package convention). Rewards must lie in [0, 1]. Select with ``algorithm.advantage:
+A = r (the package convention). Rewards must lie in [0, 1]. Select with ``algorithm.advantage.name:
 bnpo``. The paper's decomposition for several reward terms is not built here: ``gdpo``
 normalises each term separately.
 """

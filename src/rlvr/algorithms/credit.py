@@ -327,7 +327,7 @@ class CreditRule:
 
 
 CREDIT: Registry[CreditRule] = Registry("credit rule")
-"""The credit rules of :func:`assign_credit` (``algorithm.credit``), users' included."""
+"""The credit rules of :func:`assign_credit` (``algorithm.credit.name``), users' included."""
 
 
 def register_credit(name: str, description: str) -> Callable[[Callable], Callable]:

@@ -32,7 +32,7 @@ on-policy (pi_old = pi) DPPO still masks the tokens the update would push furthe
 ``clip_low`` / ``clip_high`` are delta_low / delta_high (probability for ``dppo_tv``, nats for
 ``dppo_kl``; not ratio offsets). Unset in a config that switches a ratio-clipping preset to
 DPPO, they are the functions' own defaults: 0.2 for ``dppo_tv``, 0.05 for ``dppo_kl``
-(:func:`rlvr.algorithms.resolve`). ``ratio_cap`` (``algorithm.params.policy_loss``) is C.
+(:func:`rlvr.algorithms.resolve`). ``ratio_cap`` (a key of ``algorithm.policy_loss``) is C.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and after the step, from that step's mean entropy H_k:
     active_{k+1} = H_k < H_tgt.
 
 The report's values: H_tgt = 0.2, delta = 1e-4, c_max = 0.005, c_0 = 0. Set
-``algorithm.entropy_target`` (``entropy_coef_step``, ``entropy_coef_max``); the coefficient and the
+``algorithm.entropy.target`` (``coef_step``, ``coef_max``); the coefficient and the
 switch are checkpointed (:class:`EntropyController`), so a resumed run continues them.
 """
 

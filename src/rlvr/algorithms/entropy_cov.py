@@ -24,8 +24,8 @@ selection). Clip-Cov's random pick draws from its own generator seeded with ``se
 the call's stream: the learner passes stream_key(train.seed, its minibatches so far, the
 micro-batch's first row), a new stream at every minibatch, a skipped optimizer step's too (the
 paper's code draws from one advancing global generator), that a resumed run draws again (the
-count is checkpointed). Select with ``algorithm.policy_loss: clip_cov`` or ``kl_cov``
-(``params: {policy_loss: {ratio: ..., ...}}``).
+count is checkpointed). Select with ``algorithm.policy_loss.name: clip_cov`` or ``kl_cov``
+(``policy_loss: {name: clip_cov, ratio: ..., ...}``).
 """
 
 from __future__ import annotations

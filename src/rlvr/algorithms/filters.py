@@ -54,7 +54,7 @@ class GroupAccumulator:
     ``max_draws=1`` it keeps the first draw unchanged, so the trainer's loop is the same with
     and without dynamic sampling::
 
-        acc = GroupAccumulator(prompts_per_step, algo.max_draws, algo.dynamic_sampling)
+        acc = GroupAccumulator(prompts_per_step, max_draws, only_informative)
         while not acc.done:
             draw = rollout_and_score(prompts_per_step)
             kept.append(draw.select(acc.add(draw.rewards, draw.group_ids)))
@@ -142,14 +142,20 @@ GROUP_SELECTORS: Registry[SelectFn] = Registry("group selector")
 
 def register_group_selector(name: str) -> Callable[[SelectFn], SelectFn]:
     """Decorator: add ``select(rewards [N], group_ids [N], **params) -> [K] bool``, one flag per
-    distinct group id in ascending order (True: the group trains). ``algorithm.group_selector``
-    names it, ``algorithm.params.group_selector`` gives its params; with ``max_draws`` > 1 the
+    distinct group id in ascending order (True: the group trains). ``algorithm.select.name``
+    names it, the section's other keys are its params; with ``select.max_draws`` > 1 the
     batch is refilled with new groups like DAPO's dynamic sampling."""
 
     def decorator(fn: SelectFn) -> SelectFn:
         return GROUP_SELECTORS.add(name, fn)
 
     return decorator
+
+
+@register_group_selector("all")
+def _every_group(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Every group trains (the default: a step selects no groups)."""
+    return torch.ones(len(torch.unique(group_ids)), dtype=torch.bool)
 
 
 @register_group_selector("informative")
@@ -271,7 +277,7 @@ def group_filter(
         lengths: [N] completion lengths in tokens.
         keep: completions kept per group (>= 1).
         criterion: a key of :data:`GROUP_FILTERS`.
-        params: the criterion's own keyword arguments (``algorithm.params.group_filter``).
+        params: the criterion's own keyword arguments (the group_filter stage's other keys).
     Returns:
         [M] long indices of the kept samples, ascending.
     """

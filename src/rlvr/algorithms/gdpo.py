@@ -11,7 +11,7 @@ first, sums the normalised terms with their weights, and whitens the sum over th
     A_k,i = (r_k,i - mean_g r_k) / (std_g r_k + eps)        each term k, in sample i's group g
     A_i = sum_k w_k A_k,i,   then   A_i <- (A_i - mean_batch A) / (std_batch A + eps).
 
-A term equal across a group contributes 0 to it. Select with ``algorithm.advantage: gdpo`` on a
+A term equal across a group contributes 0 to it. Select with ``algorithm.advantage.name: gdpo`` on a
 run whose reward has ``reward.terms``.
 """
 

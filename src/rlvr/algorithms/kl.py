@@ -95,7 +95,7 @@ def kl_penalty(
     name: str, logp: torch.Tensor, ref_logp: torch.Tensor, **params: float
 ) -> torch.Tensor:
     """Per-token KL estimate [B, T] with the estimator registered as ``name`` (k1 .. k3+);
-    ``params``: its own keyword arguments (``algorithm.params.kl_estimator``)."""
+    ``params``: its own keyword arguments (the ``algorithm.kl`` section's other keys)."""
     return KL_ESTIMATORS.get_or_raise(name)(logp, ref_logp, **params)
 
 

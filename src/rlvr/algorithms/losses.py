@@ -302,7 +302,7 @@ class PolicyLoss:
         sampler_anchored: the loss measures its ratio and trust region against the sampler's
             (rollout engine's) log-probs, not pi_old: the learner passes those as ``old_logp``
             (DPPO, whose paper anchors the trust region to the behaviour policy). Its ratio is
-            then the whole sampler correction, so TIS / MIS (``algorithm.tis_cap``,
+            then the whole sampler correction, so TIS / MIS (``algorithm.correction.tis_cap``,
             ``mis_band``, which weight by pi_old / pi_sampler) are refused with it.
     """
 

@@ -14,8 +14,8 @@ observed binary reward R~:
 ``noisy_verifier`` with ``correction: backward`` centres R^ in its group (Dr. GRPO's baseline,
 which keeps the estimate unbiased: GRPO's std division would cancel the correction's scale);
 ``correction: forward`` uses w as the advantage. Rewards must be binary (0 or 1). Select with
-``algorithm.advantage: noisy_verifier`` and ``params: {advantage: {false_negative_rate: ...,
-false_positive_rate: ...}}``; both rates 0 give Dr. GRPO (backward) or r - 1 (forward).
+``algorithm.advantage: {name: noisy_verifier, false_negative_rate: ...,
+false_positive_rate: ...}``; both rates 0 give Dr. GRPO (backward) or r - 1 (forward).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Objectives: what the learner minimises on a batch, by name (``algorithm.objective``).
+"""Objectives: what the learner minimises on a batch, by name (``algorithm.objective.name``).
 
 Three kinds, each a registered :class:`Objective`:
 
@@ -95,7 +95,7 @@ class Objective:
     summary: str
 
     def params(self) -> tuple[str, ...]:
-        """The keyword arguments ``algorithm.params.objective`` may set."""
+        """The keyword arguments ``algorithm.objective`` may set beside its name."""
         import inspect
 
         if self.fn is None:

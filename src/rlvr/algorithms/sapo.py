@@ -11,7 +11,7 @@ so d f / d log pi = 4 sigmoid(tau (rho - 1)) (1 - sigmoid(tau (rho - 1))) * rho,
 (the vanilla gradient) at rho = 1. tau = tau_pos for A > 0 and tau_neg for A < 0: the paper
 takes tau_neg > tau_pos (negative-advantage tokens are gated faster: their updates spread
 probability over the whole vocabulary and destabilise more). ``tau_pos`` / ``tau_neg`` come
-from ``algorithm.params.policy_loss``; ``clip_low`` / ``clip_high`` are not used.
+from the ``algorithm.policy_loss`` section; ``clip_low`` / ``clip_high`` are not used.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ batch (Xu and Ding 2025, "Single-stream Policy Optimization", arXiv:2509.13232).
 with p^(x) the prompt's tracked success probability before this visit (the ``spo``
 curriculum's Beta tracker, :mod:`rlvr.curriculum.spo`) and the unbiased std over the batch.
 Unlike a group baseline it needs no second sample of the prompt: group size 1 works. Select
-with ``algorithm.advantage: spo`` and ``curriculum.name: spo``.
+with ``algorithm.advantage.name: spo`` and ``curriculum.name: spo``.
 """
 
 from __future__ import annotations

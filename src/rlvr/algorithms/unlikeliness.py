@@ -13,7 +13,7 @@ down the more likely its sample is, before GRPO's group normalisation:
 A wrong sample (r = 0) keeps 0; among correct ones the least likely keeps its full reward and
 the most likely is scaled by 1 - beta_rank (G - 1) / G. The paper's beta_rank is 0.25. The
 ranks are taken over the whole group, wrong samples included, as in the authors' code; ties
-keep the samples' order. Select with ``algorithm.advantage: unlikeliness``.
+keep the samples' order. Select with ``algorithm.advantage.name: unlikeliness``.
 """
 
 from __future__ import annotations

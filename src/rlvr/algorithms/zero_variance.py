@@ -13,7 +13,7 @@ sampled token (detached: a constant, not differentiated):
 the max over the tokens of the same response. A right answer is reinforced most where the
 policy was uncertain (the forks that led to it); a wrong one is pushed down most on the tokens
 it was confident about, and not at all on its most uncertain token. The paper's alpha is 0.1.
-Select with ``algorithm.advantage: rl_zvp``; the entropies come from the trainer's no-grad pass
+Select with ``algorithm.advantage.name: rl_zvp``; the entropies come from the trainer's no-grad pass
 of the policy before the update.
 """
 

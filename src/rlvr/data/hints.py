@@ -5,7 +5,7 @@ Reinforcement Learning", arXiv:2507.10628).
 
 A group the policy fails entirely teaches GRPO nothing. GHPO plays such a group again with the
 first 25% of the reference solution in the prompt, then 50%, then 75% while it still fails, and
-trains on the hinted group (``rollout.hints``, :mod:`rlvr.trainer.stages.hints`). The
+trains on the hinted group (the ``hints`` stage, :mod:`rlvr.trainer.stages.hints`). The
 solution is the problem's first demonstration (a procedural task's worked solution, e.g.
 arithmetic's step-by-step evaluation; a data row's demonstration column); a problem without
 one is not hinted. The prefix is counted in characters, as in both papers' code.

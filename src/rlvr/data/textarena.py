@@ -4,6 +4,8 @@ of games, since a TextArena game comes from the environment's ``env_id`` and its
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlvr.data.base import Problem
 
 PREFIX = "textarena:"
@@ -54,3 +56,19 @@ class TextArenaTask:
     def score(self, completion: str, problem: Problem) -> float:
         """Not used for environment episodes, whose reward comes from the game's steps: 0.0."""
         return 0.0
+
+
+def textarena_task(env_id: str, n_eval: int = 32, **_: Any) -> TextArenaTask:
+    """``task.name: textarena:<env_id>``: labelled games of a TextArena environment (options
+    other than n_eval, e.g. the seed, do not change the labels)."""
+    return TextArenaTask(env_id, n_eval)
+
+
+def gem_task(env_id: str, n_eval: int = 32, **_: Any) -> TextArenaTask:
+    """``task.name: gem:<env_id>``: labelled episodes of a GEM environment."""
+    return TextArenaTask(env_id, n_eval, "gem")
+
+
+def openenv_task(url: str, n_eval: int = 32, **_: Any) -> TextArenaTask:
+    """``task.name: openenv:<URL>``: labelled episodes of an OpenEnv server's environment."""
+    return TextArenaTask(url, n_eval, "openenv")

@@ -135,3 +135,10 @@ class VerifiersTask:
     def score(self, completion: str, problem: Problem) -> float:
         """The weighted sum of the task's rewards (see :meth:`rewards`)."""
         return self.rewards(completion, problem)[0]
+
+
+def verifiers_task(taskset: str, **options: Any) -> VerifiersTask:
+    """``task.name: verifiers:<taskset>``: the taskset's tasks (its config fields from the
+    options; the run's seed does not apply: the taskset orders its own tasks)."""
+    config = {k: v for k, v in options.items() if k not in ("seed", "n_eval")}
+    return VerifiersTask(taskset, options.get("n_eval", 32), **config)

@@ -1,5 +1,5 @@
 """``single_turn``: a plain task as a one-step environment (the policy answers once, the task's
-verifier scores it). With ``algorithm.credit: broadcast`` it trains exactly as the same task
+verifier scores it). With ``algorithm.credit.name: broadcast`` it trains exactly as the same task
 without an environment does (tested: tests/test_envs_episodes.py)."""
 
 from __future__ import annotations

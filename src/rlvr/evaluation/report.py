@@ -450,7 +450,7 @@ def _mismatch(rows: list[dict[str, Any]]) -> str:
         '<section id="mismatch"><h2>Sampler-trainer mismatch</h2>'
         "<p class='note'>The rollout engine's log-probs of the sampled tokens against the "
         "trainer's before the update (pi_train / pi_sampler per token); corrected by "
-        "<code>algorithm.tis_cap</code> and <code>mis_band</code>.</p>"
+        "<code>algorithm.correction.tis_cap</code> and <code>mis_band</code>.</p>"
         "<table><tr><th>metric</th><th>first</th><th>last</th><th>max</th><th>meaning</th></tr>"
         + "".join(body)
         + "</table></section>"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 def overlong_penalty(length: int, max_length: int, cache_length: int) -> float:
     """DAPO soft overlong punishment of one completion of ``length`` tokens, L_max =
     ``max_length``, L_cache = ``cache_length``: the one formula of
-    :func:`rlvr.algorithms.overlong_penalty` (``algorithm.overlong_buffer_frac``), here as a
+    :func:`rlvr.algorithms.overlong_penalty` (``algorithm.overlong.buffer_frac``), here as a
     reward term. ``cache_length = 0`` gives a hard -1 beyond ``max_length``."""
     if max_length <= 0 or not 0 <= cache_length <= max_length:
         raise ValueError(

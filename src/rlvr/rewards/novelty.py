@@ -19,7 +19,7 @@ reasoning that differs from its peers. Per prompt group of G completions:
    minority sample, so selection is unchanged; novelty only reorders within a side.
 
 The paper trains with GRPO advantages, clip-higher (DAPO's eps_high > eps_low) and an entropy
-bonus; those are algorithm options here (``algorithm.clip_high``, ``algorithm.entropy_coef``,
+bonus; those are algorithm options here (``algorithm.policy_loss.clip_high``, ``algorithm.entropy.coef``,
 see ``configs/label_free_evol.yaml``), not part of the reward.
 """
 

@@ -11,13 +11,12 @@ task's own verifier, which the combined reward resolves with the task
 
 from __future__ import annotations
 
-import importlib
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlvr.registry import Registry
 from rlvr.rewards.protocol import RewardConfigError, RewardKind, qualified_name
 from rlvr.user_code import import_user_module
 
@@ -52,8 +51,13 @@ class RegisteredReward:
     inline: bool = False
 
 
-_REGISTRY: dict[str, RegisteredReward] = {}
-_REGISTRY_LOCK = threading.Lock()
+REWARDS: Registry[RegisteredReward] = Registry(
+    "reward",
+    modules=_BUILTIN_MODULES,
+    same=lambda old, new: qualified_name(old.fn) == qualified_name(new.fn),
+)
+"""Rewards by name; the built-in ones register when the registry is first read (their modules
+imported then); a module imported twice registers its functions again, not a conflict."""
 
 
 def register_reward(name: str, kind: RewardKind = "sample") -> Callable[[Callable], Callable]:
@@ -71,28 +75,22 @@ def register_reward(name: str, kind: RewardKind = "sample") -> Callable[[Callabl
         raise ValueError(f"reward {name!r}: kind must be 'sample' or 'group', got {kind!r}")
 
     def decorator(fn: Callable) -> Callable:
-        with _REGISTRY_LOCK:
-            old = _REGISTRY.get(name)
-            if old is not None and qualified_name(old.fn) != qualified_name(fn):
-                raise ValueError(
-                    f"reward {name!r} is already registered to {qualified_name(old.fn)}; "
-                    f"cannot register {qualified_name(fn)} under the same name"
-                )
-            _REGISTRY[name] = RegisteredReward(name, fn, kind)
+        try:
+            REWARDS.add(name, RegisteredReward(name, fn, kind))
+        except ValueError:
+            old = dict.get(REWARDS, name)
+            raise ValueError(
+                f"reward {name!r} is already registered to {qualified_name(old.fn)}; "
+                f"cannot register {qualified_name(fn)} under the same name"
+            ) from None
         return fn
 
     return decorator
 
 
-def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-
-
 def available_rewards() -> list[str]:
     """Names of all registered rewards (built-ins included), sorted."""
-    _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted(REWARDS)
 
 
 def get_reward(name: str | Callable[..., Any]) -> RegisteredReward:
@@ -108,16 +106,15 @@ def get_reward(name: str | Callable[..., Any]) -> RegisteredReward:
             fn, label = name, _callable_name(name)
         else:
             fn, label = load_function(name), name
-        for entry in list(_REGISTRY.values()):
+        for entry in REWARDS.values():
             if entry.fn is fn:
                 return entry
         return RegisteredReward(label, fn, "sample")
-    _load_builtins()
-    entry = _REGISTRY.get(name)
+    entry = REWARDS.get(name)
     if entry is None:
         raise RewardConfigError(
             f"unknown reward {name!r}; registered rewards: "
-            f"{', '.join(sorted([*_REGISTRY, *TASK_REWARD_NAMES]))} "
+            f"{', '.join(sorted([*REWARDS, *TASK_REWARD_NAMES]))} "
             "(or name a function as 'module:function')"
         )
     return entry

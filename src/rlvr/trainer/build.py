@@ -62,6 +62,7 @@ from rlvr.trainer.rollouts import (
     demonstration_tokens,
 )
 from rlvr.trainer.signals import SIGNALS
+from rlvr.trainer.stages import check_stages
 
 CONFIDENCE_FIELDS = frozenset({"self_certainty", "token_entropy"})
 """Reward fields the rollout engine records while sampling (label-free rewards)."""
@@ -69,33 +70,36 @@ REFERENCE_FIELDS = frozenset({"reference_logprobs", "reference_logprobs_bare"})
 """Reward fields of the reference answer's probability under the policy (RLPR, VeriFree)."""
 
 
-def resolve_algorithm(cfg: Config) -> algorithms.Preset:
-    """The preset named in the config with every explicitly set field overriding it, checked
-    for contradictions (a ValueError names them)."""
+def resolve_algorithm(cfg: Config) -> algorithms.Algorithm:
+    """The one :class:`~rlvr.algorithms.Algorithm` a run reads: the preset named in the config
+    with every part the config sets, checked for contradictions, for the signals its estimator
+    needs and for its draw stages (a ConfigError names them)."""
     try:
-        algo = algorithms.resolve(cfg.algorithm.preset, **cfg.algorithm.overrides())
+        algo = cfg.algorithm.resolve()
     except ValueError as err:
         raise ConfigError(f"algorithm: {err}") from None
-    needs = algorithms.ADVANTAGES[algo.advantage].requires
+    needs = algorithms.ADVANTAGES[algo.advantage.name].requires
     missing = [n for n in needs if n not in algorithms.INPUT_FIELDS and n not in SIGNALS]
     if missing:
         raise ConfigError(
-            f"algorithm.advantage: {algo.advantage} requires {', '.join(missing)}, which is no "
-            "input rlvr computes and has no registered producer (rlvr.trainer.signals."
-            f"register_signal); registered signals: {', '.join(sorted(SIGNALS))}"
+            f"algorithm.advantage.name: {algo.advantage.name} requires {', '.join(missing)}, "
+            "which is no input rlvr computes and has no registered producer (rlvr.trainer."
+            f"signals.register_signal); registered signals: {', '.join(sorted(SIGNALS))}"
         )
-    if cfg.algorithm.credit != "broadcast" and needs:
+    credit = algo.credit.name
+    if credit != "broadcast" and needs:
         raise ConfigError(
-            f"algorithm.credit: {cfg.algorithm.credit} compares turns with the preset's group "
-            f"baseline, but advantage {algo.advantage!r} needs {', '.join(needs)} per token; "
-            "use a group estimator (grpo, dr_grpo, rloo, ...) or credit: broadcast"
+            f"algorithm.credit.name: {credit} compares turns with the preset's group "
+            f"baseline, but advantage {algo.advantage.name!r} needs {', '.join(needs)} per "
+            "token; use a group estimator (grpo, dr_grpo, rloo, ...) or credit: broadcast"
         )
-    if cfg.algorithm.credit != "broadcast" and algo.overlong_buffer_frac is not None:
+    if credit != "broadcast" and algo.overlong.buffer_frac is not None:
         raise ConfigError(
-            f"algorithm.credit: {cfg.algorithm.credit} reads the environment's turn rewards, "
-            "which DAPO's overlong penalty (overlong_buffer_frac) does not reach; use credit: "
-            "broadcast with it, or set algorithm.overlong_buffer_frac: null"
+            f"algorithm.credit.name: {credit} reads the environment's turn rewards, which "
+            "DAPO's overlong penalty does not reach; use credit: broadcast with it, or set "
+            "algorithm.overlong.buffer_frac: null"
         )
+    check_stages(algo)
     return algo
 
 
@@ -173,17 +177,17 @@ def build_learner(
     policy is not the base model (``model.lora.path``) or ProRL resets the reference."""
     device = next(policy.parameters()).device
     reference = None
-    if algo.needs_reference and cfg.model.lora is None:
+    if algorithms.needs_reference(algo) and cfg.model.lora is None:
         copy = load_model(cfg.model.name, dtypes.rollout).to(device)
-        reference = Reference(policy, copy, None, algo.reference_reset_every, algo.reference_mix)
-    elif algo.needs_reference:
+        reference = Reference(policy, copy, None, algo.reference.reset_every, algo.reference.mix)
+    elif algorithms.needs_reference(algo):
         adapter = "base"
-        if cfg.model.lora.path is not None or algo.reference_reset_every:
+        if cfg.model.lora.path is not None or algo.reference.reset_every:
             adapters.add_frozen_copy(policy, adapters.REFERENCE)
             adapter = adapters.REFERENCE
-        reference = Reference(policy, None, adapter, algo.reference_reset_every, algo.reference_mix)
+        reference = Reference(policy, None, adapter, algo.reference.reset_every, algo.reference.mix)
     value_head = None
-    if algo.advantage == "gae":
+    if algo.advantage.name == "gae":
         value_head = ValueHead(policy.config.hidden_size).to(device)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
@@ -192,7 +196,7 @@ def build_learner(
     optimizer = torch.optim.AdamW(
         trained, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, algo))
     learner = Learner(
         policy,
         value_head,
@@ -201,17 +205,17 @@ def build_learner(
         scheduler,
         algo,
         cfg,
-        Forward.of(cfg, algo.samples, dtypes.train),
+        Forward.of(cfg, algo.objective.samples, dtypes.train),
         generator,
         pad_token_id,
     )
-    OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[algo.objective].kind)  # a known kind
-    if algo.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
+    OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[algo.objective.name].kind)  # a known kind
+    if algo.objective.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
         learner.published_copy = PublishedCopy(policy)
-    settings = cfg.algorithm
-    if settings.entropy_target is not None:  # Skywork-OR1's adaptive entropy control
+    entropy = algo.entropy
+    if entropy.target is not None:  # Skywork-OR1's adaptive entropy control
         learner.entropy_control = algorithms.EntropyController(
-            settings.entropy_target, settings.entropy_coef_step, settings.entropy_coef_max
+            entropy.target, entropy.coef_step, entropy.coef_max
         )
     if cfg.train.compile:  # the training forward only; the engine keeps its own path
         learner.compiled = torch.compile(policy)
@@ -363,10 +367,10 @@ def build_player(
     rewards on the reference answer's probability, a scorer over ``policy``)."""
     algo = front.algo
     teacher = None
-    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage].requires:
+    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage.name].requires:
         if cfg.env.name is not None:
             raise ConfigError(
-                f"algorithm.advantage {algo.advantage!r} (on-policy distillation) scores "
+                f"algorithm.advantage.name {algo.advantage.name!r} (on-policy distillation) scores "
                 "single completions; agent episodes (env.name) are not supported yet"
             )
         teacher = build_teacher(cfg, tokenizer, policy, dtypes)
@@ -383,7 +387,9 @@ def build_player(
         )
     stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
     demonstration = None
-    if algo.sft_coef > 0:  # an SFT term on each problem's demonstration beside the RL loss
+    if (
+        algo.objective.sft_coef > 0
+    ):  # an SFT term on each problem's demonstration beside the RL loss
         system = cfg.model.system_prompt
         demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)
     sampled = OneStep(
@@ -396,7 +402,7 @@ def build_player(
         teacher,
         demonstration,
     )
-    if algo.samples == "data":
+    if algo.objective.samples == "data":
         return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)
     return sampled
 
@@ -410,8 +416,8 @@ def build_teacher(
     spec = cfg.model.teacher
     if spec is None:
         raise ConfigError(
-            f"algorithm.advantage {cfg.algorithm.advantage or cfg.algorithm.preset!r} needs a "
-            "teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
+            f"algorithm.advantage.name {cfg.algorithm.advantage.name or cfg.algorithm.preset!r} "
+            "needs a teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
             "model with the same tokenizer)"
         )
     from rlvr.models import load_tokenizer
@@ -502,10 +508,10 @@ def build_sampler(cfg: Config, task: Task, algo: algorithms.Preset) -> PromptSam
         sampler = make_sampler(cfg.curriculum.name, task, cfg.train.seed, **cfg.curriculum.kwargs())
     except ValueError as err:
         raise ConfigError(f"curriculum: {err}") from None
-    needs = algorithms.ADVANTAGES[algo.advantage].requires
+    needs = algorithms.ADVANTAGES[algo.advantage.name].requires
     if "baselines" in needs and not callable(getattr(sampler, "baselines", None)):
         raise ConfigError(
-            f"algorithm.advantage: {algo.advantage} needs each prompt's tracked baseline: set "
+            f"algorithm.advantage.name: {algo.advantage.name} needs each prompt's tracked baseline: set "
             f"curriculum.name: spo (curriculum {cfg.curriculum.name!r} keeps none)"
         )
     return sampler

@@ -57,8 +57,8 @@ def _modules_by_config(cfg: Any, learner: Any, policy: Any) -> tuple[list[Any], 
     :meth:`rlvr.trainer.learner.Learner.modules` holds them, built from ``cfg`` and the preset
     (``learner.algo``) as :func:`rlvr.trainer.build.build_learner` builds them (on the device
     current when called): PPO's value head (trained), a full reference copy in the rollout dtype
-    when it is reset or mixed (``reference_reset_every``), the semi-online snapshot
-    (``sync_every`` > 1), the entropy controller's state. A LoRA policy's adapters are not
+    when it is reset or mixed (``reference.reset_every``), the semi-online snapshot
+    (``objective.sync_every`` > 1), the entropy controller's state. A LoRA policy's adapters are not
     modelled here."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -70,22 +70,20 @@ def _modules_by_config(cfg: Any, learner: Any, policy: Any) -> tuple[list[Any], 
     algo = learner.algo
     stored: list[Any] = []
     trained: list[Any] = []
-    if algo.advantage == "gae":
+    if algo.advantage.name == "gae":
         head = ValueHead(policy.config.hidden_size)
         stored.append(head)
         trained.append(head)
-    if algo.needs_reference and algo.reference_reset_every and cfg.model.lora is None:
+    if algorithms.needs_reference(algo) and algo.reference.reset_every and cfg.model.lora is None:
         chosen = getattr(learner, "precision", None) or {}  # what ``auto`` stood for there
         name = chosen.get("rollout.dtype", cfg.rollout.dtype)
         dtype = precision.DTYPES.get(name, torch.float32)  # unresolved auto: fp32, the most
         stored.append(AutoModelForCausalLM.from_config(policy.config, dtype=dtype))
-    if algo.sync_every > 1:
+    if algo.objective.sync_every > 1:
         stored.append(PublishedCopy(policy))
-    settings = cfg.algorithm
-    if settings.entropy_target is not None:
+    entropy = algo.entropy
+    if entropy.target is not None:
         stored.append(
-            algorithms.EntropyController(
-                settings.entropy_target, settings.entropy_coef_step, settings.entropy_coef_max
-            )
+            algorithms.EntropyController(entropy.target, entropy.coef_step, entropy.coef_max)
         )
     return stored, trained

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -36,8 +37,8 @@ from rlvr.trainer.metrics import warn
 from rlvr.trainer.protocols import Rollouts, Weights
 from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.signals import Draw
-from rlvr.trainer.stages import STAGES, DrawState, Stage, stages_for
-from rlvr.trainer.stages.replay import ReplayBuffer
+from rlvr.trainer.stages import DrawState, Stage, oversample, stages_for
+from rlvr.trainer.stages.replay import Replay, ReplayBuffer
 
 #: Reward metrics summed over a step's draws (a judge's usage), not averaged.
 SUMMED = ("judge/", "time/")
@@ -56,7 +57,7 @@ class Collector:
         phase: told "sampling" as the step moves (the progress display).
         warn: shows a one-line warning (environment faults of a draw).
         version: the policy version the rollouts serve (see :meth:`publish`).
-        replay: RePO's buffer (``rollout.replay``; checkpointed by the loop), or None.
+        replay: RePO's buffer (the replay stage's; checkpointed by the loop), or None.
         stages: the run's draw stages, in order (:func:`rlvr.trainer.stages.stages_for`).
         counts: what the stages counted this step (their ``counts`` metrics), reset by
             :meth:`collect`.
@@ -64,7 +65,7 @@ class Collector:
 
     rollouts: Rollouts
     sampler: PromptSampler
-    algo: algorithms.Preset
+    algo: algorithms.Algorithm
     cfg: Config
     sampling: SamplingParams
     greedy: SamplingParams
@@ -75,17 +76,15 @@ class Collector:
     _reward_seconds: float = 0.0
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
     replay: ReplayBuffer | None = None
-    stages: list[Stage] = dataclasses.field(default_factory=list)
+    stages: list[tuple[Stage, Any]] = dataclasses.field(default_factory=list)
     counts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        rollout = self.cfg.rollout
-        if rollout.replay:  # what replay needs is checked with the config (Config._check_replay)
-            self.replay = ReplayBuffer(
-                rollout.replay, rollout.replay_buffer, rollout.replay_threshold
-            )
-        self.stages = [STAGES[name] for name in stages_for(self.cfg, self.algo)]
-        self.counts = {key: 0.0 for stage in self.stages for key in stage.counts}
+        self.stages = stages_for(self.algo)
+        for _, settings in self.stages:
+            if isinstance(settings, Replay):  # what replay needs: Config._check_replay
+                self.replay = ReplayBuffer(settings.replayed, settings.buffer, settings.threshold)
+        self.counts = {key: 0.0 for stage, _ in self.stages for key in stage.counts}
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (the learners') from now on, as policy ``version``; the
@@ -102,10 +101,11 @@ class Collector:
         rewards = torch.tensor(breakdown.total, dtype=torch.float)
         for key, value in breakdown.metrics().items() if record else ():
             self._reward_metrics.setdefault(key, []).append(value)
-        if self.algo.overlong_buffer_frac is not None:
+        frac = self.algo.overlong.buffer_frac
+        if frac is not None:
             lengths = torch.tensor([len(c) for c in played.completion_ids])
             budget = self.cfg.max_completion_tokens
-            cache_len = max(1, round(self.algo.overlong_buffer_frac * budget))
+            cache_len = max(1, round(frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)
         self._reward_seconds += played.info["reward_seconds"]
         return rewards
@@ -130,7 +130,7 @@ class Collector:
         n = sizes[0] if len(set(sizes)) == 1 else n
         self._warn_faults(step, played)
         table = played.with_columns(rewards=self.rewards(played))
-        wanted = signals.needed(self.algo.advantage)  # inputs the estimator needs produced
+        wanted = signals.needed(self.algo.advantage.name)  # inputs the estimator needs produced
 
         def moment(t: Samples) -> Draw:
             return Draw(self, t.problems, sizes, n, t.group_ids, base)
@@ -138,18 +138,18 @@ class Collector:
         produced = signals.produce(wanted, moment(table), before_update=True)
         self.sampler.update(table.problems, table.rewards, table.group_ids)  # before any filter
         state = DrawState(self, table, torch.arange(len(table)), n, base)
-        for stage in self.stages:
+        for stage, settings in self.stages:
             if not stage.after_select:
-                stage.apply(state)
+                stage.apply(state, settings)
         table, keep = state.table, state.keep
         keep = keep[draws.add(table.rewards[keep], table.group_ids[keep])]  # the step's groups
         produced |= signals.produce(wanted, moment(table), before_update=False)  # final groups
         state.table = table.with_columns(**{SIGNAL + k: v for k, v in produced.items()})
         info = {"tokens_per_s": table.tokens_per_s, "policy_version": self.version}
         state.batch = dataclasses.replace(state.table.select(keep), info=info)
-        for stage in self.stages:
+        for stage, settings in self.stages:
             if stage.after_select:
-                stage.apply(state)
+                stage.apply(state, settings)
         return state.batch
 
     def _warn_faults(self, step: int, played: Samples) -> None:
@@ -179,7 +179,7 @@ class Collector:
         played together, smallest size first; returns the sizes in that order and the merged
         table (its problems in that order). Sample j of the i-th problem (in that order) is the
         stream (base, i, j), as in a uniform draw."""
-        if self.algo.group_filter or self.algo.samples != "policy":
+        if oversample(self.algo) > 1 or self.algo.objective.samples != "policy":
             raise ValueError(
                 "group sizes by prompt (curriculum group_sizes) apply to the policy's own "
                 "groups without a group_filter"
@@ -199,22 +199,23 @@ class Collector:
         refill until the batch is full (dynamic sampling). Returns the batch and the step's
         sampling and reward metrics."""
         algo, G, P = self.algo, self.cfg.rollout.group_size, self.cfg.rollout.prompts_per_step
-        n = G * (algo.group_filter_oversample or 1) if algo.group_filter else G
+        n = G * oversample(algo)
         select = None
-        if algo.selector is not None:  # DAPO's informative groups, or a group_selector
-            select = partial(
-                algorithms.GROUP_SELECTORS[algo.selector], **algo.params.get("group_selector", {})
-            )
+        if algo.select.active:  # DAPO's informative groups, or another group selector
+            select = partial(algorithms.GROUP_SELECTORS[algo.select.name], **algo.select.params)
         draws = algorithms.GroupAccumulator(
-            P, algo.max_draws if select is not None else 1, only_informative=False, select=select
+            P,
+            algo.select.max_draws if select is not None else 1,
+            only_informative=False,
+            select=select,
         )
         parts = []
         while not draws.done:
             parts.append(self._draw(step, len(parts), n, draws))
         if draws.groups_kept == 0:
             self.warn(
-                f"step {step}: no group passed the group selector {algo.selector!r} in "
-                f"{draws.draws} draw(s): the step trains on nothing (raise algorithm.max_draws "
+                f"step {step}: no group passed the group selector {algo.select.name!r} in "
+                f"{draws.draws} draw(s): the step trains on nothing (raise algorithm.select.max_draws "
                 "or widen the selector's band)"
             )
         metrics = {f"sampling/{k}": v for k, v in draws.metrics().items()}

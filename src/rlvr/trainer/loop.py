@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rlvr import interrupts
+from rlvr import algorithms, interrupts
 from rlvr.checkpoint import CheckpointError, TrainerState, latest_checkpoint, set_aside
 from rlvr.config import Config
 from rlvr.data import Problem
@@ -176,7 +176,7 @@ class Loop:
         t0 = time.perf_counter()
         self.learners.reset_reference_if_due(self.state.step)  # ProRL
         data, sampling_metrics = self.collect()  # 1-3
-        bound = self.cfg.rollout.max_staleness + self.learners.algo.sync_every - 1
+        bound = self.cfg.rollout.max_staleness + self.learners.algo.objective.sync_every - 1
         lag = staleness(self.learners.version, data, bound)
         t_rollout = time.perf_counter() - t0
         train_metrics, bad = self.learn(data)  # 4
@@ -229,7 +229,7 @@ class Loop:
         every s updates (or when ``force``d: the final evaluation is of the trained policy)."""
         start = time.perf_counter()
         version = self.learners.version
-        sync_every = self.learners.algo.sync_every
+        sync_every = self.learners.algo.objective.sync_every
         due = force or version - self.collector.version >= sync_every
         if sync_every > 1 and not due:
             self.publish_metrics = {"rollout/synced": 0.0}  # semi-online: the snapshot stays
@@ -262,7 +262,7 @@ class Loop:
         self.progress.update(step, metrics)
         # equal rewards stall only an update made of reward differences (not SFT, distillation,
         # offline DPO), and an empty batch (no group passed the selector) has no sample to show
-        if rows and self.learners.algo.learns_from_reward_differences:
+        if rows and algorithms.learns_from_reward_differences(self.learners.algo):
             self.progress.stall_check(metrics, rows[0])
         self.guard.observe(step, bad)
         if self.guard.tripped:  # the update before the first bad step may have diverged too

@@ -70,7 +70,7 @@ class Learners(Protocol):
     """The learning side: the policy's trained weights, optimizer and schedule, one process's
     :class:`~rlvr.trainer.learner.Learner` or the Ray learners' group."""
 
-    algo: algorithms.Preset
+    algo: algorithms.Algorithm
     version: int
     """Optimizer updates so far (the policy version the rollouts serve after a publish)."""
     precision: dict[str, Any] | None

@@ -100,7 +100,9 @@ def local_rollouts(
     and the run's player. Ray's rollout workers build theirs with it too."""
     decode = partial(decode_tokens, tokenizer)
     served = policy
-    if front.algo.sync_every > 1:  # semi-online: the engine keeps its snapshot between syncs
+    if (
+        front.algo.objective.sync_every > 1
+    ):  # semi-online: the engine keeps its snapshot between syncs
         served = copy.deepcopy(policy).requires_grad_(False)
         for name, param in served.named_parameters():  # update_weights copies these
             param.requires_grad_(dict(policy.named_parameters())[name].requires_grad)
@@ -108,7 +110,7 @@ def local_rollouts(
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     reference = None
-    if "reference_rewards" in ADVANTAGES[front.algo.advantage].requires:  # AAPO
+    if "reference_rewards" in ADVANTAGES[front.algo.advantage.name].requires:  # AAPO
         frozen = copy.deepcopy(policy).requires_grad_(False)  # the initial policy, before any step
         reference = build_engine(cfg, frozen, tokenizer, dtypes.rollout, decode)
         if cleanup is not None:

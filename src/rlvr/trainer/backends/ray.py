@@ -185,7 +185,7 @@ class RayLearners:
     """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
     update, checkpoints, learning rate, version."""
 
-    def __init__(self, cfg: Config, algo: algorithms.Preset) -> None:
+    def __init__(self, cfg: Config, algo: algorithms.Algorithm) -> None:
         ray = import_ray()
         cfg = with_cpus(cfg)
         self.cfg, self._ray, self.version = cfg, ray, 0

@@ -8,7 +8,6 @@ import torch
 
 from rlvr import algorithms
 from rlvr.algorithms.credit import assign_credit, token_advantages
-from rlvr.config import AlgorithmConfig
 from rlvr.trainer.batch import Samples
 
 
@@ -68,10 +67,8 @@ def advantage_inputs(
     )
 
 
-def turn_credit(
-    algo: algorithms.Preset, settings: AlgorithmConfig, data: Samples, mask: torch.Tensor
-) -> torch.Tensor:
-    """Per-token advantages [N, T] of agent episodes under ``algorithm.credit``
+def turn_credit(algo: algorithms.Algorithm, data: Samples, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token advantages [N, T] of agent episodes under ``algorithm.credit.name``
     (:mod:`rlvr.algorithms.credit`): per-turn advantages with the preset's estimator as the
     group baseline, spread over each turn's sampled tokens (``mask`` [N, T])."""
 
@@ -80,14 +77,14 @@ def turn_credit(
         return algorithms.preset_advantages(algo, inputs).advantages
 
     per_turn = assign_credit(
-        settings.credit,
+        algo.credit.name,
         data.turn_rewards,
         data.anchors,
         data.group_ids.cpu(),
         estimator,
-        gamma=settings.credit_gamma,
-        weight=settings.gigpo_weight,
-        gate=settings.credit_gate,
+        gamma=algo.credit.gamma,
+        weight=algo.credit.gigpo_weight,
+        gate=algo.credit.gate,
     )
     return token_advantages(per_turn, mask.cpu()).to(mask.device)
 

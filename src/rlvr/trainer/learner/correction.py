@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from rlvr import algorithms
-from rlvr.config import AlgorithmConfig
 from rlvr.trainer.learner.kinds import Averages
 
 _WEIGHT_METRICS = {
@@ -21,7 +20,7 @@ _WEIGHT_METRICS = {
 
 
 def sampler_weights(
-    settings: AlgorithmConfig,
+    settings: algorithms.CorrectionPart,
     old: torch.Tensor,
     sampler_logp: torch.Tensor,
     mask: torch.Tensor,
@@ -29,7 +28,7 @@ def sampler_weights(
     describe: bool,
 ) -> torch.Tensor | float:
     """The importance weights [n, T] of a micro-batch's policy loss correcting the sampler /
-    trainer mismatch (``algorithm.tis_cap``, ``mis_band``; 1.0: no correction), from pi_old
+    trainer mismatch (``algorithm.correction``: tis_cap, mis_band; 1.0: no correction), from pi_old
     ``old`` and the sampler's log-probs of whole rows [n, T] (sequence ratios need them).
 
     ``describe``: log the mismatch (``mismatch/*``) and the weights' statistics, token means
@@ -58,14 +57,14 @@ def sampler_weights(
 
 
 def off_policy_keep(
-    settings: AlgorithmConfig,
+    settings: algorithms.CorrectionPart,
     logp: torch.Tensor,
     sampler_logp: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     averages: Averages,
 ) -> torch.Tensor | float:
-    """DeepSeek-V3.2's off-policy sequence mask [n, T] (``algorithm.off_policy_mask`` = delta:
+    """DeepSeek-V3.2's off-policy sequence mask [n, T] (``algorithm.correction.off_policy_mask`` = delta:
     a sequence with a negative advantage whose mean log-ratio to the sampler exceeds delta is
     dropped), or 1.0 when unset; the dropped fraction is logged."""
     delta = settings.off_policy_mask

@@ -49,7 +49,7 @@ class Learner(Checkpointed):
         value_head: PPO's critic (``advantage: gae``) or None.
         reference: pi_ref (``beta > 0`` or an objective that reads it), or None.
         optimizer, scheduler: AdamW over the policy (and value head), and its LR schedule.
-        algo: the resolved preset; ``cfg``: the run's config.
+        algo: the resolved algorithm; ``cfg``: the run's config.
         forward: the settings of every log-prob call (temperature, autocast, packing, ...).
         generator: the random stream of minibatch shuffling.
         pad_token_id: pads the batch.
@@ -67,7 +67,7 @@ class Learner(Checkpointed):
             (:meth:`rlvr.precision.Choice.record`), or None when none was ``auto``.
         published_copy: with ``sync_every`` > 1, the weights the rollouts serve (semi-online),
             else None.
-        entropy_control: adaptive entropy control's state (``algorithm.entropy_target``,
+        entropy_control: adaptive entropy control's state (``algorithm.entropy.target``,
             Skywork-OR1), or None.
     """
 
@@ -76,7 +76,7 @@ class Learner(Checkpointed):
     reference: Reference | None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    algo: algorithms.Preset
+    algo: algorithms.Algorithm
     cfg: Config
     forward: Forward
     generator: torch.Generator
@@ -93,18 +93,18 @@ class Learner(Checkpointed):
     @property
     def kind(self) -> ObjectiveKind:
         """The strategy of the objective's kind (:data:`~rlvr.trainer.learner.kinds.OBJECTIVE_KINDS`)."""
-        return OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[self.algo.objective].kind)
+        return OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[self.algo.objective.name].kind)
 
     @property
     def on_policy(self) -> bool:
         """One epoch, one minibatch: the update's log-probs before its step are the sampler's
         policy (pi_old = pi), so no separate no-grad pass is needed for the ratio."""
-        return self.cfg.algorithm.ppo_epochs == 1 and self.cfg.algorithm.minibatches == 1
+        return self.algo.ppo_epochs == 1 and self.algo.minibatches == 1
 
     @property
     def sampled(self) -> bool:
         """The samples come from the policy (not the data): a sampler's log-probs exist."""
-        return self.algo.samples == "policy"
+        return self.algo.objective.samples == "policy"
 
     @property
     def device(self) -> torch.device:
@@ -167,7 +167,7 @@ class Learner(Checkpointed):
         is taken from then on (steps of earlier minibatches, all finite, stay)."""
         if len(data) == 0:  # no group passed the selector in max_draws draws: nothing to train on
             return {"policy/loss": 0.0, "policy/trained_samples_frac": 0.0}, None
-        kind, settings = self.kind, self.cfg.algorithm
+        kind, settings = self.kind, self.algo
         prepared = self.prepare(data)
         bad = kind.check(prepared)
         if bad is not None:

@@ -61,7 +61,7 @@ class PairObjective(ObjectiveKind):
     def prepare(self, learner: Learner, data: Samples) -> Pairs:
         """The pairs, and the no-grad passes of the paired rows only."""
         chosen, rejected, skipped = algorithms.preference_pairs(
-            data.rewards, data.group_ids, learner.algo.pairs
+            data.rewards, data.group_ids, algorithms.pairing(learner.algo)
         )
         pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
         batch = learner.batch(data)
@@ -127,9 +127,9 @@ class PairObjective(ObjectiveKind):
             old_rejected=old_seq[n:],
             reward_margin=rewards[:n] - rewards[n:],
         )
-        objective = algorithms.OBJECTIVES[learner.algo.objective]
+        objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
-        loss_pairs, info = objective.fn(logps, **learner.algo.params.get("objective", {}))
+        loss_pairs, info = objective.fn(logps, **learner.algo.objective.params)
         loss = loss_pairs.sum() / total_pairs
         if not torch.isfinite(loss):
             raise SkipStep("loss", "policy/loss", loss.item())

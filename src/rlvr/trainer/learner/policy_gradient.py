@@ -103,15 +103,15 @@ class PolicyGradient(ObjectiveKind):
 
     def prepare(self, learner: Learner, data: Samples) -> SampleTensors:
         """The batch, the no-grad passes and the advantages (1) of one update."""
-        algo, settings = learner.algo, learner.cfg.algorithm
+        algo = learner.algo
         batch = learner.batch(data)
-        kl_in_reward = learner.reference is not None and algo.kl_in == "reward"
+        kl_in_reward = learner.reference is not None and algo.kl.placement == "reward"
         need_old = (
             not learner.on_policy
             or kl_in_reward
-            or algo.top_entropy_rho is not None
+            or algo.entropy.top_rho is not None
             or learner.value_head is not None
-            or "token_entropy" in algorithms.ADVANTAGES[algo.advantage].requires
+            or "token_entropy" in algorithms.ADVANTAGES[algo.advantage.name].requires
         )
         old_logp, entropy, values, ref_logp = learner.no_grad_passes(
             batch, torch.arange(len(data)), need_old
@@ -119,23 +119,24 @@ class PolicyGradient(ObjectiveKind):
         mask = batch.action_mask
         token_kl = None
         if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
-            kl_params = algo.params.get("kl_estimator", {})
-            token_kl = algorithms.kl_penalty(algo.kl_estimator, old_logp, ref_logp, **kl_params)
+            token_kl = algorithms.kl_penalty(
+                algo.kl.estimator, old_logp, ref_logp, **algo.kl.params
+            )
             token_kl = token_kl * mask
         sampler_logp = padded(data.sampler_logprobs, mask.shape).to(mask.device)  # behaviour
         inputs = advantage_inputs(data, mask, sampler_logp, token_kl, values, entropy)
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages
-        if data.turn_rewards is not None and settings.credit != "broadcast":
-            advantages = turn_credit(algo, settings, data, mask)
+        if data.turn_rewards is not None and algo.credit.name != "broadcast":
+            advantages = turn_credit(algo, data, mask)
         train_mask = mask.float()
-        if algo.top_entropy_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
-            train_mask = algorithms.top_entropy_mask(entropy, mask, algo.top_entropy_rho)
+        if algo.entropy.top_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
+            train_mask = algorithms.top_entropy_mask(entropy, mask, algo.entropy.top_rho)
             train_mask = train_mask.float()
         train_mask = self.trained_tokens(train_mask, advantages)
         skippable = (  # a zero advantage is then a zero loss and gradient
-            not (learner.reference is not None and algo.kl_in == "loss")
-            and not algo.entropy_coef
+            not (learner.reference is not None and algo.kl.placement == "loss")
+            and not algo.entropy.coef
             and learner.entropy_control is None
             and learner.value_head is None
         )
@@ -162,7 +163,7 @@ class PolicyGradient(ObjectiveKind):
 
     def demonstrations(self, learner: Learner, data: Samples) -> Batch | None:
         """Each problem's demonstration as a batch [P] when ``sft_coef`` > 0, else None."""
-        if learner.algo.sft_coef <= 0:
+        if learner.algo.objective.sft_coef <= 0:
             return None
         if data.demonstration_ids is None or data.demonstration_mask is None:
             raise ValueError("sft_coef > 0 needs each problem's demonstration in the batch")
@@ -221,21 +222,23 @@ class PolicyGradient(ObjectiveKind):
         algo = learner.algo
         # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
         # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
-        anchored = algorithms.POLICY_LOSSES[algo.policy_loss].sampler_anchored and learner.sampled
+        anchored = (
+            algorithms.POLICY_LOSSES[algo.policy_loss.name].sampler_anchored and learner.sampled
+        )
         return algorithms.policy_loss(
-            algo.policy_loss,
+            algo.policy_loss.name,
             logp,
             sampler_logp if anchored else old,
             advantages,
             mask,
-            algo.clip_low,
-            algo.clip_high,
-            algo.dual_clip,
+            algo.policy_loss.clip_low,
+            algo.policy_loss.clip_high,
+            algo.policy_loss.dual_clip,
             # Clip-Cov's random pick: a new stream per minibatch and micro-batch, named by the
             # checkpointed count of minibatches (a skipped one's too: no stream is drawn twice),
             # so a resumed run draws as the uninterrupted one
             seed=stream_key(learner.cfg.train.seed, learner.minibatches, first_row),
-            **algo.params.get("policy_loss", {}),
+            **algo.policy_loss.params,
         )
 
     def surrogate_metrics(
@@ -263,17 +266,17 @@ class PolicyGradient(ObjectiveKind):
         """-J(theta) of one micro-batch (rows ``rows``, whole rows), normalised by the
         minibatch's global token and sequence counts ``totals``; its metrics go to
         ``averages`` (``describe``: also those describing the batch, in the first epoch)."""
-        algo, settings = learner.algo, learner.cfg.algorithm
+        algo = learner.algo
         sub = p.batch.select(rows)
         width = sub.completion_ids.shape[1]
         mask, action = p.train_mask[rows, :width], sub.action_mask
         control = learner.entropy_control
-        c_h = algo.entropy_coef or (control.bonus if control is not None else 0.0)
+        c_h = algo.entropy.coef or (control.bonus if control is not None else 0.0)
         logp, entropy, *values = learner.forward(
             learner.trained_model,
             sub,
             entropy=True,
-            entropy_grad=bool(algo.entropy_coef) or control is not None,
+            entropy_grad=bool(algo.entropy.coef) or control is not None,
             value_head=learner.value_head,
         )
         old = logp.detach() if p.old_logp is None else p.old_logp[rows, :width]
@@ -286,13 +289,12 @@ class PolicyGradient(ObjectiveKind):
         w: torch.Tensor | float = 1.0  # (3): the data's completions have no sampler to correct
         keep: torch.Tensor | float = 1.0
         if learner.sampled:
-            w = sampler_weights(settings, old, sampler_logp, action, averages, describe)
-            keep = off_policy_keep(settings, logp, sampler_logp, adv, action, averages)
+            w = sampler_weights(algo.correction, old, sampler_logp, action, averages, describe)
+            keep = off_policy_keep(algo.correction, logp, sampler_logp, adv, action, averages)
         kl: torch.Tensor | float = 0.0
-        if p.ref_logp is not None and algo.kl_in == "loss":
-            kl_params = algo.params.get("kl_estimator", {})
+        if p.ref_logp is not None and algo.kl.placement == "loss":
             kl = algorithms.kl_penalty(
-                algo.kl_estimator, logp, p.ref_logp[rows, :width], **kl_params
+                algo.kl.estimator, logp, p.ref_logp[rows, :width], **algo.kl.params
             )
         value_loss: torch.Tensor | float = 0.0
         if learner.value_head is not None:  # PPO's critic: clipped value loss on the returns
@@ -302,26 +304,26 @@ class PolicyGradient(ObjectiveKind):
                 p.old_values[rows, :width],
                 p.returns[rows, :width],
                 action,
-                algo.value_clip,
+                algo.value.clip,
             )
 
         def agg(per_token: torch.Tensor) -> torch.Tensor:
             return algorithms.aggregate(
                 per_token,
                 mask,
-                algo.aggregation,
+                algo.aggregation.name,
                 total_tokens=totals[0],
                 total_seqs=totals[1],
                 max_len=learner.cfg.max_completion_tokens,
-                **algo.params.get("aggregation", {}),
+                **algo.aggregation.params,
             )
 
         # -J(theta) per token: (1)-(3) the corrected surrogate, (4) KL, (5) the entropy bonus;
         # aggregated, plus (6) the critic's loss
         entropy_term = entropy if c_h else 0.0
-        loss_tok = surrogate * w * keep + algo.beta * kl - c_h * entropy_term
+        loss_tok = surrogate * w * keep + algo.kl.beta * kl - c_h * entropy_term
         critic = agg(value_loss) if isinstance(value_loss, torch.Tensor) else 0.0
-        loss = agg(loss_tok) + algo.vf_coef * critic
+        loss = agg(loss_tok) + algo.value.coef * critic
 
         if not torch.isfinite(loss):
             raise SkipStep("loss", "policy/loss", loss.item())
@@ -354,7 +356,7 @@ class PolicyGradient(ObjectiveKind):
         if not torch.isfinite(nll):
             raise SkipStep("loss", "sft/nll", nll.item())
         averages.add("sft/nll", nll.item() / max(float(mask.sum()), 1.0), float(mask.sum()))
-        return learner.algo.sft_coef * nll / max(total, 1.0)
+        return learner.algo.objective.sft_coef * nll / max(total, 1.0)
 
     def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
         assert isinstance(prepared, SampleTensors)

@@ -9,14 +9,16 @@ from collections.abc import Callable
 
 import torch
 
+from rlvr.algorithms import Algorithm
 from rlvr.config import Config
 from rlvr.trainer.learner.kinds import Averages, SkipStep
 
 
-def lr_lambda(cfg: Config) -> Callable[[int], float]:
-    """LR multiplier per optimiser step: linear warmup, then constant / cosine / linear decay."""
+def lr_lambda(cfg: Config, algo: Algorithm) -> Callable[[int], float]:
+    """LR multiplier per optimiser step (``algo.ppo_epochs * algo.minibatches`` per training
+    step): linear warmup, then constant / cosine / linear decay."""
     tr = cfg.train
-    total = tr.steps * cfg.algorithm.ppo_epochs * cfg.algorithm.minibatches
+    total = tr.steps * algo.ppo_epochs * algo.minibatches
 
     def factor(step: int) -> float:
         if step < tr.warmup_steps:
@@ -37,7 +39,7 @@ def apply_optimizer_config(
     optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LambdaLR, cfg: Config
 ) -> None:
     """Make a resumed optimiser follow ``cfg`` (its loaded state keeps the old run's learning
-    rate, betas and weight decay): base LR ``train.lr`` under ``lr_lambda(cfg)`` from the
+    rate, betas and weight decay): base LR ``train.lr`` under ``lr_lambda(cfg, algo)`` from the
     scheduler's current step."""
     factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
     scheduler.base_lrs = [cfg.train.lr for _ in optimizer.param_groups]

@@ -4,15 +4,15 @@ Replay-Enhanced Policy Optimization", arXiv:2506.09340).
 
 On-policy GRPO throws every sample away after one step; a prompt the policy solved once and
 fails now gives a group of failures, no signal. RePO keeps each prompt's past samples and
-replays some of them into its later groups. Here (``rollout.replay`` > 0): every sample with a
-reward >= ``rollout.replay_threshold`` is stored under its problem's id (its tokens, the
-sampler's log-probs, text, reward, reward terms), the newest ``rollout.replay_buffer`` per
-prompt kept; when the prompt is drawn again, its newest ``rollout.replay`` stored samples join
+replays some of them into its later groups. Here (the stage ``{name: replay, replayed, buffer,
+threshold}``): every sample with a reward >= ``threshold`` is stored under its problem's id (its
+tokens, the sampler's log-probs, text, reward, reward terms), the newest ``buffer`` per prompt
+kept; when the prompt is drawn again, its newest ``replayed`` stored samples join
 its group (taken before this draw's samples are stored), so the group's advantages are
 normalised over fresh and replayed samples together (RePO's "mixed" mode). A replayed sample's
 stored log-probs are its behaviour policy (its row's ``sampler_logprobs``), which corrects for its
 age: the truncated importance weight min(pi_theta / pi_behaviour, tis_cap) of
-``algorithm.tis_cap``, or a sampler-anchored policy loss (DPPO: ``dppo_tv`` / ``dppo_kl``), whose
+``algorithm.correction.tis_cap``, or a sampler-anchored policy loss (DPPO: ``dppo_tv`` / ``dppo_kl``), whose
 ratio pi_theta / pi_behaviour, truncated and masked outside its trust region, is the correction
 (one of the two is required: :meth:`rlvr.config.Config._check_replay`).
 The buffer is JSON in every checkpoint (``TrainerState.replay``), so a resumed run replays what
@@ -23,6 +23,7 @@ epochs).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -78,13 +79,27 @@ class ReplayBuffer:
         self.entries = {str(k): list(v) for k, v in state.get("entries", {}).items()}
 
 
-@register_stage(
-    "replay",
-    active=lambda cfg, algo: bool(cfg.rollout.replay),
-    after_select=True,
-    counts=(REPLAYED,),
-)
-def repo(state: DrawState) -> None:
+@dataclass(frozen=True)
+class Replay:
+    """Settings of ``{name: replay, replayed, buffer, threshold}``.
+
+    Attributes:
+        replayed: the stored samples of a prompt that join its group when it is drawn again.
+        buffer: the most samples kept per prompt (>= replayed).
+        threshold: the least reward a sample needs to be stored.
+    """
+
+    replayed: int
+    buffer: int = 16
+    threshold: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replayed <= self.buffer:
+            raise ValueError(f"needs 1 <= replayed <= buffer, got {self.replayed}, {self.buffer}")
+
+
+@register_stage("replay", Replay, after_select=True, counts=(REPLAYED,))
+def repo(state: DrawState, settings: Replay) -> None:
     """The kept groups' replayed samples after their own (``state.batch``), taken before this
     draw's successful samples (all of them, kept or not: ``state.table``) are stored; a replayed
     sample's produced signals are its group's."""
@@ -95,8 +110,9 @@ def repo(state: DrawState) -> None:
     )
     if other:
         raise ValueError(
-            f"rollout.replay rebuilds a replayed sample from what its buffer stores; this run's "
-            f"samples also carry {', '.join(other)}, which it cannot replay: unset rollout.replay"
+            f"the replay stage rebuilds a replayed sample from what its buffer stores; this "
+            f"run's samples also carry {', '.join(other)}, which it cannot replay: remove the "
+            "replay stage"
         )
     problems, ids = batch.problems, table.group_ids
     groups = sorted(set(batch.group_ids.tolist()))
