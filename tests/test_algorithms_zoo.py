@@ -802,3 +802,37 @@ def test_algorithm_config_overrides_resolve() -> None:
     assert (algo.name, algo.policy_loss.clip_high, algo.select.active) == ("dapo", 0.3, False)
     for name in PRESETS:
         assert AlgorithmConfig(preset=name).resolve() == PRESETS[name]
+
+
+def test_an_estimator_reads_a_view_of_the_columns_it_declares() -> None:
+    """compute_advantages hands an estimator the columns it declares (requires, the mask,
+    token_kl when it uses one): a column of the batch it does not declare raises, naming it;
+    an input rlvr computes that the batch lacks reads None."""
+    from rlvr.algorithms import ADVANTAGES, AdvantageOutput, register_advantage
+
+    rewards, ids = _t([1, 0, 0, 1]), _ids([0, 0, 1, 1])
+    mask = torch.ones(4, 2, dtype=torch.bool)
+    inputs = AdvantageInputs(rewards, ids, mask, values=torch.zeros(4, 2), extra=_t([1, 2, 3, 4]))
+    assert inputs.columns == ("mask", "values", "extra") and inputs["extra"][3] == 4
+    assert inputs.token_kl is None  # an input rlvr computes, absent from this batch
+    with pytest.raises(AttributeError, match="no column 'nope'; columns: mask, values, extra"):
+        inputs.nope  # noqa: B018
+    seen = {}
+
+    def peek(view: AdvantageInputs) -> AdvantageOutput:
+        seen["columns"] = view.columns
+        with pytest.raises(AttributeError, match="'values' is not among the columns"):
+            view.values  # noqa: B018
+        with pytest.raises(KeyError, match="'values' is not among the columns"):
+            view["values"]
+        return AdvantageOutput(view.rewards + view["extra"])
+
+    try:
+        register_advantage("peek_test", requires=("extra",))(peek)
+        out = compute_advantages("peek_test", inputs)
+    finally:
+        ADVANTAGES.pop("peek_test", None)
+    assert seen["columns"] == ("mask", "extra")
+    torch.testing.assert_close(out.advantages, _t([2, 2, 3, 5]))
+    with pytest.raises(ValueError, match="extra must be \\[4\\]"):
+        AdvantageInputs(rewards, ids, extra=_t([1, 2]))

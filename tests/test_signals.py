@@ -48,7 +48,7 @@ def prompt_length_estimator():
 
     @register_advantage("length_aware", requires=("prompt_chars",))
     def length_aware(inputs: AdvantageInputs) -> AdvantageOutput:
-        chars = inputs.signals["prompt_chars"]
+        chars = inputs["prompt_chars"]
         seen["chars"].append(chars)
         return AdvantageOutput(grpo(inputs.rewards, inputs.group_ids) - 0.001 * chars)
 

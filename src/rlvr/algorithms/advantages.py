@@ -24,9 +24,8 @@ then returns the raw reward, A_i = r_i (baseline 0, scale 1): plain REINFORCE on
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
-from dataclasses import field as dataclass_field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -388,102 +387,6 @@ def weight_by_sign(
 # ---------------------------------------------------------------- the uniform convention
 
 
-@dataclass(frozen=True)
-class AdvantageInputs:
-    """Everything an advantage estimator may read; the optional fields default to None.
-
-    Attributes:
-        rewards: [N] outcome reward of every completion (shaping included).
-        group_ids: [N] integer group (prompt) id of every completion.
-        mask: [N, T] completion mask (1 on tokens the loss sees); needed by per-token
-            estimators.
-        token_kl: [N, T] per-token KL estimate to the reference policy, computed without grad
-            from the sampling policy's log-probs (``kl_penalty(kl_estimator, old_logp,
-            ref_logp)``); needed when the KL is in the reward (beta > 0).
-        values: [N, T] value-head outputs on the completion tokens (no grad); needed by gae.
-        greedy_rewards: [N] reward of the greedy completion of each sample's prompt; needed by
-            remax.
-        baselines: [N] a persistent baseline of each sample's prompt, kept across steps by the
-            prompt sampler (SPO's tracker); needed by spo.
-        reference_rewards: [N] the reward of the reference model's completion of the same
-            prompt paired with each sample (same index in the group); needed by aapo.
-        student_logp: [N, T] the sampler's log-probs of the sampled tokens; needed by
-            reverse_kl (on-policy distillation).
-        teacher_logp: [N, T] a teacher model's log-probs of the same tokens; needed by
-            reverse_kl.
-        token_entropy: [N, T] the policy's entropy at each completion token before the update
-            (no grad); needed by rl_zvp.
-        reward_terms: [N, K] each reward term's unweighted value; needed by gdpo.
-        term_weights: [K] each term's weight in the reward; needed by gdpo.
-        signals: [N] inputs produced on demand that have no field above, by name (a plug-in's
-            producer, :func:`rlvr.trainer.signals.register_signal`); an estimator names them in
-            ``requires`` and reads ``inputs.signals[name]``.
-    """
-
-    rewards: torch.Tensor
-    group_ids: torch.Tensor
-    mask: torch.Tensor | None = None
-    token_kl: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    greedy_rewards: torch.Tensor | None = None
-    baselines: torch.Tensor | None = None
-    reference_rewards: torch.Tensor | None = None
-    student_logp: torch.Tensor | None = None
-    teacher_logp: torch.Tensor | None = None
-    token_entropy: torch.Tensor | None = None
-    reward_terms: torch.Tensor | None = None
-    term_weights: torch.Tensor | None = None
-    signals: Mapping[str, torch.Tensor] = dataclass_field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        n = self.rewards.shape[0] if self.rewards.dim() == 1 else -1
-        if n < 0 or self.group_ids.shape != (n,):
-            raise ValueError(
-                f"AdvantageInputs: rewards and group_ids must be 1-D of equal length, got "
-                f"{tuple(self.rewards.shape)} and {tuple(self.group_ids.shape)}"
-            )
-        if self.mask is not None and (self.mask.dim() != 2 or self.mask.shape[0] != n):
-            raise ValueError(f"AdvantageInputs.mask must be [{n}, T], got {tuple(self.mask.shape)}")
-        for name in ("token_kl", "values", "student_logp", "teacher_logp", "token_entropy"):
-            tensor = getattr(self, name)
-            if tensor is not None and (self.mask is None or tensor.shape != self.mask.shape):
-                expected = "[N, T] like mask" if self.mask is None else tuple(self.mask.shape)
-                raise ValueError(
-                    f"AdvantageInputs.{name} must have the mask's shape {expected}, got "
-                    f"{tuple(tensor.shape)}"
-                    + (" and no mask was given" if self.mask is None else "")
-                )
-        for name in ("baselines", "reference_rewards"):
-            tensor = getattr(self, name)
-            if tensor is not None and tensor.shape != (n,):
-                raise ValueError(f"AdvantageInputs.{name} must be [{n}], got {tuple(tensor.shape)}")
-        if self.greedy_rewards is not None and self.greedy_rewards.shape != (n,):
-            raise ValueError(
-                f"AdvantageInputs.greedy_rewards must be [{n}], got "
-                f"{tuple(self.greedy_rewards.shape)}"
-            )
-        terms, weights = self.reward_terms, self.term_weights
-        if terms is not None and (terms.dim() != 2 or terms.shape[0] != n):
-            raise ValueError(f"AdvantageInputs.reward_terms must be [{n}, K], got {terms.shape}")
-        if terms is not None and (weights is None or weights.shape != (terms.shape[1],)):
-            raise ValueError("AdvantageInputs.term_weights must be [K], one weight per term")
-
-
-@dataclass(frozen=True)
-class AdvantageOutput:
-    """What every estimator returns.
-
-    Attributes:
-        advantages: [N] per-completion or [N, T] per-token advantages (0 on masked-out tokens).
-        returns: [N, T] value targets (gae), None otherwise.
-    """
-
-    advantages: torch.Tensor
-    returns: torch.Tensor | None = None
-
-
-EstimatorFn = Callable[..., AdvantageOutput]
-
 INPUT_HINTS = {
     "mask": "the [N, T] completion mask (1 on tokens the loss sees)",
     "token_kl": "the [N, T] per-token KL to the reference, kl_penalty(kl_estimator, old_logp, "
@@ -502,6 +405,138 @@ INPUT_HINTS = {
     "reward_terms": "each reward term's values, [N, K]: give the run reward.terms",
     "term_weights": "each reward term's weight, [K] (reward.terms' weights)",
 }
+"""The inputs rlvr computes itself, each with what it is and how a run gets it."""
+
+INPUT_FIELDS = frozenset(INPUT_HINTS)
+"""The names of :data:`INPUT_HINTS`; any other column an estimator requires is a produced
+signal (:mod:`rlvr.trainer.signals`)."""
+
+_PER_TOKEN = ("token_kl", "values", "student_logp", "teacher_logp", "token_entropy")
+_PER_SAMPLE = ("greedy_rewards", "baselines", "reference_rewards")
+
+
+class AdvantageInputs:
+    """A read-only view of a batch's columns, what an advantage estimator reads.
+
+    ``rewards`` [N] (outcome rewards, shaping included) and ``group_ids`` [N] (the prompt of
+    each completion) always; any other column by name: the inputs rlvr computes
+    (:data:`INPUT_HINTS`: the completion ``mask`` [N, T], ``token_kl`` [N, T], ``values`` [N, T],
+    ``greedy_rewards`` [N], ``baselines`` [N], ``reference_rewards`` [N], ``student_logp`` /
+    ``teacher_logp`` / ``token_entropy`` [N, T], ``reward_terms`` [N, K], ``term_weights``
+    [K]) and the signals produced on demand (a plug-in's, :func:`rlvr.trainer.signals.
+    register_signal`). An estimator reads a column as an attribute (``inputs.token_kl``) or by
+    name (``inputs["prompt_chars"]``); an input rlvr computes that the batch lacks reads None.
+
+    :func:`compute_advantages` hands an estimator the :meth:`view` of the columns it declares
+    (``requires``, the mask, and ``token_kl`` when it ``uses_token_kl``): reading any other
+    column of the batch raises, naming it.
+    """
+
+    def __init__(
+        self,
+        rewards: torch.Tensor,
+        group_ids: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        **columns: torch.Tensor | None,
+    ) -> None:
+        self.rewards, self.group_ids = rewards, group_ids
+        given = {"mask": mask, **columns}
+        self._columns: dict[str, torch.Tensor] = {k: v for k, v in given.items() if v is not None}
+        self._hidden: frozenset[str] = frozenset()
+        self._check()
+
+    def _check(self) -> None:
+        n = self.rewards.shape[0] if self.rewards.dim() == 1 else -1
+        if n < 0 or self.group_ids.shape != (n,):
+            raise ValueError(
+                f"AdvantageInputs: rewards and group_ids must be 1-D of equal length, got "
+                f"{tuple(self.rewards.shape)} and {tuple(self.group_ids.shape)}"
+            )
+        mask = self._columns.get("mask")
+        if mask is not None and (mask.dim() != 2 or mask.shape[0] != n):
+            raise ValueError(f"AdvantageInputs.mask must be [{n}, T], got {tuple(mask.shape)}")
+        for name in _PER_TOKEN:
+            tensor = self._columns.get(name)
+            if tensor is not None and (mask is None or tensor.shape != mask.shape):
+                expected = "[N, T] like mask" if mask is None else tuple(mask.shape)
+                raise ValueError(
+                    f"AdvantageInputs.{name} must have the mask's shape {expected}, got "
+                    f"{tuple(tensor.shape)}" + (" and no mask was given" if mask is None else "")
+                )
+        for name, tensor in self._columns.items():
+            if name in _PER_SAMPLE or name not in INPUT_FIELDS:  # produced signals are [N]
+                if tensor.shape[:1] != (n,):
+                    raise ValueError(
+                        f"AdvantageInputs.{name} must be [{n}], got {tuple(tensor.shape)}"
+                    )
+        terms, weights = self._columns.get("reward_terms"), self._columns.get("term_weights")
+        if terms is not None and (terms.dim() != 2 or terms.shape[0] != n):
+            raise ValueError(f"AdvantageInputs.reward_terms must be [{n}, K], got {terms.shape}")
+        if terms is not None and (weights is None or weights.shape != (terms.shape[1],)):
+            raise ValueError("AdvantageInputs.term_weights must be [K], one weight per term")
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The names of the columns this view holds (rewards and group ids aside)."""
+        return tuple(self._columns)
+
+    def get(self, name: str) -> torch.Tensor | None:
+        """The column ``name``, or None when the view does not hold it."""
+        return self._columns.get(name)
+
+    def view(self, names: Iterable[str]) -> AdvantageInputs:
+        """These inputs with only the columns ``names`` (those present); the others are hidden:
+        reading one raises, naming it."""
+        keep = set(names)
+        out = AdvantageInputs(
+            self.rewards, self.group_ids, **{k: v for k, v in self._columns.items() if k in keep}
+        )
+        out._hidden = frozenset(self._columns) - keep
+        return out
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name in self._columns:
+            return self._columns[name]
+        if name in self._hidden:
+            raise KeyError(self._undeclared(name))
+        raise KeyError(f"no column {name!r}; columns: {', '.join(self._columns) or 'none'}")
+
+    def __getattr__(self, name: str) -> torch.Tensor | None:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._columns:
+            return self._columns[name]
+        if name in self._hidden:
+            raise AttributeError(self._undeclared(name))
+        if name in INPUT_FIELDS:
+            return None
+        raise AttributeError(
+            f"AdvantageInputs has no column {name!r}; columns: "
+            f"{', '.join(self._columns) or 'none'}"
+        )
+
+    def _undeclared(self, name: str) -> str:
+        return (
+            f"the batch's column {name!r} is not among the columns this estimator declares "
+            f"(its requires, the mask, token_kl when it uses_token_kl): add it to requires"
+        )
+
+
+@dataclass(frozen=True)
+class AdvantageOutput:
+    """What every estimator returns.
+
+    Attributes:
+        advantages: [N] per-completion or [N, T] per-token advantages (0 on masked-out tokens).
+        returns: [N, T] value targets (gae), None otherwise.
+    """
+
+    advantages: torch.Tensor
+    returns: torch.Tensor | None = None
+
+
+EstimatorFn = Callable[..., AdvantageOutput]
+
 
 
 @dataclass(frozen=True)
@@ -511,7 +546,7 @@ class AdvantageEstimator:
     Attributes:
         name: key in :data:`ADVANTAGES`.
         fn: ``fn(inputs: AdvantageInputs, **hyperparams) -> AdvantageOutput``.
-        requires: the optional :class:`AdvantageInputs` fields it always needs.
+        requires: the :class:`AdvantageInputs` columns it always needs.
         hyperparams: the keyword arguments ``fn`` accepts (from its signature).
         token_level: returns [N, T] advantages instead of [N].
         uses_token_kl: reads ``token_kl`` (when its ``beta`` > 0): the KL can go in the reward.
@@ -533,11 +568,6 @@ class AdvantageEstimator:
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
-INPUT_FIELDS = frozenset(f.name for f in fields(AdvantageInputs)) - {"signals"}
-"""The inputs :class:`AdvantageInputs` has a field for; any other name an estimator requires
-is a produced signal."""
-
-
 def register_advantage(
     name: str,
     *,
@@ -551,10 +581,10 @@ def register_advantage(
 
     Args:
         name: registry key.
-        requires: optional AdvantageInputs fields the estimator always needs (checked by
-            :func:`compute_advantages` with an error naming what to provide); a name that is no
-            field is a produced signal (``inputs.signals[name]``), which a run checks has a
-            producer before it starts.
+        requires: the columns the estimator reads besides rewards, group ids and the mask
+            (checked by :func:`compute_advantages` with an error naming what to provide): an
+            input rlvr computes (:data:`INPUT_FIELDS`), or a produced signal (read as
+            ``inputs[name]``), which a run checks has a producer before it starts.
         token_level: the estimator returns [N, T] advantages.
         uses_token_kl: the estimator reads ``token_kl``.
         paper: the method's paper, e.g. 'Shao et al. 2024, "DeepSeekMath", arXiv:2402.03300'.
@@ -562,7 +592,7 @@ def register_advantage(
             run refuses ``rollout.group_size`` 1, and warns when every group's rewards stay
             equal).
     """
-    if "signals" in requires or not all(isinstance(r, str) and r for r in requires):
+    if not all(isinstance(r, str) and r.isidentifier() for r in requires):
         raise ValueError(f"requires: names of inputs, got {requires!r}")
 
     def decorator(fn: EstimatorFn) -> EstimatorFn:
@@ -586,13 +616,11 @@ def register_advantage(
 
 
 def _need(name: str, inputs: AdvantageInputs, field: str) -> torch.Tensor:
-    """inputs.<field> (a produced signal's value when ``field`` names no field), or ValueError
-    saying what estimator ``name`` needs and how to get it."""
-    if field not in INPUT_FIELDS:
-        if field not in inputs.signals:
-            raise ValueError(f"{name} needs the produced signal {field!r}, which the run lacks")
-        return inputs.signals[field]
-    value = getattr(inputs, field)
+    """The column ``field`` of ``inputs``, or ValueError saying what estimator ``name`` needs
+    and how to get it."""
+    value = inputs.get(field)
+    if value is None and field not in INPUT_FIELDS:
+        raise ValueError(f"{name} needs the produced signal {field!r}, which the run lacks")
     if value is None:
         raise ValueError(f"{name} needs {field}: {INPUT_HINTS[field]}")
     return value
@@ -700,7 +728,8 @@ def compute_advantages(name: str, inputs: AdvantageInputs, **hyperparams: float)
 
     Args:
         name: a key of :data:`ADVANTAGES`.
-        inputs: rewards and group ids, plus the optional inputs the estimator requires.
+        inputs: rewards and group ids, plus the columns the estimator requires (it is handed
+            the view of those alone).
         hyperparams: keyword arguments of the estimator (``ADVANTAGES[name].hyperparams``):
             grpo: eps; reinforce: baseline; gpg: valid_scaling; reinforce_pp,
             reinforce_pp_baseline: beta, eps; gae: beta, gamma, lam.
@@ -717,7 +746,8 @@ def compute_advantages(name: str, inputs: AdvantageInputs, **hyperparams: float)
         raise ValueError(f"{name} got unknown hyperparameters {unknown}; accepted: {accepted}")
     for field in estimator.requires:
         _need(name, inputs, field)
-    return estimator.fn(inputs, **hyperparams)
+    declared = {"mask", *estimator.requires, *(("token_kl",) if estimator.uses_token_kl else ())}
+    return estimator.fn(inputs.view(declared), **hyperparams)
 
 
 def group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> dict[str, float]:

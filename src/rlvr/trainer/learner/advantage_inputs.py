@@ -41,7 +41,7 @@ def advantage_inputs(
     entropy: torch.Tensor | None,
 ) -> algorithms.AdvantageInputs:
     """The estimator's inputs of ``data`` on ``mask``'s device: rewards, groups, the produced
-    signals by name (a field where :class:`~rlvr.algorithms.AdvantageInputs` has one), the
+    signals by name (each a column of the :class:`~rlvr.algorithms.AdvantageInputs`), the
     sampler's log-probs [N, T] (the student's, in distillation), the teacher's, the reward
     terms, and from the learner's no-grad passes the per-token KL to the reference, the values
     and the entropies [N, T] (each None when not computed)."""
@@ -57,8 +57,7 @@ def advantage_inputs(
         mask=mask,
         token_kl=token_kl,
         values=values,
-        **{k: v for k, v in signals.items() if k in algorithms.INPUT_FIELDS},
-        signals={k: v for k, v in signals.items() if k not in algorithms.INPUT_FIELDS},
+        **signals,
         student_logp=sampler_logp,
         teacher_logp=teacher_logp,
         token_entropy=entropy,
