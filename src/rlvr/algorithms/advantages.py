@@ -511,8 +511,7 @@ class AdvantageInputs:
         if name in INPUT_FIELDS:
             return None
         raise AttributeError(
-            f"AdvantageInputs has no column {name!r}; columns: "
-            f"{', '.join(self._columns) or 'none'}"
+            f"AdvantageInputs has no column {name!r}; columns: {', '.join(self._columns) or 'none'}"
         )
 
     def _undeclared(self, name: str) -> str:
@@ -536,7 +535,6 @@ class AdvantageOutput:
 
 
 EstimatorFn = Callable[..., AdvantageOutput]
-
 
 
 @dataclass(frozen=True)
@@ -567,6 +565,7 @@ class AdvantageEstimator:
 
 
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
 
 def register_advantage(
     name: str,
