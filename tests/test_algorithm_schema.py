@@ -208,3 +208,81 @@ def test_an_unknown_stage_or_setting_stops_the_run_naming_it(tmp_path):
         cfg = build_config({"algorithm": {"stages": stages, "correction": {"tis_cap": 2.0}}})
         with pytest.raises(ConfigError, match=message):
             resolve_algorithm(cfg)
+
+
+def _old_dump(**set_: object) -> dict:
+    """The algorithm section as an older rlvr's save_config wrote it: every flat key, null
+    where unset, the loop's keys at their defaults, then ``set_``."""
+    section: dict = {"preset": "grpo", **dict.fromkeys(FLAT_KEYS)}
+    section.update(dynamic_sampling=None, group_filter=None, group_filter_oversample=None)
+    section.update(params=None, ppo_epochs=1, minibatches=1, tis_level="token")
+    section.update(mis_level="token", entropy_coef_step=1e-4, entropy_coef_max=0.005)
+    section.update(credit="broadcast", credit_gamma=1.0, gigpo_weight=1.0, credit_gate=1.0)
+    rollout = {"hints": [], "hint_threshold": 1.0, "replay": 0, "replay_buffer": 16}
+    return {"algorithm": {**section, **set_}, "rollout": rollout}
+
+
+def test_an_older_runs_recorded_config_loads_and_resumes_to_the_same_algorithm(tmp_path):
+    from rlvr.config import save_config
+    from rlvr.rundir import recorded_config
+
+    old = build_config(_old_dump(preset="dapo", clip_high=0.3, params={"advantage": {"eps": 1e-3}}))
+    new = build_config(
+        {
+            "algorithm": {
+                "preset": "dapo",
+                "policy_loss": {"clip_high": 0.3},
+                "advantage": {"eps": 1e-3},
+            }
+        }
+    )
+    assert old.algorithm.resolve() == new.algorithm.resolve()
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(_old_dump(preset="dapo", clip_high=0.3)))
+    assert recorded_config(path)["algorithm"]["policy_loss"]["clip_high"] == 0.3
+    bad = _old_dump(policy_loss="dppo_tv", tis_cap=2.0)  # refused now: compared as written
+    path.write_text(yaml.safe_dump(bad))
+    recorded = recorded_config(path)
+    assert recorded["algorithm"]["correction"]["tis_cap"] == 2.0
+    assert recorded["algorithm"]["policy_loss"]["name"] == "dppo_tv"
+    save_config(old, tmp_path / "again.yaml")  # written back nested, loading to the same
+    assert load_config(tmp_path / "again.yaml").algorithm.resolve() == old.algorithm.resolve()
+
+
+def test_a_flat_set_applies_to_the_nested_place_over_the_file():
+    file = {
+        "algorithm": {
+            "advantage": {"name": "dr_grpo", "normalize": "batch", "pos_weight": 0.5},
+            "correction": {"tis_cap": 2.0},
+            "stages": [
+                {"name": "hints", "fractions": [0.5]},
+                {"name": "group_filter", "criterion": "shortest", "oversample": 2},
+            ],
+        }
+    }
+    cfg = build_config(file, ["algorithm.advantage=rloo", "algorithm.group_filter_oversample=4"])
+    a = cfg.algorithm.resolve()
+    assert (a.advantage.name, a.advantage.normalize, a.advantage.pos_weight) == (
+        "rloo",
+        "batch",
+        0.5,
+    )
+    assert dict(a.stages[1].params) == {"criterion": "shortest", "oversample": 4}
+    cfg = build_config(file, ["rollout.hint_threshold=0.5", "algorithm.group_filter=null"])
+    a = cfg.algorithm.resolve()
+    assert [s.name for s in a.stages] == ["hints"] and a.stages[0].params["threshold"] == 0.5
+    assert build_config(file, ["rollout.hints=[]"]).algorithm.resolve().stages[0].name == (
+        "group_filter"
+    )
+    with_replay = build_config(file, ["rollout.replay=2"]).algorithm.resolve()
+    assert [s.name for s in with_replay.stages] == ["hints", "group_filter", "replay"]
+
+
+def test_neutral_flat_values_an_estimator_does_not_take_are_dropped():
+    """An older rlvr accepted gamma: 1, lam: 1 and reward_baseline: 0 with any estimator."""
+    grpo = build_config(_old_dump(gamma=1.0, lam=1.0, reward_baseline=0.0)).algorithm.resolve()
+    assert grpo.advantage.params == {}
+    ppo = build_config(_old_dump(preset="ppo", lam=1.0)).algorithm.resolve()
+    assert dict(ppo.advantage.params) == {"gamma": 1.0, "lam": 1.0}  # gae takes it: kept
+    with pytest.raises(ConfigError, match="unknown parameter.*gamma"):
+        build_config(_old_dump(gamma=0.9))  # not neutral: refused, as before

@@ -836,3 +836,17 @@ def test_an_estimator_reads_a_view_of_the_columns_it_declares() -> None:
     torch.testing.assert_close(out.advantages, _t([2, 2, 3, 5]))
     with pytest.raises(ValueError, match="extra must be \\[4\\]"):
         AdvantageInputs(rewards, ids, extra=_t([1, 2]))
+
+
+def test_the_view_keeps_the_term_weights_with_the_terms_and_names_the_signals() -> None:
+    rewards, ids = _t([1, 0]), _ids([0, 0])
+    inputs = AdvantageInputs(
+        rewards,
+        ids,
+        reward_terms=torch.ones(2, 3),
+        term_weights=_t([1, 1, 1]),
+        prompt_chars=_t([3, 4]),
+    )
+    view = inputs.view({"reward_terms"})
+    assert view.columns == ("reward_terms", "term_weights")
+    assert list(inputs.signals) == ["prompt_chars"] and inputs.signals["prompt_chars"][1] == 4

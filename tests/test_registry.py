@@ -74,3 +74,28 @@ def test_every_lazy_entry_of_the_catalog_names_what_exists(registry, name):
     loaded = importlib.import_module(module)
     assert hasattr(loaded, entry.target.split(":")[1]), entry.target
     assert registry.descriptions.get(name), name  # listed with what it is
+
+
+def test_a_module_that_failed_to_register_is_imported_again_and_a_registry_pickles(
+    tmp_path, monkeypatch
+):
+    import pickle
+
+    module = tmp_path / "flaky_for_registry_test.py"
+    module.write_text("raise ImportError('not yet')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry: Registry = Registry("part", modules=("flaky_for_registry_test",))
+    with pytest.raises(ImportError, match="not yet"):
+        list(registry)
+    module.write_text("from test_registry import LATE\nLATE.add('late', 1)\n")
+    monkeypatch.delitem(sys.modules, "flaky_for_registry_test", raising=False)
+    importlib.invalidate_caches()
+    LATE._modules = ("flaky_for_registry_test",)
+    LATE._loaded = False
+    assert list(LATE) == ["late"]
+    assert list(registry) == []  # its module registered into LATE, not here: nothing to list
+    again = pickle.loads(pickle.dumps(LATE))
+    assert dict(again.items()) == {"late": 1} and again.kind == "part"
+
+
+LATE: Registry = Registry("part")

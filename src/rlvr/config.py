@@ -807,7 +807,7 @@ class AlgorithmConfig(Section):
     :data:`rlvr.algorithms.PRESETS` entry, each part's keys set here replace the preset's
     (:meth:`overrides`), and :meth:`resolve` gives the one :class:`rlvr.algorithms.Algorithm`
     a run reads. A config in the flat form of older versions is read through
-    :func:`rlvr.algorithms.nest_flat`."""
+    :func:`nest_algorithm`."""
 
     preset: str = Field(
         "grpo",
@@ -1276,64 +1276,6 @@ FLAT_PARAMS = {
 """``params.X`` of the flat form -> the part whose keyword arguments they are."""
 
 
-_NEW_PLACE = {
-    "dynamic_sampling": "select.name",
-    "group_filter": "stages",
-    "group_filter_oversample": "stages",
-    "params": "each part's own keys",
-}
-
-
-def _nest_flat(flat: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The nested form of an ``algorithm:`` mapping in the flat form older configs used, and
-    each flat key it read with its new place (empty when ``flat`` is already nested).
-
-    A key that is already a part's mapping (``kl: {beta: 0}``) or a scalar of the nested form
-    (``preset``, ``ppo_epochs``, ``minibatches``, ``stages``) is kept; ``advantage``,
-    ``policy_loss``, ``aggregation``, ``objective`` and ``credit`` are flat when they are a
-    name (a string). Unknown keys are kept, for the config's check to name.
-    """
-    nested: dict[str, Any] = {}
-    read: list[str] = []
-
-    def put(path: str, value: Any) -> None:
-        part, key = path.split(".")
-        node = nested.setdefault(part, {})
-        if isinstance(node, dict):
-            node[key] = value  # over a nested mapping's (a --set flat key comes last)
-
-    stage: dict[str, Any] = {}
-    for key, value in flat.items():
-        if key in FLAT_KEYS and not isinstance(value, Mapping):
-            put(FLAT_KEYS[key], value)
-        elif key == "dynamic_sampling" and not isinstance(value, Mapping):
-            put("select.name", "informative" if value else "all")
-        elif key in ("group_filter", "group_filter_oversample"):
-            if value is not None:
-                stage["criterion" if key == "group_filter" else "oversample"] = value
-        elif key == "params" and isinstance(value, Mapping):
-            for part, kwargs in value.items():
-                if part == "group_filter" and isinstance(kwargs, Mapping):
-                    stage.update(kwargs)
-                elif part in FLAT_PARAMS and isinstance(kwargs, Mapping):
-                    for name, v in kwargs.items():
-                        put(f"{FLAT_PARAMS[part]}.{name}", v)
-                else:
-                    nested.setdefault("params", {})[part] = kwargs  # for the check to name
-        else:
-            if isinstance(value, Mapping) and isinstance(nested.get(key), dict):
-                nested[key] = {**value, **nested[key]}  # the flat keys' values win
-            else:
-                nested[key] = value
-            continue
-        read.append(f"{key} as {_NEW_PLACE.get(key) or FLAT_KEYS[key]}")
-    if stage:
-        nested["stages"] = [*nested.get("stages", []), {"name": "group_filter", **stage}]
-    if "dynamic_sampling" in flat and "group_selector" in flat and flat["group_selector"]:
-        nested["select"]["name"] = flat["group_selector"]
-    return nested, read
-
-
 ROLLOUT_STAGES = {
     "hints": ("hints", "fractions"),
     "hint_threshold": ("hints", "threshold"),
@@ -1343,42 +1285,173 @@ ROLLOUT_STAGES = {
 }
 """The ``rollout:`` keys of the flat form that configured a draw stage -> (stage, setting)."""
 
+_NEUTRAL = {"gamma": 1.0, "lam": 1.0, "reward_baseline": 0.0}
+"""Flat keys whose value here changed nothing for an estimator that does not take them (an
+older rlvr accepted them with any estimator)."""
+
+_STAGE_ORDER = ("hints", "group_filter", "replay")
+
+
+def _is_flat(section: str, key: str, value: Any) -> bool:
+    """Whether ``section.key: value`` is a key of the flat form (a part's name given as a
+    string, ``params``, a stage's key, ...) rather than of the nested one."""
+    if section == "rollout":
+        return key in ROLLOUT_STAGES
+    if key in ("dynamic_sampling", "group_filter", "group_filter_oversample"):
+        return True
+    if key == "params":
+        return value is None or isinstance(value, Mapping)
+    return key in FLAT_KEYS and not isinstance(value, Mapping)
+
+
+def _stage(algorithm: dict[str, Any], name: str) -> dict[str, Any]:
+    """The entry of the stage ``name`` in ``algorithm["stages"]``, added in its place (hints,
+    group_filter, replay) when absent."""
+    stages = algorithm.get("stages")
+    stages = algorithm["stages"] = list(stages) if isinstance(stages, list) else []
+    for i, entry in enumerate(stages):
+        if isinstance(entry, Mapping) and entry.get("name") == name:
+            stages[i] = dict(entry)
+            return stages[i]
+    rank = _STAGE_ORDER.index(name)
+    at = sum(1 for e in stages if isinstance(e, Mapping) and e.get("name") in _STAGE_ORDER[:rank])
+    stages.insert(at, {"name": name})
+    return stages[at]
+
+
+def _drop_stage(algorithm: dict[str, Any], name: str) -> None:
+    stages = algorithm.get("stages")
+    if isinstance(stages, list):
+        algorithm["stages"] = [
+            e for e in stages if not (isinstance(e, Mapping) and e.get("name") == name)
+        ]
+
+
+def _apply_flat(algorithm: dict[str, Any], key: str, value: Any) -> str | None:
+    """Apply one key of the flat form (``algorithm.KEY`` or ``rollout.KEY``) to the nested
+    ``algorithm`` mapping in place; the note's "KEY as PLACE", or None when it set nothing."""
+    section, _, name = key.partition(".")
+
+    def put(path: str, v: Any) -> str:
+        part, field = path.split(".")
+        node = algorithm.get(part)
+        algorithm[part] = node = dict(node) if isinstance(node, Mapping) else {}
+        node[field] = v
+        return f"{key} as {path}"
+
+    if section == "rollout":
+        stage, setting = ROLLOUT_STAGES[name]
+        if setting in ("fractions", "replayed") and not value:
+            _drop_stage(algorithm, stage)  # [] or 0: off
+            return None
+        exists = any(
+            isinstance(e, Mapping) and e.get("name") == stage for e in algorithm.get("stages") or ()
+        )
+        if setting not in ("fractions", "replayed") and not exists:
+            return None  # a setting of a stage the config does not run
+        _stage(algorithm, stage)[setting] = value
+        return f"{key} as stages {stage}"
+    if value is None and name in ("dynamic_sampling", "params"):
+        return None
+    if name == "dynamic_sampling":
+        return put("select.name", "informative" if value else "all")
+    if name == "group_filter":
+        if value is None:
+            _drop_stage(algorithm, "group_filter")
+            return None
+        _stage(algorithm, "group_filter")["criterion"] = value
+        return f"{key} as stages group_filter"
+    if name == "group_filter_oversample":
+        if value is None:
+            return None
+        _stage(algorithm, "group_filter")["oversample"] = value
+        return f"{key} as stages group_filter"
+    if name == "params":
+        for part, kwargs in value.items():
+            if part == "group_filter" and isinstance(kwargs, Mapping):
+                _stage(algorithm, "group_filter").update(kwargs)
+            elif part in FLAT_PARAMS and isinstance(kwargs, Mapping):
+                for arg, v in kwargs.items():
+                    put(f"{FLAT_PARAMS[part]}.{arg}", v)
+            else:
+                algorithm.setdefault("params", {})[part] = kwargs  # for the check to name
+        return f"{key} as each part's own keys"
+    if value is None:
+        return None  # the preset's, as unset
+    return put(FLAT_KEYS[name], value)
+
+
+def _neutral(algorithm: dict[str, Any], flat: dict[str, Any]) -> None:
+    """Drop the flat ``gamma: 1``, ``lam: 1``, ``reward_baseline: 0`` that the algorithm's
+    estimator does not take (an older rlvr ignored them there)."""
+    from rlvr import algorithms
+
+    given = [k for k, v in _NEUTRAL.items() if k in flat and flat[k] == v]
+    advantage = algorithm.get("advantage") or {}
+    name = advantage.get("name") if isinstance(advantage, Mapping) else None
+    preset = algorithms.PRESETS.get(algorithm.get("preset", "grpo"))
+    name = name or (preset.advantage.name if preset is not None else None)
+    estimator = algorithms.ADVANTAGES.get(name) if isinstance(name, str) else None
+    if estimator is None:
+        return
+    for key in given:
+        arg = FLAT_KEYS[key].split(".")[1]
+        if arg not in estimator.hyperparams and isinstance(advantage, dict):
+            advantage.pop(arg, None)
+
 
 def nest_algorithm(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``data`` (a whole config) with its ``algorithm:`` section and the stage keys of
     ``rollout:`` read from the flat form older versions used into the nested form, and the
-    flat keys read (empty for a nested config). The stages keep the order they ran in:
-    hints, group_filter, replay."""
-    read: list[str] = []
+    flat keys read with their new places (empty for a nested config)."""
     out = dict(data)
-    algorithm = data.get("algorithm")
+    algorithm = out.get("algorithm")
+    rollout = out.get("rollout")
+    read: list[str] = []
+    flat: dict[str, Any] = {}
     if isinstance(algorithm, dict):
-        out["algorithm"], keys = _nest_flat(algorithm)
-        read += [f"algorithm.{key}" for key in keys]  # "KEY as PART.KEY"
-    rollout = data.get("rollout")
-    if isinstance(rollout, dict) and set(rollout) & set(ROLLOUT_STAGES):
-        settings: dict[str, dict[str, Any]] = {}
-        for key in [k for k in rollout if k in ROLLOUT_STAGES]:
-            stage, setting = ROLLOUT_STAGES[key]
-            settings.setdefault(stage, {})[setting] = rollout[key]
-            read.append(f"rollout.{key} as stages {stage}")
-        out["rollout"] = {k: v for k, v in rollout.items() if k not in ROLLOUT_STAGES}
-        on = {
-            stage: values
-            for stage, values in settings.items()
-            if values.get("fractions" if stage == "hints" else "replayed")
-        }
-        if on:
-            algo = out.setdefault("algorithm", {})
-            if not isinstance(algo, dict):
-                return out, read
-            stages = list(algo.get("stages") or [])
-            if "hints" in on:
-                stages.insert(0, {"name": "hints", **on["hints"]})
-            if "replay" in on:
-                stages.append({"name": "replay", **on["replay"]})
-            algo["stages"] = stages
+        flat.update({k: v for k, v in algorithm.items() if _is_flat("algorithm", k, v)})
+        algorithm = {k: v for k, v in algorithm.items() if k not in flat}
+    if isinstance(rollout, dict):
+        staged = {k: v for k, v in rollout.items() if _is_flat("rollout", k, v)}
+        out["rollout"] = {k: v for k, v in rollout.items() if k not in staged}
+        flat.update({f"rollout.{k}": v for k, v in staged.items()})
+    if not flat:
+        return out, read
+    if not isinstance(algorithm, dict):
+        algorithm = {}
+    order = sorted(flat, key=lambda k: k not in ("rollout.hints", "rollout.replay"))
+    for key in order:  # rollout.hints and rollout.replay before their settings
+        note = _apply_flat(
+            algorithm, key if key.startswith("rollout.") else f"algorithm.{key}", flat[key]
+        )
+        if note is not None:
+            read.append(note)
+    if (
+        "group_selector" in flat
+        and flat["group_selector"]
+        and flat.get("dynamic_sampling") is not None
+    ):
+        algorithm["select"]["name"] = flat["group_selector"]  # a selector beside the flag wins
+    if any(k in flat for k in _NEUTRAL):
+        _neutral(algorithm, flat)
+    out["algorithm"] = algorithm
     return out, read
+
+
+def set_override(data: dict[str, Any], key: str, value: Any) -> str | None:
+    """Apply ``--set key=value`` to ``data``: a key of the flat form (``algorithm.beta``,
+    ``rollout.hints``) to its nested place (what it set, for the note), any other key as
+    written."""
+    section, _, name = key.partition(".")
+    algorithm = data.get("algorithm")
+    if section in ("algorithm", "rollout") and "." not in name and _is_flat(section, name, value):
+        if section == "algorithm" and name == "params" and value is None:
+            return None
+        algorithm = data["algorithm"] = dict(algorithm) if isinstance(algorithm, dict) else {}
+        return _apply_flat(algorithm, key, value)
+    _set_dotted(data, key, value)
+    return None
 
 
 _NOTED: set[str] = set()
@@ -1530,7 +1603,8 @@ def build_config(
             sys.path.append(str(base_dir))
     data, read = nest_algorithm(data)  # the file's flat keys, so the overrides set over them
     for key, value in parsed:
-        _set_dotted(data, key, value)
+        note = set_override(data, key, value)
+        read += [note] if note else []
     try:
         return Config.model_validate(data, context={"base_dir": base_dir, "flat_keys": read})
     except ValidationError as err:
@@ -1601,6 +1675,8 @@ def describe(config: Config) -> list[tuple[str, Any, Any, str]]:
             if isinstance(default, BaseModel):
                 default = default.model_dump(mode="json")
             rows.append((key, _plain(value), _plain(default), help_text))
+        for name, value in (model.model_extra or {}).items():  # a part's function's arguments
+            rows.append((f"{prefix}{name}", _plain(value), None, "a keyword argument of its part"))
 
     walk(config, "")
     return rows

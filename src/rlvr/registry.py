@@ -58,6 +58,8 @@ class Registry(dict[str, V]):
         self.kind = kind
         self.descriptions: dict[str, str] = {}
         self._modules = tuple(modules)
+        self._loaded = not self._modules
+        self._loading = False
         self._same = same
         self._lock = threading.RLock()
 
@@ -83,11 +85,28 @@ class Registry(dict[str, V]):
         self.add(name, Lazy(target), description)  # type: ignore[arg-type]
 
     def _load_modules(self) -> None:
-        if self._modules:
-            with self._lock:
-                modules, self._modules = self._modules, ()
-                for module in modules:
+        """Import ``modules`` once, before the registry is first read; a reader in another
+        thread waits for them, one in this thread (a module reading its own registry while it
+        registers) reads what is there."""
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                for module in self._modules:
                     importlib.import_module(module)
+                self._loaded = True  # a module that failed is imported again next time
+            finally:
+                self._loading = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __getitem__(self, name: str) -> V:
         self._load_modules()

@@ -17,7 +17,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import Config, ConfigError, build_config, load_config, read_file
+from rlvr.config import (
+    Config,
+    ConfigError,
+    build_config,
+    load_config,
+    nest_algorithm,
+    read_file,
+)
 
 # What rlvr writes into a run directory (eval-* directories too); --overwrite removes these only.
 RUN_ARTIFACTS = (
@@ -140,7 +147,8 @@ def recorded_config(path: Path) -> dict[str, Any]:
     try:
         return load_config(path).model_dump(mode="json")
     except ConfigError:
-        return _overlay(build_config({}).model_dump(mode="json"), read_file(path))
+        written = nest_algorithm(read_file(path))[0]  # an older rlvr's flat algorithm keys
+        return _overlay(build_config({}).model_dump(mode="json"), written)
 
 
 def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

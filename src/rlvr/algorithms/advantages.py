@@ -476,6 +476,12 @@ class AdvantageInputs:
             raise ValueError("AdvantageInputs.term_weights must be [K], one weight per term")
 
     @property
+    def signals(self) -> dict[str, torch.Tensor]:
+        """The produced signals of this view by name (its columns rlvr does not compute
+        itself); ``inputs.signals[name]`` is ``inputs[name]``."""
+        return {k: v for k, v in self._columns.items() if k not in INPUT_FIELDS}
+
+    @property
     def columns(self) -> tuple[str, ...]:
         """The names of the columns this view holds (rewards and group ids aside)."""
         return tuple(self._columns)
@@ -488,6 +494,8 @@ class AdvantageInputs:
         """These inputs with only the columns ``names`` (those present); the others are hidden:
         reading one raises, naming it."""
         keep = set(names)
+        if "reward_terms" in keep:
+            keep.add("term_weights")  # the terms' weights go with them
         out = AdvantageInputs(
             self.rewards, self.group_ids, **{k: v for k, v in self._columns.items() if k in keep}
         )

@@ -335,7 +335,8 @@ def register_policy_loss(
     dual_clip, seed,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
     :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``, ``clip_low``,
     ``clip_high``, ``dual_clip`` and ``seed`` its signature names (as keywords), so a plain loss
-    function registers as it is; ``algorithm.params.policy_loss`` fills its other arguments."""
+    function registers as it is; the ``algorithm.policy_loss`` section's other keys fill its
+    other arguments."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSSES.add(
@@ -430,7 +431,7 @@ def policy_loss(
         dual_clip: the dual-clip bound c > 1 ("token" and "sequence" only), or None.
         seed: the key of this call's random stream, for the kinds that draw (Clip-Cov's pick);
             the learner passes a new one per minibatch and micro-batch.
-        params: the loss's own keyword arguments (``algorithm.params.policy_loss``).
+        params: the loss's own keyword arguments (the ``algorithm.policy_loss`` section's other keys).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
         ``ratio``, ``is_clipped_low``, ``is_clipped_high``, ``is_dual_clipped``,
@@ -615,7 +616,7 @@ def aggregate(
         total_tokens: full-batch sum of the mask, when ``loss`` is one micro-batch of it.
         total_seqs: full-batch number of sequences, when ``loss`` is one micro-batch of it.
         max_len: the constant of seq-mean-token-sum-norm (max response length).
-        params: the aggregation's own keyword arguments (``algorithm.params.aggregation``).
+        params: the aggregation's own keyword arguments (the ``algorithm.aggregation`` section's other keys).
     Returns:
         [] the loss (or, with the normalisers given, this micro-batch's share of it).
     """

@@ -22,7 +22,7 @@ from rlvr.algorithms.advantages import (
     normalize_batch,
     weight_by_sign,
 )
-from rlvr.algorithms.checks import problems
+from rlvr.algorithms.checks import NAMED, problems
 from rlvr.algorithms.losses import POLICY_LOSSES
 from rlvr.algorithms.schema import (
     PARTS,
@@ -352,7 +352,8 @@ def _merge_part(base: Any, part: str, given: Mapping[str, Any]) -> Any:
                 f"{part}: unknown key(s) {', '.join(sorted(extra))}; accepted: {', '.join(fields)}"
             )
         return dataclasses.replace(base, **own)
-    same = own.get("name", getattr(base, "name", None)) == getattr(base, "name", None)
+    field = NAMED[part][0] if part in NAMED else "name"  # the field naming its function
+    same = own.get(field, getattr(base, field, None)) == getattr(base, field, None)
     params = {**(base.params if same else {}), **extra}
     return dataclasses.replace(base, **own, params=params)
 

@@ -20,14 +20,16 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 
 class DataParallel:
     """This process's place in the learners' ``torch.distributed`` group (the default group,
-    gloo on CPU, NCCL on GPU): ``rank`` of ``world``."""
+    gloo on CPU, NCCL on GPU): ``rank`` of ``world``; ``sharded``: the policy is sharded over
+    the group (:mod:`rlvr.distributed.sharding`), whose backward passes reduce its gradients."""
 
-    def __init__(self, rank: int, world: int) -> None:
-        self.rank, self.world = rank, world
+    def __init__(self, rank: int, world: int, sharded: bool = False) -> None:
+        self.rank, self.world, self.sharded = rank, world, sharded
 
     @staticmethod
     def init(address: str, rank: int, world: int, backend: str, timeout_s: float) -> DataParallel:
@@ -45,6 +47,12 @@ class DataParallel:
         """This rank's contiguous slice of ``rows`` (sizes differ by at most one)."""
         return rows.tensor_split(self.world)[self.rank]
 
+    def most(self, count: int) -> int:
+        """The largest ``count`` of any rank."""
+        value = torch.tensor([count])
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item())
+
     def all_reduce_sum(self, tensors: list[torch.Tensor]) -> None:
         """Sum ``tensors`` over the group, in place."""
         for t in tensors:
@@ -53,15 +61,19 @@ class DataParallel:
     def all_reduce_gradients(
         self, params: list[torch.nn.Parameter], skip: tuple[str, str, float] | None
     ) -> tuple[str, str, float] | None:
-        """Sum the gradients of ``params`` over the group (a rank without one adds zeros); if any
-        rank hit a non-finite quantity (``skip``), return the lowest rank's on every rank and
-        leave the gradients alone."""
+        """Sum the gradients of ``params`` over the group (a rank without one adds zeros; the
+        shards of a sharded policy are summed by its backward already); if any rank hit a
+        non-finite quantity (``skip``), return the lowest rank's on every rank and leave the
+        gradients alone."""
         flag = torch.tensor([0.0 if skip is None else 1.0])
         dist.all_reduce(flag, op=dist.ReduceOp.SUM)
         if flag.item() > 0:
             found: list[Any] = [None] * self.world
             dist.all_gather_object(found, skip)
             return next(s for s in found if s is not None)
+        params = [p for p in params if not isinstance(p, DTensor)]  # e.g. a value head
+        if not params:
+            return None
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)

@@ -22,6 +22,7 @@ from rlvr.grading.accuracy import (
 from rlvr.grading.diagnostics import (
     answer_entropy,
     answer_entropy_within_groups,
+    changed_elements,
     snapshot_params,
     update_sparsity,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "evaluate_accuracy",
     "grade_samples",
     "sample_and_grade",
+    "changed_elements",
     "snapshot_params",
     "update_sparsity",
 ]

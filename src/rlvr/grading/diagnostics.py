@@ -82,20 +82,37 @@ def snapshot_params(
 
     Each parameter is copied in its own dtype (exact: no rounding) to ``device`` (CPU by default,
     so an accelerator pays nothing); tied parameters are stored once under their first name, and
-    parameters with ``requires_grad=False`` are skipped (they cannot change).
+    parameters with ``requires_grad=False`` are skipped (they cannot change). A sharded
+    parameter (a ``DTensor``) is copied as this process's shard.
     """
     out: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters():  # yields a tied tensor once
         if param.requires_grad:
-            out[name] = param.detach().to(device=device, copy=True)
+            out[name] = _local(param.detach()).to(device=device, copy=True)
     return out
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a sharded tensor (``DTensor.to_local``), else ``tensor``."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
 
 
 @torch.no_grad()
 def update_sparsity(
     model: torch.nn.Module, initial_params: dict[str, torch.Tensor], atol: float = 0.0
 ) -> float:
-    """Fraction of parameters (elements) that changed since ``initial_params``.
+    """Fraction of parameters (elements) that changed since ``initial_params``
+    (:func:`changed_elements`, changed / total; 0.0 if there are none)."""
+    changed, total = changed_elements(model, initial_params, atol)
+    return changed / total if total else 0.0
+
+
+def changed_elements(
+    model: torch.nn.Module, initial_params: dict[str, torch.Tensor], atol: float = 0.0
+) -> tuple[int, int]:
+    """(changed, total) parameter elements since ``initial_params`` (of this process's shards
+    where the parameters are sharded: summed over the ranks, they are the whole model's).
 
     A parameter element counts as changed when ``|p - p0| > atol`` (``atol = 0``: any bit of
     difference; Mukherjee et al. 2025 use a small tolerance such as 1e-5 to ignore numerical
@@ -108,15 +125,14 @@ def update_sparsity(
             every entry must exist in the model with the same shape.
         atol: absolute tolerance.
     Returns:
-        Changed elements / total elements over the parameters in ``initial_params``; 0.0 if it
-        is empty.
+        Changed elements and total elements over the parameters in ``initial_params``.
     """
     params = dict(model.named_parameters())
     changed, total = 0, 0
     for name, initial in initial_params.items():
         if name not in params:
             raise KeyError(f"update_sparsity: parameter {name!r} is not in the model")
-        current = params[name].detach()
+        current = _local(params[name].detach())
         if current.shape != initial.shape:
             raise ValueError(
                 f"update_sparsity: {name!r} has shape {tuple(current.shape)}, "
@@ -132,4 +148,4 @@ def update_sparsity(
                 diff = a != b
             changed += int(diff.sum())
         total += flat_now.numel()
-    return changed / total if total else 0.0
+    return changed, total

@@ -51,10 +51,13 @@ class RegisteredReward:
     inline: bool = False
 
 
+def _same_function(old: RegisteredReward, new: RegisteredReward) -> bool:
+    """The same ``module.qualname`` registered again (its module imported twice)."""
+    return qualified_name(old.fn) == qualified_name(new.fn)
+
+
 REWARDS: Registry[RegisteredReward] = Registry(
-    "reward",
-    modules=_BUILTIN_MODULES,
-    same=lambda old, new: qualified_name(old.fn) == qualified_name(new.fn),
+    "reward", modules=_BUILTIN_MODULES, same=_same_function
 )
 """Rewards by name; the built-in ones register when the registry is first read (their modules
 imported then); a module imported twice registers its functions again, not a conflict."""

@@ -22,7 +22,7 @@ import torch
 from rlvr import algorithms
 from rlvr.config import Config
 from rlvr.distributed.data_parallel import DataParallel
-from rlvr.grading import snapshot_params, update_sparsity
+from rlvr.grading import changed_elements, snapshot_params
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.learner import imitation, pairs, policy_gradient  # noqa: F401  (built-in kinds)
@@ -89,6 +89,7 @@ class Learner(Checkpointed):
     precision: dict[str, Any] | None = None
     published_copy: PublishedCopy | None = None
     entropy_control: algorithms.EntropyController | None = None
+    pending_skip: SkipStep | None = None
 
     @property
     def kind(self) -> ObjectiveKind:
@@ -121,6 +122,47 @@ class Learner(Checkpointed):
         slice per rank in a data-parallel group (``group``: rlvr.distributed.DataParallel)."""
         return rows if self.group is None else self.group.share(rows)
 
+    @property
+    def sharded(self) -> bool:
+        """The policy is sharded over the learners' group (:mod:`rlvr.distributed.sharding`)."""
+        return self.group is not None and self.group.sharded
+
+    def micro_batches(self, rows: torch.Tensor, size: int) -> list[tuple[torch.Tensor, bool]]:
+        """``rows`` (this learner's) ``size`` at a time, each ``(rows, True)``. A sharded
+        learner runs as many micro-batches as the learner with the most (every forward and
+        backward gathers the layers from every rank): the extra ones are ``(row 0, False)``,
+        run with a zero loss and no metrics."""
+        chunks = [(chunk, True) for chunk in rows.split(size)] if len(rows) else []
+        if not self.sharded:
+            return chunks
+        assert self.group is not None
+        pad = rows.new_zeros((1, *rows.shape[1:]))  # row 0 (or pair 0-0)
+        return chunks + [(pad, False)] * (self.group.most(len(chunks)) - len(chunks))
+
+    def backward(
+        self,
+        rows: torch.Tensor,
+        size: int,
+        loss_of: Callable[[torch.Tensor, Averages], torch.Tensor],
+        averages: Averages,
+    ) -> None:
+        """``loss_of(micro_batch, averages).backward()`` over :meth:`micro_batches` of ``rows``
+        (a padding one's loss times 0, its metrics dropped)."""
+        for chunk, kept in self.micro_batches(rows, size):
+            loss = loss_of(chunk, averages if kept else Averages())
+            (loss if kept else loss * 0.0).backward()
+
+    def finite(self, value: torch.Tensor, quantity: str, key: str) -> None:
+        """SkipStep unless ``value`` is finite. A sharded learner goes on (its backward is a
+        collective the other ranks wait in) and the step is skipped on every rank at the
+        gradient sync."""
+        if torch.isfinite(value).all():
+            return
+        skip = SkipStep(quantity, key, value.detach().float().flatten()[0].item())
+        if not self.sharded:
+            raise skip
+        self.pending_skip = self.pending_skip or skip
+
     def _sum_over_group(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """Each rank's rows of a no-grad pass (zeros elsewhere) summed: every row, everywhere."""
         if self.group is not None:
@@ -144,14 +186,15 @@ class Learner(Checkpointed):
         pi_ref's log-probs [N, T] (None without a reference) of ``batch``'s rows ``rows``
         (zeros elsewhere), the rows split over a data-parallel group."""
         mine = self.share(rows)
+        chunks = self.micro_batches(mine, self.forward.micro_batch_size)
         old_logp, entropy, values, ref_logp = None, None, None, None
         if old:
-            passes = self.forward.no_grad(self.policy, batch, mine, self.value_head)
+            passes = self.forward.no_grad(self.policy, batch, None, self.value_head, chunks)
             old_logp, entropy, *rest = self._sum_over_group(passes)
             values = rest[0] if rest else None
         if self.reference is not None:
             with self.reference.model() as reference:
-                ref = self.forward.no_grad(reference, batch, mine)
+                ref = self.forward.no_grad(reference, batch, None, None, chunks)
             ref_logp = self._sum_over_group(ref[:1])[0]
         return old_logp, entropy, values, ref_logp
 
@@ -208,6 +251,7 @@ class Learner(Checkpointed):
         """Sum the gradients of the group's learners (their losses are normalised by the
         minibatch's global counts, so the sum is one process's gradient); a non-finite loss on
         any rank skips the step on every rank."""
+        skip, self.pending_skip = skip or self.pending_skip, None
         if self.group is None:
             return skip
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -232,8 +276,18 @@ class Learner(Checkpointed):
             metrics["policy/entropy_coef"] = bonus  # the bonus weight this step trained with
             control.update(metrics["policy/entropy"])
         if self.initial is not None:
-            metrics["policy/params_changed_frac"] = update_sparsity(self.policy, self.initial)
+            metrics["policy/params_changed_frac"] = self._changed_frac()
         return metrics, bad
+
+    def _changed_frac(self) -> float:
+        """The fraction of the policy's elements changed since :meth:`track_changes` (over every
+        rank's shards of a sharded policy)."""
+        assert self.initial is not None
+        counts = torch.tensor(changed_elements(self.policy, self.initial), dtype=torch.float64)
+        if self.sharded:
+            assert self.group is not None
+            self.group.all_reduce_sum([counts])
+        return float(counts[0] / counts[1]) if counts[1] else 0.0
 
     def track_changes(self) -> None:
         """Keep the current weights as the initial ones (``policy/params_changed_frac``)."""

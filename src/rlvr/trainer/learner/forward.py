@@ -80,19 +80,23 @@ class Forward:
         batch: Batch,
         rows: torch.Tensor | None = None,
         value_head: ValueHead | None = None,
+        chunks: list[tuple[torch.Tensor, bool]] | None = None,
     ) -> tuple[torch.Tensor, ...]:
         """log-probs, entropies (and values) [N, T] of the rows ``rows`` of ``batch`` (every row
         when None; zeros elsewhere) under ``model``, without gradient, ``micro_batch_size`` rows
-        at a time."""
+        at a time; or of the micro-batches ``chunks`` (rows, kept), whose unkept ones only
+        run (a sharded learner's padding: :meth:`rlvr.trainer.learner.Learner.micro_batches`)."""
         shape, device = batch.completion_mask.shape, batch.completion_mask.device
         outs = [torch.zeros(shape, device=device) for _ in range(3 if value_head else 2)]
-        todo = torch.arange(shape[0]) if rows is None else rows
+        if chunks is None:
+            todo = torch.arange(shape[0]) if rows is None else rows
+            chunks = [(chunk, True) for chunk in todo.split(self.micro_batch_size)]
         with torch.no_grad():
-            for lo in range(0, len(todo), self.micro_batch_size):
-                chunk = todo[lo : lo + self.micro_batch_size]
+            for chunk, kept in chunks:
                 sub = batch.select(chunk)
                 width = sub.completion_ids.shape[1]
                 parts = self(model, sub, entropy=True, value_head=value_head)
                 for out, part in zip(outs, parts, strict=True):
-                    out[chunk, :width] = part
+                    if kept:
+                        out[chunk, :width] = part
         return tuple(outs)

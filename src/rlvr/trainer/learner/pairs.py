@@ -23,7 +23,6 @@ from rlvr.trainer.learner.kinds import (
     Averages,
     ObjectiveKind,
     Prepared,
-    SkipStep,
     register_objective_kind,
 )
 
@@ -93,9 +92,12 @@ class PairObjective(ObjectiveKind):
         pairs = prepared.pairs[units]
         mine = pairs[learner.share(torch.arange(len(pairs)))]
         per = max(1, learner.cfg.train.micro_batch_size // 2)
-        for lo in range(0, len(mine), per):
-            sub = mine[lo : lo + per]
-            self.loss(learner, prepared, sub, float(len(pairs)), averages).backward()
+        learner.backward(
+            mine,
+            per,
+            lambda sub, into: self.loss(learner, prepared, sub, float(len(pairs)), into),
+            averages,
+        )
 
     def loss(
         self,
@@ -131,8 +133,7 @@ class PairObjective(ObjectiveKind):
         assert objective.fn is not None
         loss_pairs, info = objective.fn(logps, **learner.algo.objective.params)
         loss = loss_pairs.sum() / total_pairs
-        if not torch.isfinite(loss):
-            raise SkipStep("loss", "policy/loss", loss.item())
+        learner.finite(loss, "loss", "policy/loss")
         averages.add("policy/loss", loss_pairs.mean().item(), n)
         for key, value in info.items():
             averages.add(f"preference/{key}", value.float().mean().item(), n)

@@ -54,7 +54,6 @@ from rlvr.trainer.learner.kinds import (
     Averages,
     ObjectiveKind,
     Prepared,
-    SkipStep,
     register_objective_kind,
 )
 
@@ -197,16 +196,21 @@ class PolicyGradient(ObjectiveKind):
         totals = (float(prepared.train_mask[units].sum()), float(len(units)))
         active = units[prepared.trained[units]] if prepared.skippable else units
         active = learner.share(active)  # this learner's rows (all of them in one process)
-        for lo in range(0, len(active), mb):
-            rows = active[lo : lo + mb]
-            self.loss(learner, prepared, rows, totals, averages, first_epoch).backward()
+        learner.backward(
+            active,
+            mb,
+            lambda rows, into: self.loss(learner, prepared, rows, totals, into, first_epoch),
+            averages,
+        )
         if prepared.demonstrations is not None:  # sft_coef: SFT beside RL
             groups = prepared.batch.prompt_index[units].unique().cpu()
             total = float(prepared.demonstrations.action_mask[groups].sum())
-            mine = learner.share(groups)
-            for lo in range(0, len(mine), mb):
-                sub = mine[lo : lo + mb]
-                self.demonstration_loss(learner, prepared, sub, total, averages).backward()
+            learner.backward(
+                learner.share(groups),
+                mb,
+                lambda sub, into: self.demonstration_loss(learner, prepared, sub, total, into),
+                averages,
+            )
 
     def surrogate(
         self,
@@ -325,8 +329,7 @@ class PolicyGradient(ObjectiveKind):
         critic = agg(value_loss) if isinstance(value_loss, torch.Tensor) else 0.0
         loss = agg(loss_tok) + algo.value.coef * critic
 
-        if not torch.isfinite(loss):
-            raise SkipStep("loss", "policy/loss", loss.item())
+        learner.finite(loss, "loss", "policy/loss")
         if isinstance(kl, torch.Tensor):
             averages.add("policy/kl_ref", algorithms.masked_mean(kl.detach(), mask).item())
         if isinstance(critic, torch.Tensor):
@@ -353,8 +356,7 @@ class PolicyGradient(ObjectiveKind):
         logp = learner.forward(learner.trained_model, sub)[0]
         mask = sub.action_mask.float()
         nll = -(logp * mask).sum()
-        if not torch.isfinite(nll):
-            raise SkipStep("loss", "sft/nll", nll.item())
+        learner.finite(nll, "loss", "sft/nll")
         averages.add("sft/nll", nll.item() / max(float(mask.sum()), 1.0), float(mask.sum()))
         return learner.algo.objective.sft_coef * nll / max(total, 1.0)
 
