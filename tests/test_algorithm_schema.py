@@ -14,15 +14,13 @@ from test_docs import SHIPPED
 from rlvr import algorithms
 from rlvr.algorithms.schema import PARTS, SCALARS, part_fields
 from rlvr.config import (
-    FLAT_KEYS,
-    FLAT_PARAMS,
-    ROLLOUT_STAGES,
     AlgorithmConfig,
     ConfigError,
     build_config,
     load_config,
     read_file,
 )
+from rlvr.flat_config import FLAT_KEYS, FLAT_PARAMS, ROLLOUT_STAGES
 
 NOTE = "note: this config uses the flat algorithm keys of older rlvr"
 
@@ -30,12 +28,12 @@ NOTE = "note: this config uses the flat algorithm keys of older rlvr"
 @pytest.fixture(autouse=True)
 def _every_note(monkeypatch):
     """The note is printed once per process and set of keys: here, once per test."""
-    monkeypatch.setattr("rlvr.config._NOTED", set())
+    monkeypatch.setattr("rlvr.flat_config._NOTED", set())
 
 
 def to_flat(data: dict) -> dict:
     """The flat form an older rlvr read of a whole config in the nested form (the inverse of
-    :func:`rlvr.config.nest_algorithm`, written here from the key tables alone)."""
+    :func:`rlvr.flat_config.nest_algorithm`, written here from the key tables alone)."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     nested = out.pop("algorithm", None) or {}
     flat: dict = {}

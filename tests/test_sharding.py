@@ -76,16 +76,16 @@ def _train(cfg_data: dict, batch_path: Path, rank: int, world: int) -> dict:
     return {"metrics": metrics, "params": params}
 
 
-def _rank(rank: int, world: int, port: int, cfg_data: dict, batch: Path, out: Path) -> None:
+def _rank(rank: int, world: int, port: int, runs: dict, batch: Path, out: Path) -> None:
+    """Rank ``rank`` of ``world``: each preset's run of ``runs`` in turn (rank 0 saves them)."""
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    address = f"tcp://127.0.0.1:{port}"
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
     try:
-        result = _train(cfg_data, batch, rank, world)
+        results = {preset: _train(cfg, batch, rank, world) for preset, cfg in runs.items()}
         if rank == 0:
-            torch.save(result, out)
+            torch.save(results, out)
     finally:
         dist.destroy_process_group()
 
@@ -97,25 +97,28 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def batch(tmp_path_factory) -> Path:
-    """One step's batch of the tiny model's samples (rewards that differ within groups)."""
+def sharded(tmp_path_factory) -> tuple[dict, dict]:
+    """Each preset's three updates on one step's batch of the tiny model's samples: in one
+    process, and in 2 sharded ranks (started once for all the presets)."""
     from rlvr.trainer.backends import build_parts
 
     folder = tmp_path_factory.mktemp("sharding")
     parts = build_parts(build_config(_config(folder / "sampler", "grpo")))
     data, _ = parts.collector.collect(1)
-    path = folder / "batch.pkl"
-    path.write_bytes(pickle.dumps(data))
-    return path
+    batch = folder / "batch.pkl"
+    batch.write_bytes(pickle.dumps(data))
+    runs = {preset: _config(folder / preset, preset) for preset in PRESETS}
+    one = {preset: _train(cfg, batch, 0, 1) for preset, cfg in runs.items()}
+    out = folder / "sharded.pt"
+    mp.spawn(_rank, args=(2, _free_port(), runs, batch, out), nprocs=2, join=True)
+    return runs, {"one": one, "two": torch.load(out)}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_two_sharded_ranks_train_as_one_process(preset, batch, tmp_path):
-    cfg_data = _config(tmp_path / "run", preset)
-    one = _train(cfg_data, batch, 0, 1)
-    out = tmp_path / "sharded.pt"
-    mp.spawn(_rank, args=(2, _free_port(), cfg_data, batch, out), nprocs=2, join=True)
-    two = torch.load(out)
+def test_two_sharded_ranks_train_as_one_process(preset, sharded):
+    runs, results = sharded
+    one, two = results["one"][preset], results["two"][preset]
+    cfg_data = runs[preset]
     for mine, theirs in zip(one["metrics"], two["metrics"], strict=True):
         assert mine.keys() == theirs.keys()
         for key in [k for k in COMPARED if k in mine] + [k for k in mine if "preference/" in k]:

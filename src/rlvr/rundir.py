@@ -22,9 +22,9 @@ from rlvr.config import (
     ConfigError,
     build_config,
     load_config,
-    nest_algorithm,
     read_file,
 )
+from rlvr.flat_config import nest_algorithm
 
 # What rlvr writes into a run directory (eval-* directories too); --overwrite removes these only.
 RUN_ARTIFACTS = (

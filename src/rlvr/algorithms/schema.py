@@ -12,7 +12,7 @@ keyword arguments; in a config they are written beside the name::
       kl: {beta: 0.0}
       stages: [{name: group_filter, criterion: shortest, oversample: 2}]
 
-:func:`rlvr.config.nest_algorithm` reads the flat form older configs used.
+:func:`rlvr.flat_config.nest_algorithm` reads the flat form older configs used.
 """
 
 from __future__ import annotations
