@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
 
 
 class DataParallel:
@@ -71,7 +70,10 @@ class DataParallel:
             found: list[Any] = [None] * self.world
             dist.all_gather_object(found, skip)
             return next(s for s in found if s is not None)
-        params = [p for p in params if not isinstance(p, DTensor)]  # e.g. a value head
+        if self.sharded:  # the shards' backward summed theirs: the others (e.g. a value head)
+            from torch.distributed.tensor import DTensor
+
+            params = [p for p in params if not isinstance(p, DTensor)]
         if not params:
             return None
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]

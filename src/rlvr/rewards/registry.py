@@ -109,7 +109,7 @@ def get_reward(name: str | Callable[..., Any]) -> RegisteredReward:
             fn, label = name, _callable_name(name)
         else:
             fn, label = load_function(name), name
-        for entry in REWARDS.values():
+        for entry in dict.values(REWARDS):  # registered already if its module is imported
             if entry.fn is fn:
                 return entry
         return RegisteredReward(label, fn, "sample")

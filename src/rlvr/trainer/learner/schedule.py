@@ -11,7 +11,6 @@ import torch
 
 from rlvr.algorithms import Algorithm
 from rlvr.config import Config
-from rlvr.distributed.sharding import full
 from rlvr.trainer.learner.kinds import Averages, SkipStep
 
 
@@ -64,7 +63,8 @@ def optimizer_step(
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     else:
         norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-    norm = full(norm)  # a sharded policy's norm: over every rank's shards
+    if hasattr(norm, "full_tensor"):  # a sharded policy's norm (a DTensor): every rank's shards
+        norm = norm.full_tensor()
     if not math.isfinite(float(norm)):
         raise SkipStep("gradient norm", "policy/grad_norm", float(norm))
     averages.add("policy/grad_norm", float(norm))
