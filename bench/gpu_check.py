@@ -3,7 +3,9 @@ may be lent: the tests marked ``cuda``, the roofline (``bench/roofline.py``: dec
 training and GRPO steps against the device's measured limits at 135M to 8B random-weight
 shapes), the demo with ``train.device=cuda`` (the torch engine, and the vLLM engine where a CUDA
 vLLM is installed), ``bench/grpo_step.py --device cuda`` against TRL on the same GPU at
-SmolLM2-135M and at the Qwen2.5-0.5B shape, and the memory benchmark. Each step runs as a subprocess with a
+SmolLM2-135M and at the Qwen2.5-0.5B shape, the memory benchmark, and one sharded learner
+(``bench/sharding.py``) at the Qwen2.5-1.5B shape and at the 7B shape with CPU offload, its
+peak against the memory plan's. Each step runs as a subprocess with a
 time limit, its output kept; the figures go to ``bench/results/gpu-check-<device>.json`` with
 the device named.
 
@@ -21,7 +23,8 @@ report is rewritten after each step: a check cut short still leaves the figures 
 that finished.
 
 Usage: python bench/gpu_check.py
-    [--only tests,roofline,demo,demo-vllm,grpo-step,grpo-step-0.5b,memory]
+    [--only tests,roofline,demo,demo-vllm,grpo-step,grpo-step-0.5b,memory,sharding-1.5b,
+            sharding-7b]
     [--demo-steps 10] [--timeout 900] [--trl-python PYTHON]
 """
 
@@ -41,7 +44,17 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-STEPS = ("tests", "roofline", "demo", "demo-vllm", "grpo-step", "grpo-step-0.5b", "memory")
+STEPS = (
+    "tests",
+    "roofline",
+    "demo",
+    "demo-vllm",
+    "grpo-step",
+    "grpo-step-0.5b",
+    "memory",
+    "sharding-1.5b",
+    "sharding-7b",
+)
 # the roofline on a GPU: decode at 135M to 8B, training at the shapes one GPU trains unsharded
 ROOFLINE = [
     "--shapes", "smollm2-135m,qwen2.5-0.5b,qwen2.5-1.5b,qwen3-1.7b,qwen2.5-7b,qwen3-8b",
@@ -190,6 +203,13 @@ def main() -> int:
         "grpo_step.py", "grpo-step-cuda-qwen2.5-0.5b.json", ["--model", "random:qwen2.5-0.5b"]
     )  # fmt: skip
     benches["memory"] = ("memory.py", "memory-cuda.json", [])
+    # one sharded learner (FSDP2 over one GPU) against the memory plan: 1.5B whole, 7B offloaded
+    for size, extra in (("1.5b", []), ("7b", ["--offload"])):
+        benches[f"sharding-{size}"] = (
+            "sharding.py",
+            f"sharding-cuda-qwen2.5-{size}.json",
+            ["--model", f"random:qwen2.5-{size}", "--worlds", "1", "--plan", *extra],
+        )
     for name, (script, figures, extra) in benches.items():
         if name not in wanted:
             continue

@@ -36,6 +36,7 @@ XDIST_GROUPS = {
     "test_trainer.py": "trainer",
     "test_reward_model.py": "reward_model",
     "test_eval_judge.py": "eval_judge",
+    "test_sharding.py": "sharding",  # one set of 2- and 4-rank process groups
     # checks that the groups above are applied (pytest-xdist 3.8 and pytest 9.2 do not)
     "test_xdist_groups.py": "self_check",
 }

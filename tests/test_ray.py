@@ -504,3 +504,29 @@ def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
     assert "eval/sampled_accuracy" in local[1]
     if ecosystem in ("openenv", "verifiers"):  # GEM and SkyRL may end at the first reply
         assert local[1]["episodes/turns_mean"] > 1.0
+
+
+def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
+    cluster, tmp_path_factory
+):
+    """train.sharding: fsdp on 2 Ray learner actors and 2 rollout workers: each learner holds
+    half of the policy and its AdamW moments; the run logs one process's steps (the samples
+    exactly, the gradient norms to 1e-6), the publish check passes on every publish (the
+    weights are gathered bucket by bucket and broadcast), and every rank writes its shards."""
+    from rlvr.distributed.sharded_checkpoint import SHARDS
+
+    local = run_once("local", local_config(Path("unused")), tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp("sharded") / "run"
+    sections = {"train": {"sharding": "fsdp"}, "distributed": {"learners": 2}}
+    train(build_config(ray_config(run_dir, 2, **sections)))
+    sharded = comparable(step_rows(run_dir))
+    assert sorted(sharded) == sorted(local)
+    for step, row in local.items():
+        assert sharded[step]["reward/mean"] == row["reward/mean"], step
+        assert sharded[step]["policy/grad_norm"] == pytest.approx(row["policy/grad_norm"], 1e-5)
+    last = run_dir / "checkpoints" / "step_000003"
+    assert sorted(p.name for p in (last / SHARDS).glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+    assert not (last / "model.safetensors").exists()

@@ -1,26 +1,41 @@
 """Fully sharded learners (FSDP2 over gloo, several processes on this machine): M ranks, each
 holding 1/M of the policy, its gradients and its AdamW moments, train as one process does.
 
-The batch is sampled once by one process; then the same three updates run in one unsharded
-learner and in 2 sharded ranks (each taking a slice of every minibatch, padding micro-batches
-where it has fewer rows), for each objective kind: policy gradient (GRPO), imitation (RFT) and
-pairs (online DPO)."""
+Each objective's batch is made once by one process; then the same three updates run in one
+unsharded learner, in 2 and in 4 sharded ranks (each taking a slice of every minibatch, padding
+micro-batches where it has fewer rows), for each objective kind: policy gradient (GRPO with a
+sharded reference copy, and a LoRA policy over a sharded base), imitation (SFT on
+demonstrations, RFT on verified samples) and pairs (online DPO). A run checkpointed on 2 ranks
+resumes on 4, then in one unsharded process, to the uninterrupted updates; its sharded
+checkpoint exports as a plain model."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import random
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
-from test_trainer import tiny_config
+import yaml
+from test_trainer import step_rows, tiny_config
 
+from rlvr.checkpoint import TrainerState
 from rlvr.config import build_config
 
 STEPS = 3
-PRESETS = ("grpo", "rft", "online_dpo")
+STEPS_RUN = 5
+"""The torchrun runs' steps."""
+PRESETS = ("grpo", "lora", "sft", "rft", "online_dpo")
+WORLDS = (2, 4)
 COMPARED = (
     "policy/grad_norm",
     "policy/trained_samples_frac",
@@ -28,62 +43,105 @@ COMPARED = (
     "advantages/mean",
     "advantages/abs_mean",
     "advantages/max",
+    "sft/tokens",
 )
 """The metrics of the whole minibatch. The loss, entropy and ratio diagnostics are means of
 micro-batch means, and a rank's micro-batches (of its slice of every minibatch) are another
 partition of the rows than one process's; the gradient norm and the weights are compared."""
 
 
-def _config(run_dir: Path, preset: str) -> dict:
-    cfg = tiny_config(run_dir, steps=STEPS, algorithm={"preset": preset})
+def _config(run_dir: Path, preset: str, world: int = 0) -> dict:
+    """``preset``'s config; ``world`` > 0: sharded over that many learners."""
+    cfg = tiny_config(run_dir, steps=STEPS)
     cfg["algorithm"] = {
-        "grpo": {"preset": "grpo", "kl": {"beta": 0.0}},
+        "grpo": {"preset": "grpo", "kl": {"beta": 0.04}},  # a reference copy, sharded too
+        "lora": {"preset": "grpo", "kl": {"beta": 0.04}},  # the base with its adapter off
+        "sft": {"preset": "sft"},
         "rft": {"preset": "rft", "advantage": {"threshold": 0.25}},  # some verified
         "online_dpo": {"preset": "online_dpo"},
     }[preset]
+    if preset == "lora":
+        cfg["model"]["lora"] = {"rank": 4, "alpha": 8}
     cfg["rollout"].update(group_size=4, prompts_per_step=3, dtype="fp32")
     cfg["train"].update(micro_batch_size=2, lr=1e-3, warmup_steps=0, lr_schedule="constant")
+    if world:
+        cfg["train"]["sharding"] = "fsdp"
+        cfg["distributed"] = {"backend": "ray", "learners": world}
     return cfg
 
 
-def _train(cfg_data: dict, batch_path: Path, rank: int, world: int) -> dict:
-    """Three updates of a fresh learner on the pickled batch: their metrics and the policy's
-    final parameters (whole, on rank 0 of a sharded group)."""
+def _learner(cfg_data: dict, rank: int, world: int):
+    """A fresh learner of ``cfg_data`` (sharded over the group when ``world`` > 0), with its
+    tokenizer."""
     from rlvr.distributed.data_parallel import DataParallel
-    from rlvr.distributed.sharding import full, shard
     from rlvr.models import load_tokenizer
     from rlvr.trainer.build import Dtypes, build_learner, load_policy, resolve_algorithm
 
-    torch.set_num_threads(1)
     cfg = build_config(cfg_data)
     torch.manual_seed(cfg.train.seed)
     policy = load_policy(cfg)
-    if world > 1:
-        shard(policy)
+    tokenizer = load_tokenizer(cfg.model.name)
     learner = build_learner(
         cfg,
         resolve_algorithm(cfg),
         policy,
-        load_tokenizer(cfg.model.name).pad_token_id,
+        tokenizer.pad_token_id,
         torch.Generator().manual_seed(cfg.train.seed),
         Dtypes.of(cfg, policy),
     )
-    if world > 1:
+    if world:
         learner.group = DataParallel(rank, world, sharded=True)
-    data = pickle.loads(batch_path.read_bytes())
-    metrics = [learner.update(data)[0] for _ in range(STEPS)]
-    params = {name: full(p.detach()).clone() for name, p in policy.named_parameters()}
+    return learner, tokenizer
+
+
+def _train(
+    cfg_data: dict, batch: Path, rank: int, world: int, steps: int = STEPS, resume: bool = False
+) -> dict:
+    """``steps`` updates of a learner on the pickled batch (``resume``: from the run's latest
+    checkpoint), then a checkpoint: their metrics and the policy's parameters (whole)."""
+    from rlvr.distributed.sharding import full
+
+    learner, tokenizer = _learner(cfg_data, rank, world)
+    run_dir = Path(cfg_data["logging"]["run_dir"])
+    if resume:
+        assert learner.load_checkpoint(run_dir, print) is not None
+    data = pickle.loads(batch.read_bytes())
+    metrics = [learner.update(data)[0] for _ in range(steps)]
+    if resume or steps < STEPS:  # the resumed runs' checkpoints
+        state = TrainerState(step=learner.version)
+        learner.save_checkpoint(run_dir, state, tokenizer, keep=5, pending=[])
+    params = {n: full(p.detach()).clone() for n, p in learner.policy.named_parameters()}
     return {"metrics": metrics, "params": params}
 
 
-def _rank(rank: int, world: int, port: int, runs: dict, batch: Path, out: Path) -> None:
-    """Rank ``rank`` of ``world``: each preset's run of ``runs`` in turn (rank 0 saves them)."""
+def _rank(
+    rank: int, world: int, port: int, runs: dict, batches: dict, resumed_dir: Path, out: Path
+) -> None:
+    """Rank ``rank`` of ``world``: each preset's three updates, then the resumed run's part
+    (2 ranks: its first update; 4 ranks: its second, resumed); rank 0 saves the results."""
     import torch.distributed as dist
 
+    torch.set_num_threads(1)
     address = f"tcp://127.0.0.1:{port}"
     dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
     try:
-        results = {preset: _train(cfg, batch, rank, world) for preset, cfg in runs.items()}
+        results = {
+            preset: _train(
+                _config(Path(cfg["logging"]["run_dir"]), preset, world),
+                batches[preset],
+                rank,
+                world,
+            )
+            for preset, cfg in runs.items()
+        }
+        resumed = _config(resumed_dir, "grpo", world)
+        results["resumed"] = _train(resumed, batches["grpo"], rank, world, 1, world == 4)
+        if world == 2:  # bf16 gathers and compute, recomputed activations, chunked logits
+            mixed = _config(Path(runs["grpo"]["logging"]["run_dir"]), "grpo", world)
+            mixed["train"].update(
+                shard_param_dtype="bf16", gradient_checkpointing=True, logprob_chunk_tokens=8
+            )
+            results["mixed"] = _train(mixed, batches["grpo"], rank, world)
         if rank == 0:
             torch.save(results, out)
     finally:
@@ -98,41 +156,109 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory) -> tuple[dict, dict]:
-    """Each preset's three updates on one step's batch of the tiny model's samples: in one
-    process, and in 2 sharded ranks (started once for all the presets)."""
+    """Each preset's three updates on its batch of the tiny model: in one process, in 2 and in
+    4 sharded ranks (started once for all the presets); and the resumed run's parts."""
     from rlvr.trainer.backends import build_parts
 
     folder = tmp_path_factory.mktemp("sharding")
-    parts = build_parts(build_config(_config(folder / "sampler", "grpo")))
-    data, _ = parts.collector.collect(1)
-    batch = folder / "batch.pkl"
-    batch.write_bytes(pickle.dumps(data))
+    batches = {}
+    for preset in ("grpo", "sft"):  # sampled groups, the task's demonstrations
+        parts = build_parts(build_config(_config(folder / f"{preset}-sampler", preset)))
+        data, _ = parts.collector.collect(1)
+        batches[preset] = folder / f"{preset}.pkl"
+        batches[preset].write_bytes(pickle.dumps(data))
+    batches = {p: batches["sft" if p == "sft" else "grpo"] for p in PRESETS}
     runs = {preset: _config(folder / preset, preset) for preset in PRESETS}
-    one = {preset: _train(cfg, batch, 0, 1) for preset, cfg in runs.items()}
-    out = folder / "sharded.pt"
-    mp.spawn(_rank, args=(2, _free_port(), runs, batch, out), nprocs=2, join=True)
-    return runs, {"one": one, "two": torch.load(out)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank: 2 threads on 2 busy cores can be 100x slower
+    try:
+        one = {p: _train(cfg, batches[p], 0, 0) for p, cfg in runs.items()}
+    finally:
+        torch.set_num_threads(threads)
+    results = {"one": one}
+    for world in WORLDS:
+        out = folder / f"sharded-{world}.pt"
+        args = (world, _free_port(), runs, batches, folder / "resumed", out)
+        mp.spawn(_rank, args=args, nprocs=world, join=True)
+        results[world] = torch.load(out)
+    resumed = _config(folder / "resumed", "grpo")  # the third update: in one process
+    torch.set_num_threads(1)
+    try:
+        results["resumed"] = _train(resumed, batches["grpo"], 0, 0, 1, resume=True)
+    finally:
+        torch.set_num_threads(threads)
+    results["resumed_dir"] = folder / "resumed"
+    return runs, results
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_two_sharded_ranks_train_as_one_process(preset, sharded):
-    runs, results = sharded
-    one, two = results["one"][preset], results["two"][preset]
-    cfg_data = runs[preset]
-    for mine, theirs in zip(one["metrics"], two["metrics"], strict=True):
-        assert mine.keys() == theirs.keys()
-        for key in [k for k in COMPARED if k in mine] + [k for k in mine if "preference/" in k]:
-            assert theirs[key] == pytest.approx(mine[key], rel=1e-6, abs=1e-9), key
-    assert one["metrics"][0]["policy/loss"] != 0.0  # something was trained
-    # the weights: within 1% of their change over the three updates (the gradients agree to
-    # 1e-6, but AdamW divides each element by its own scale: the rounding of a near-zero sum,
-    # which the ranks add in another order, moves that element by a visible part of a step)
-    start = _train_start(cfg_data)
-    for name, value in one["params"].items():
+def _assert_same_metrics(mine: dict, theirs: dict) -> None:
+    assert mine.keys() == theirs.keys()
+    for key in [k for k in COMPARED if k in mine] + [k for k in mine if "preference/" in k]:
+        assert theirs[key] == pytest.approx(mine[key], rel=1e-6, abs=1e-9), key
+
+
+def _assert_same_weights(start: dict, want: dict, got: dict) -> None:
+    """``got`` within 1% of the change from ``start`` to ``want``: the gradients agree to 1e-6,
+    but AdamW divides each element by its own scale, so the rounding of a near-zero sum, which
+    the ranks add in another order, moves that element by a visible part of a step."""
+    assert any(not torch.equal(start[n], v) for n, v in want.items())
+    for name, value in want.items():
         moved = (value - start[name]).abs().max().item()
-        diff = (two["params"][name] - value).abs().max().item()
+        diff = (got[name] - value).abs().max().item()
         assert diff <= 1e-2 * moved, (name, diff, moved)
-    assert any(not torch.equal(start[n], v) for n, v in one["params"].items())
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("preset", PRESETS)
+def test_sharded_ranks_train_as_one_process(preset, world, sharded):
+    runs, results = sharded
+    one, many = results["one"][preset], results[world][preset]
+    for mine, theirs in zip(one["metrics"], many["metrics"], strict=True):
+        _assert_same_metrics(mine, theirs)
+    assert one["metrics"][0]["policy/loss"] != 0.0  # something was trained
+    _assert_same_weights(_train_start(runs[preset]), one["params"], many["params"])
+
+
+def test_mixed_precision_and_activation_checkpointing_train_close_to_fp32(sharded):
+    """train.shard_param_dtype: bf16 (layers gathered and computed in bf16, gradients reduced in
+    fp32) with gradient checkpointing and the log-softmax in chunks (the output layer applied
+    outside the model's forward), on 2 ranks: the fp32 process's gradient norms to bf16's
+    precision (a few parts in a thousand), and the weights stay fp32 shards."""
+    _, results = sharded
+    one, mixed = results["one"]["grpo"], results[2]["mixed"]
+    for mine, theirs in zip(one["metrics"], mixed["metrics"], strict=True):
+        assert theirs["policy/grad_norm"] == pytest.approx(mine["policy/grad_norm"], rel=1e-2)
+    assert all(p.dtype == torch.float32 for p in mixed["params"].values())  # fp32 shards
+
+
+def test_a_sharded_run_resumes_on_other_world_sizes_and_exports_a_plain_model(sharded, tmp_path):
+    """One update on 2 ranks, checkpointed; resumed on 4 ranks for the second; resumed in one
+    unsharded process for the third: the uninterrupted three updates' metrics and weights. The
+    4 ranks' sharded checkpoint exports (consolidated) to a directory transformers loads,
+    holding the weights of its step."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.export import export
+    from rlvr.models import load_model
+
+    runs, results = sharded
+    one = results["one"]["grpo"]
+    parts = [results[2]["resumed"], results[4]["resumed"], results["resumed"]]
+    for mine, part in zip(one["metrics"], parts, strict=True):
+        _assert_same_metrics(mine, part["metrics"][0])
+    _assert_same_weights(_train_start(runs["grpo"]), one["params"], parts[2]["params"])
+    checkpoint = results["resumed_dir"] / "checkpoints" / "step_000002"
+    assert sorted(p.name for p in (checkpoint / "shards").glob("*.distcp")) == [
+        f"__{rank}_0.distcp" for rank in range(4)
+    ]
+    done = export(checkpoint, tmp_path / "exported")
+    assert done.kind == "model"
+    model = AutoModelForCausalLM.from_pretrained(done.out)
+    for name, value in model.named_parameters():
+        assert torch.equal(value, parts[1]["params"][name]), name
+    loaded = load_model(str(checkpoint))  # rlvr eval / model.name: consolidated once, cached
+    for name, value in loaded.named_parameters():
+        assert torch.equal(value, parts[1]["params"][name]), name
 
 
 def _train_start(cfg_data: dict) -> dict:
@@ -142,3 +268,77 @@ def _train_start(cfg_data: dict) -> dict:
     cfg = build_config(cfg_data)
     torch.manual_seed(cfg.train.seed)
     return {n: p.detach().clone() for n, p in load_policy(cfg).named_parameters()}
+
+
+def _torchrun_config(tmp_path: Path, name: str, sharded: bool) -> Path:
+    """A GRPO run of the tiny model (a sharded reference copy), checkpointed every step: on
+    torchrun's 2 processes (``sharded``) or in one."""
+    cfg = _config(tmp_path / name, "grpo")
+    cfg["train"]["steps"] = STEPS_RUN
+    if sharded:
+        cfg["train"]["sharding"] = "fsdp"
+        cfg["distributed"] = {"backend": "torchrun"}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+TESTS = str(Path(__file__).parent)
+
+
+def _env() -> dict[str, str]:
+    """The environment of a run's processes: the tests' reward module importable."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS, path) if p)}
+
+
+def _torchrun(*args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "-m", "rlvr", "train", *args]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env=_env())  # fmt: skip
+
+
+def _rows(run_dir: Path) -> dict[int, dict]:
+    volatile = ("time/", "rollout/tokens_per_s")
+    return {
+        step: {k: v for k, v in row.items() if not k.startswith(volatile)}
+        for step, row in step_rows(run_dir).items()
+    }
+
+
+def test_torchrun_sharded_run_killed_with_sigkill_resumes_to_one_process_steps(tmp_path):
+    """``torchrun --nproc-per-node 2 -m rlvr train`` with train.sharding: fsdp, killed with
+    SIGKILL (every process of it, at a random moment of a random step after a checkpoint) and
+    resumed with the same command: the run logs one process's steps, the samples exactly and
+    the gradient norms to 1e-6."""
+    from rlvr.trainer import train
+
+    one = build_config(yaml.safe_load(_torchrun_config(tmp_path, "one", False).read_text()))
+    train(one)
+    local = _rows(tmp_path / "one")
+    assert sorted(local) == list(range(1, STEPS_RUN + 1))
+    assert all(row["policy/grad_norm"] > 0 for row in local.values())
+
+    run = _torchrun(str(_torchrun_config(tmp_path, "killed", sharded=True)))
+    step = random.randint(1, STEPS_RUN - 2)  # killed in a random moment of the next step
+    written = tmp_path / "killed" / "checkpoints" / f"step_{step:06d}"
+    deadline = time.monotonic() + 240
+    while not written.is_dir() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    step_s = min(row["time/step"] for row in step_rows(tmp_path / "one").values())
+    time.sleep(random.uniform(0.0, 0.8 * step_s))
+    for process in [*psutil.Process(run.pid).children(recursive=True), psutil.Process(run.pid)]:
+        process.kill()  # SIGKILL: torchrun's workers run in sessions of their own
+    output = run.communicate(timeout=60)[0]
+    assert run.returncode == -signal.SIGKILL, output[-3000:]
+    assert len(step_rows(tmp_path / "killed")) < STEPS_RUN  # killed mid-run
+    resumed = _torchrun("--resume", str(tmp_path / "killed"))
+    output = resumed.communicate(timeout=300)[0]
+    assert resumed.returncode == 0, output[-3000:]
+    sharded = _rows(tmp_path / "killed")
+    assert sorted(sharded) == sorted(local)
+    for step, row in local.items():
+        assert sharded[step]["reward/mean"] == row["reward/mean"], step
+        assert sharded[step]["policy/grad_norm"] == pytest.approx(row["policy/grad_norm"], 1e-6)
+    assert (tmp_path / "killed" / "checkpoints" / f"step_{STEPS_RUN:06d}" / "shards").is_dir()

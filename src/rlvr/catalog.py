@@ -76,3 +76,8 @@ BACKENDS.add_lazy("local", "rlvr.trainer.backends.local:build", "every part in t
 BACKENDS.add_lazy(
     "ray", "rlvr.trainer.backends.ray:build", "rollout workers and learners as Ray actors"
 )
+BACKENDS.add_lazy(
+    "torchrun",
+    "rlvr.trainer.backends.torchrun:build",
+    "the learners are torchrun's processes; rank 0 also samples (torchrun -m rlvr train ...)",
+)

@@ -14,6 +14,10 @@ A checkpoint is a directory ``RUN/checkpoints/step_000042`` holding
   sampled for the next steps, with the policy versions that sampled them,
 * ``checksums.json``: the SHA-256 of every other file, checked before a resume loads them.
 
+A sharded policy's checkpoint (``train.sharding: fsdp``) holds ``config.json`` and
+``shards/`` (each rank's shards of the weights, the optimizer and the modules beside them,
+:mod:`rlvr.distributed.sharded_checkpoint`) instead of the weight and optimizer files.
+
 It is written under ``step_000042.tmp-<pid>`` and renamed when complete, so a process killed
 mid-write (SIGKILL included) leaves the previous checkpoint intact and a ``.tmp`` directory
 that :func:`latest_checkpoint` ignores and the next save removes. A checkpoint damaged later
@@ -43,6 +47,8 @@ from rlvr import adapters
 from rlvr.errors import RlvrError
 
 PREFIX = "step_"
+SHARDS = "shards"
+"""The directory of a sharded checkpoint's shards."""
 CHECKSUMS = "checksums.json"
 
 
@@ -110,25 +116,95 @@ def save_checkpoint(
     bad = first_nonfinite_state(model, optimizer, extra)
     if bad is not None:
         raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
-    root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(f"{PREFIX}*.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    final = root / f"{PREFIX}{state.step:06d}"
-    tmp = root / f"{final.name}.tmp-{os.getpid()}"
+    final, tmp = _begin(run_dir, state.step, os.getpid())
     if adapters.has_lora(model):
         adapters.save_adapter(model, tmp)
     else:
         model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(rng_state(generator), tmp / "rng.pt")
     for name, module in (extra or {}).items():
         save_model(module, str(tmp / f"{name}.safetensors"))
+    _trainer_files(tmp, state, tokenizer, scheduler, generator, pending)
+    return _finish(run_dir, tmp, final, keep)
+
+
+def save_sharded_checkpoint(
+    run_dir: Path,
+    state: TrainerState,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    generator: torch.Generator,
+    keep: int = 2,
+    extra: dict[str, torch.nn.Module] | None = None,
+    pending: list[Any] | None = None,
+) -> Path:
+    """:func:`save_checkpoint` of a policy sharded over the default process group (a collective:
+    every rank calls it). Each rank writes its shards of the weights, the optimizer and
+    ``extra`` (:mod:`rlvr.distributed.sharded_checkpoint`); rank 0 the model's config, the
+    tokenizer and the trainer's files, then the checksums, and renames the directory when every
+    rank is done: as atomic as an unsharded checkpoint. Raises :class:`CheckpointError` on
+    every rank (writing nothing) if any rank's shards hold NaN/inf."""
+    import torch.distributed as dist
+
+    from rlvr.distributed.sharded_checkpoint import local_nonfinite, save_shards
+
+    extra = extra or {}
+    found: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(found, local_nonfinite(model, optimizer, extra))
+    bad = next((b for b in found if b is not None), None)
+    if bad is not None:
+        raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
+    rank = dist.get_rank()
+    names: list[Any] = [os.getpid()]
+    dist.broadcast_object_list(names, src=0)  # the directory rank 0 names
+    final, tmp = _begin(run_dir, state.step, names[0], create=rank == 0)
+    dist.barrier()
+    save_shards(tmp, model, optimizer, extra)
+    if rank == 0:
+        model.config.save_pretrained(tmp)
+        _trainer_files(tmp, state, tokenizer, scheduler, generator, pending)
+    dist.barrier()  # every rank's shards are written
+    if rank == 0:
+        _finish(run_dir, tmp, final, keep)
+    dist.barrier()  # the checkpoint is complete for every rank
+    return final
+
+
+def _begin(run_dir: Path, step: int, pid: int, create: bool = True) -> tuple[Path, Path]:
+    """The final and the temporary directory of step ``step``'s checkpoint; ``create``: make
+    the temporary one, after removing partial writes of earlier runs."""
+    root = checkpoint_dir(run_dir)
+    final = root / f"{PREFIX}{step:06d}"
+    tmp = root / f"{final.name}.tmp-{pid}"
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(f"{PREFIX}*.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    return final, tmp
+
+
+def _trainer_files(
+    tmp: Path,
+    state: TrainerState,
+    tokenizer: PreTrainedTokenizerBase,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    generator: torch.Generator,
+    pending: list[Any] | None,
+) -> None:
+    """The tokenizer, schedule, RNG states, batches sampled ahead and ``state.json``."""
+    tokenizer.save_pretrained(tmp)
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng_state(generator), tmp / "rng.pt")
     if pending:
         torch.save(pending, tmp / "pending.pt")
     (tmp / "state.json").write_text(json.dumps(asdict(state)))
+
+
+def _finish(run_dir: Path, tmp: Path, final: Path, keep: int) -> Path:
+    """Checksum ``tmp``, rename it to ``final`` and prune all but the ``keep`` newest."""
     (tmp / CHECKSUMS).write_text(json.dumps(_checksums(tmp), indent=1))
     if final.exists():
         shutil.rmtree(final)
@@ -165,10 +241,11 @@ def _sha256(path: Path) -> str:
 
 
 def _checksums(directory: Path) -> dict[str, str]:
-    """SHA-256 of every file of a checkpoint directory (checksums.json itself excluded)."""
+    """SHA-256 of every file of a checkpoint directory, by path relative to it (a sharded
+    checkpoint's ``shards/`` included; checksums.json itself excluded)."""
     return {
-        p.name: _sha256(p)
-        for p in sorted(directory.iterdir())
+        p.relative_to(directory).as_posix(): _sha256(p)
+        for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != CHECKSUMS
     }
 
@@ -248,16 +325,30 @@ def load_checkpoint(
 ) -> TrainerState:
     """Restore weights, optimiser, scheduler and RNG states in place; return the trainer state.
 
-    ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them.
+    ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them. A
+    sharded checkpoint (:mod:`rlvr.distributed.sharded_checkpoint`) is read into a policy
+    sharded over any number of ranks (a collective then: every rank calls it).
     """
-    if adapters.has_lora(model):
-        adapters.load_adapter_weights(model, path / adapters.ADAPTER_WEIGHTS)
+    from rlvr.distributed.sharded_checkpoint import load_shards
+    from rlvr.distributed.sharding import is_sharded
+
+    sharded = any(is_sharded(p) for p in model.parameters())
+    if (path / SHARDS / ".metadata").is_file():
+        load_shards(path, model, optimizer, extra or {})
+    elif sharded:
+        raise CheckpointError(
+            f"{path} was written by an unsharded run; a sharded run (train.sharding: fsdp) "
+            "resumes from sharded checkpoints: resume it with train.sharding: none"
+        )
     else:
-        _load_weights(model, path / "model.safetensors")
-    for name, module in (extra or {}).items():
-        if (path / f"{name}.safetensors").is_file():
-            _load_weights(module, path / f"{name}.safetensors")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        if adapters.has_lora(model):
+            adapters.load_adapter_weights(model, path / adapters.ADAPTER_WEIGHTS)
+        else:
+            _load_weights(model, path / "model.safetensors")
+        for name, module in (extra or {}).items():
+            if (path / f"{name}.safetensors").is_file():
+                _load_weights(module, path / f"{name}.safetensors")
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)
     saved = json.loads((path / "state.json").read_text())

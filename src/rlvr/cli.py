@@ -27,6 +27,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from rlvr import interrupts
+from rlvr.distributed.launch import torchrun_follower
 from rlvr.errors import RlvrError
 
 interrupts.install()  # imported: Ctrl-C raises again (one recorded meanwhile: at the command)
@@ -158,12 +159,15 @@ def train(
         base = load_config(resume / "config.yaml", set_ or [])
     else:
         base = load_config(config, set_ or [])
-        if base.logging.run_dir:  # refuse a used directory before the slow imports
+        follower = torchrun_follower(base.distributed.backend)  # rank 0 writes the run
+        if base.logging.run_dir and not follower:  # refuse a used directory before slow imports
             check_new_run(Path(base.logging.run_dir), overwrite)
             check_writable(Path(base.logging.run_dir))  # RunDirError
     from rlvr.trainer import train as run_training
 
     summary = run_training(base, resume=resume, overwrite=overwrite)
+    if torchrun_follower(base.distributed.backend):
+        return  # rank 0 reports the run
     if summary.get("stopped"):
         raise typer.Exit(128 + int(summary["stopped"]))
     _print_summary(summary)
@@ -213,6 +217,56 @@ def _print_summary(summary: dict) -> None:
         console.print(f"greedy {score} change: [bold]{gain * 100:+.1f} points[/]")
     console.print(f"steps: {summary['steps']}   wall time: {summary['wall_seconds'] / 60:.1f} min")
     console.print(f"run directory: [bold]{summary['run_dir']}[/]")
+
+
+@app.command()
+def plan(
+    config: Annotated[Path, typer.Argument(help="YAML/TOML run config")],
+    set_: SetOption = None,
+    devices: Annotated[
+        int | None,
+        typer.Option(min=1, help="learners (devices) to plan for (default: distributed.learners)"),
+    ] = None,
+    device_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="memory of each device, e.g. 80GB, 24GiB, 16G (default: train.device_memory_gb, "
+            "else this machine's device)"
+        ),
+    ] = None,
+    prompt_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="prompt length to plan for (default: task.max_prompt_tokens, or 128)"
+        ),
+    ] = None,
+) -> None:
+    """Estimate a run's peak memory per device before running it: weights, gradients, optimizer
+    states, activations, the engine's weights and KV cache; what does not fit and the cheapest
+    change that would. Exits 0 when it fits, 1 when it does not.
+
+    Examples:
+
+      rlvr plan configs/demo.yaml
+
+      rlvr plan configs/demo.yaml --set model.name=random:qwen2.5-7b --device-memory 80GB
+
+      rlvr plan configs/ray_local.yaml --set train.sharding=fsdp --devices 8 --device-memory 80GB
+    """
+    from rlvr.config import load_config
+    from rlvr.trainer.plan import parse_size
+    from rlvr.trainer.plan import plan as make_plan
+
+    cfg = load_config(config, set_ or [])
+    memory = parse_size(device_memory) if device_memory is not None else None
+    if memory is None:
+        from rlvr.trainer.plan import device_memory as local_memory
+
+        memory = local_memory(cfg)
+    found = make_plan(cfg, devices, memory, prompt_tokens)
+    console.print(found.text(), highlight=False, markup=False, soft_wrap=True)
+    if not found.fits:
+        raise typer.Exit(1)
 
 
 @app.command("eval")

@@ -430,7 +430,9 @@ class DistributedConfig(Section):
     workers and learners as Ray actors (``ray``; ``pip install 'rlvr[ray]'``)."""
 
     backend: str = Field(
-        "local", description="a registered backend (local: one process; ray: Ray actors)"
+        "local",
+        description="a registered backend (local: one process; ray: Ray actors; torchrun: the "
+        "processes of 'torchrun --nproc-per-node N -m rlvr train ...')",
     )
     address: str | None = Field(
         None,
@@ -939,6 +941,31 @@ class TrainConfig(Section):
         description="recompute the decoder layers' activations in the backward pass instead "
         "of keeping them: less memory for longer completions or bigger micro-batches",
     )
+    sharding: Literal["none", "fsdp"] = Field(
+        "none",
+        description="none: every learner holds the whole policy, its gradients and AdamW "
+        "moments; fsdp: each of the distributed.learners holds 1/N of them (FSDP2, one unit "
+        "per decoder layer; docs/scaling.md)",
+    )
+    shard_param_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="fsdp: the dtype a layer's parameters are gathered and computed in "
+        "(bf16: mixed precision, half the gather traffic; gradients are reduced and AdamW "
+        "keeps its moments in fp32 either way)",
+    )
+    shard_offload: bool = Field(
+        False,
+        description="fsdp: keep the parameter shards, gradients and AdamW moments in CPU "
+        "memory, moved to the device a layer at a time (CUDA; slower, for models whose states "
+        "do not fit the devices)",
+    )
+    device_memory_gb: float | None = Field(
+        None,
+        gt=0,
+        description="memory of each learner's device in GiB, which the memory plan printed at "
+        "the start of the run must fit (rlvr plan); None: the device's own (CUDA: its total "
+        "memory; CPU: this machine's MemTotal, shared by the run's local processes)",
+    )
     logprob_chunk_tokens: int = Field(
         0,
         ge=0,
@@ -1178,6 +1205,35 @@ class Config(Section):
             problems.append("replays single-turn samples (not agent episodes)")
         if problems:
             raise ValueError(f"algorithm.stages replay: {'; '.join(problems)}")
+
+    @model_validator(mode="after")
+    def _check_sharding(self) -> Config:
+        """A sharded policy is trained by a group of learners (Ray's learner actors or
+        torchrun's processes), full weights or a LoRA adapter over a sharded base; its shard
+        options need it."""
+        train = self.train
+        if train.sharding == "none":
+            if train.shard_offload or train.shard_param_dtype != "fp32":
+                raise ValueError(
+                    "train.shard_offload / train.shard_param_dtype apply to a sharded policy: "
+                    "set train.sharding: fsdp (or remove them)"
+                )
+            return self
+        if self.distributed.backend not in ("ray", "torchrun"):
+            raise ValueError(
+                "train.sharding: fsdp shards the policy over the learners' process group: set "
+                "distributed.backend: ray (with distributed.learners: N), or torchrun (torchrun "
+                "--nproc-per-node N -m rlvr train ...)"
+            )
+        if self.model.lora is not None and self.model.lora.quantize is not None:
+            raise ValueError(
+                "train.sharding: fsdp shards full-precision weights; a quantised base "
+                f"(model.lora.quantize: {self.model.lora.quantize}) cannot be sharded: remove "
+                "one of them"
+            )
+        if train.compile:
+            raise ValueError("train.compile with train.sharding: fsdp is not supported yet")
+        return self
 
     @model_validator(mode="after")
     def _check_env(self) -> Config:

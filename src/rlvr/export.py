@@ -6,7 +6,8 @@
   run's ``model.name``), or with ``merge`` a plain Hugging Face model directory with the adapter
   merged into the base weights by PEFT (``merge_and_unload``): ``config.json`` +
   ``model.safetensors`` + tokenizer, which transformers and vLLM load like any model;
-* a full fine-tuning run: its plain model directory (``merge`` changes nothing).
+* a full fine-tuning run: its plain model directory (``merge`` changes nothing); a sharded
+  run's (``train.sharding: fsdp``) consolidated from its ranks' shards in this process.
 
 RUN is a run directory (its latest complete checkpoint) or one checkpoint directory; the
 checkpoint is verified against its checksums first.
@@ -23,6 +24,7 @@ import torch
 
 from rlvr import adapters
 from rlvr.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+from rlvr.distributed.sharded_checkpoint import consolidate, is_sharded_checkpoint
 from rlvr.errors import RlvrError
 from rlvr.models import adapter_base, load_model, load_tokenizer
 
@@ -72,7 +74,10 @@ def export(run: Path, out: Path, merge: bool = False, overwrite: bool = False) -
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     lora = adapter_base(checkpoint) is not None
-    if lora and merge:
+    if is_sharded_checkpoint(checkpoint):  # a sharded run's: its shards consolidated
+        consolidate(checkpoint, tmp)
+        kind = "model"
+    elif lora and merge:
         _merged(checkpoint, tmp)
         kind = "merged"
     else:

@@ -11,6 +11,8 @@ A model spec is one of:
 * a PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``, e.g. a LoRA
   run's checkpoint): the base model its config names (``base_model_name_or_path``, any spec
   above) with the adapter loaded (:mod:`rlvr.adapters`);
+* a sharded run's checkpoint (``config.json`` + ``shards/``, ``train.sharding: fsdp``): its
+  shards consolidated once into a plain directory under ``$RLVR_CACHE/consolidated``;
 * a ``.gguf`` file (dequantised by transformers, converted and cached like the alias);
 * a Hugging Face hub id (``org/name``), loaded through the normal transformers code path
   (offline machines need it in the local HF cache);
@@ -333,6 +335,10 @@ def resolve(spec: str) -> Path | str:
     if path.exists():
         if path.is_dir() and adapters.read_adapter_config(path) is not None:
             return path  # an adapter: load_model puts it on its base
+        if (path / "shards" / ".metadata").is_file():  # a sharded run's checkpoint
+            digest = hashlib.sha256((path / "checksums.json").read_bytes()).hexdigest()[:16]
+            out = cache_dir() / "consolidated" / f"{path.name}-{digest}"
+            return _build_once(out, functools.partial(_consolidate, path))
         if not (path / "config.json").is_file():
             raise ModelSpecError(
                 f"{spec!r} exists but is not a Hugging Face model directory (no config.json). "
@@ -393,6 +399,17 @@ def _build_once(out: Path, build: Callable[[Path], None]) -> Path:
             if not built():  # another process may have built it while this one waited
                 build(out)
     return out
+
+
+def _consolidate(checkpoint: Path, out: Path) -> None:
+    """The sharded checkpoint ``checkpoint`` as a plain model directory at ``out``, written
+    under a temporary name and renamed."""
+    from rlvr.distributed.sharded_checkpoint import consolidate
+
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    consolidate(checkpoint, tmp)
+    tmp.rename(out)
 
 
 def _save_atomically(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path) -> None:

@@ -26,6 +26,7 @@ checkpointed so that its logits are recomputed in the backward pass instead of k
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -303,12 +304,22 @@ def completion_logprobs(
     return logp, entropy, _unflatten(value_head(states), mask)
 
 
+def _sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is sharded (FSDP2: only then is its module imported)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
+
+
 def _run(
     model: PreTrainedModel, logits: bool, hidden: bool, logits_to_keep: int = 0, **inputs
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """One forward on ``inputs``: the logits [B, L', V] of the last ``logits_to_keep`` positions
     (0: all) when ``logits``, and the last hidden states [B, L, H] when ``hidden``. Without
-    ``logits`` only the base model runs (no output layer)."""
+    ``logits`` only the base model runs (no output layer); a sharded model runs whole (its
+    root unit gathers the embeddings and output layer), keeping the logits of one position."""
+    if not logits and _sharded(model):
+        out = model(**inputs, logits_to_keep=1, output_hidden_states=True)
+        return None, out.hidden_states[-1]
     if not logits:
         return None, model.base_model(**inputs).last_hidden_state
     out = model(**inputs, logits_to_keep=logits_to_keep, output_hidden_states=hidden)

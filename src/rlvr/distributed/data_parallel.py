@@ -31,11 +31,14 @@ class DataParallel:
         self.rank, self.world, self.sharded = rank, world, sharded
 
     @staticmethod
-    def init(address: str, rank: int, world: int, backend: str, timeout_s: float) -> DataParallel:
-        """Join (or start, rank 0) the group at ``tcp://address``."""
+    def init(
+        address: str | None, rank: int, world: int, backend: str, timeout_s: float
+    ) -> DataParallel:
+        """Join (or start, rank 0) the group at ``tcp://address`` (None: where torchrun's
+        environment says, ``MASTER_ADDR:MASTER_PORT``)."""
         dist.init_process_group(
             backend,
-            init_method=f"tcp://{address}",
+            init_method="env://" if address is None else f"tcp://{address}",
             rank=rank,
             world_size=world,
             timeout=datetime.timedelta(seconds=timeout_s),

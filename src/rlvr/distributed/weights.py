@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -43,6 +44,17 @@ def buckets(tensors: list[torch.Tensor], limit: int = BUCKET_BYTES) -> list[list
     return out
 
 
+def whole_buckets(tensors: list[torch.Tensor]) -> Iterator[list[torch.Tensor]]:
+    """``tensors`` whole, bucket by bucket (:func:`buckets`). The shards of a sharded policy are
+    gathered from every rank when their bucket is due, so no rank holds more than one bucket
+    (about one decoder layer) beyond its shards; every learner rank iterates it in step (the
+    gathers are collectives), rank 0 sending each bucket on."""
+    from rlvr.distributed.sharding import full  # DTensor's import: only where buckets go out
+
+    for index in buckets(tensors):
+        yield [full(tensors[i].detach()) for i in index]
+
+
 class WeightGroup:
     """One generation of the broadcast group: ``rank`` of ``size``, rank 0 hosting the store at
     ``host:port``. Forming it blocks until every member joined (``timeout_s``)."""
@@ -60,13 +72,15 @@ class WeightGroup:
             self.device = torch.device("cpu")
 
     def broadcast(self, tensors: list[torch.Tensor]) -> None:
-        """Rank 0 sends ``tensors``; the others receive into theirs (same shapes and dtypes, in
-        the same order), bucket by bucket."""
+        """Rank 0 sends ``tensors`` (a sharded policy's: gathered bucket by bucket with the
+        other learners, :func:`whole_buckets`); the others receive into theirs (same shapes and
+        dtypes, in the same order), bucket by bucket."""
         options = dist.BroadcastOptions()
         options.rootRank = 0
+        whole = whole_buckets(tensors) if self.rank == 0 else None
         for index in buckets(tensors):
-            if self.rank == 0:
-                flat = torch.cat([tensors[i].detach().reshape(-1) for i in index]).to(self.device)
+            if whole is not None:
+                flat = torch.cat([t.reshape(-1) for t in next(whole)]).to(self.device)
             else:  # a buffer to receive into
                 size = sum(tensors[i].numel() for i in index)
                 flat = torch.empty(size, dtype=tensors[index[0]].dtype, device=self.device)

@@ -170,7 +170,8 @@ def build_learner(
 ) -> Learner:
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
     AdamW over the trained parameters (a LoRA policy's adapter only), schedule; gradient
-    checkpointing and ``torch.compile`` when the config asks.
+    checkpointing, sharding (``train.sharding``: the policy and a reference copy, over the
+    process group the caller formed) and ``torch.compile`` when the config asks.
 
     The reference of a LoRA policy costs no second copy of the weights: the policy with its
     adapter disabled (the base model), or with a frozen copy of the adapter where the initial
@@ -191,6 +192,18 @@ def build_learner(
         value_head = ValueHead(policy.config.hidden_size).to(device)
     if cfg.train.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
+    if cfg.train.sharding == "fsdp":  # over the learners' process group, formed before this
+        from rlvr.distributed.sharding import shard
+
+        if cfg.train.shard_offload and device.type == "cpu":
+            raise ConfigError(
+                "train.shard_offload keeps the shards in CPU memory and moves each layer to the "
+                "GPU: on a CPU device they are there already; remove it"
+            )
+        param_dtype = torch.bfloat16 if cfg.train.shard_param_dtype == "bf16" else None
+        for model in (policy, None if reference is None else reference.copy):
+            if model is not None:
+                shard(model, param_dtype, cfg.train.shard_offload)
     trained = [p for p in policy.parameters() if p.requires_grad]
     trained += list(value_head.parameters() if value_head else [])
     optimizer = torch.optim.AdamW(

@@ -1,5 +1,6 @@
-"""The run: a run directory (new, resumed or overwritten), the start-up checks, the parts built
-on the chosen backend, a resumed checkpoint loaded into them, then the loop
+"""The run: a run directory (new, resumed or overwritten), the start-up checks, the memory plan
+(:mod:`rlvr.trainer.plan`: printed, and a run that cannot fit stops before any model loads), the
+parts built on the chosen backend, a resumed checkpoint loaded into them, then the loop
 (:mod:`rlvr.trainer.loop`) until the last step; a run that fails before its first step leaves
 nothing behind."""
 
@@ -18,6 +19,7 @@ import torch
 
 from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError, save_config
+from rlvr.distributed.launch import torchrun_follower
 from rlvr.errors import WorkerFailed
 from rlvr.logging import MetricsLogger
 from rlvr.models import quiet_transformers
@@ -41,6 +43,7 @@ from rlvr.trainer.build import resume_parts
 from rlvr.trainer.checkpoint_size import learner_bytes
 from rlvr.trainer.loop import Loop, how_to_resume
 from rlvr.trainer.metrics import data_notes, held_out, note, warn
+from rlvr.trainer.plan import check_plan
 
 
 def probe_judges(cfg: Config, task: Any, run_dir: Path) -> None:
@@ -89,7 +92,8 @@ def train(
         RlvrError subclasses for bad config, data, rewards, and :class:`NonFiniteError` when
         ``train.max_nonfinite_steps`` steps in a row were non-finite (:class:`CollapseError`:
         ``train.max_collapsed_steps`` of a collapsed policy; :class:`RunDirError`: a run
-        directory that cannot be written or has no room for a checkpoint). A run that fails
+        directory that cannot be written or has no room for a checkpoint; :class:`PlanError`:
+        a run whose memory plan does not fit its device, before any model loads). A run that fails
         before its first step leaves no run directory behind; a worker or a reward failing
         after it (:class:`RewardError`, ``reward.on_error: raise``) says how to resume.
     """
@@ -99,6 +103,11 @@ def train(
     if reward is not None:
         cfg = with_callable_reward(cfg, reward)
     check_config(cfg)  # curriculum, environment and reward names against their registries
+    if torchrun_follower(cfg.distributed.backend):
+        from rlvr.trainer.backends.torchrun import follow
+
+        follow(cfg)  # a learner rank: rank 0 runs the loop and writes the run
+        return {}
     made: list[Path] = []
     replaced = None
     if resume is not None:
@@ -188,6 +197,7 @@ def _run(
         check_resume_changes(changes)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    note(check_plan(cfg).summary())  # PlanError before any model loads when it cannot fit
     torch.manual_seed(cfg.train.seed)
     parts = build_parts(cfg, user_reward, cleanup)
     sizes = functools.partial(learner_bytes, parts.learners, cfg)

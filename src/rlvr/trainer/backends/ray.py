@@ -191,6 +191,7 @@ class RayLearners:
         self.cfg, self._ray, self.version = cfg, ray, 0
         self.algo = algo
         self.device = resolve_device(cfg.train.device)
+        self.sharded = cfg.train.sharding == "fsdp"
         data, world = cfg.model_dump(mode="json"), cfg.distributed.learners
         # rank 0 writes checkpoints: on this machine when it can, beside the run directory
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -263,7 +264,10 @@ class RayLearners:
     ) -> None:
         state.policy_version = self.version
         path = str(Path(run_dir).resolve())
-        self._get([self.ranks[0].save_checkpoint.remote(path, state, keep, pending)], "checkpoint")
+        self._get(
+            [r.save_checkpoint.remote(path, state, keep, pending) for r in self.collective()],
+            "checkpoint",
+        )
 
     def load_checkpoint(
         self, run_dir: Path, warn: Callable[[str], None]
@@ -278,14 +282,21 @@ class RayLearners:
     def weights(self) -> RayLearners:
         return self
 
+    def collective(self) -> list[Any]:
+        """The ranks a call on the whole policy goes to: every one when it is sharded (the
+        gathers of its layers are collectives), else rank 0."""
+        return self.ranks if self.sharded else self.ranks[:1]
+
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
         """Rank 0's :meth:`~rlvr.trainer.learner.Learner.score`."""
-        return self._get([self.ranks[0].score.remote(prompt, completions)], "publish check")[0]
+        refs = [r.score.remote(prompt, completions) for r in self.collective()]
+        return self._get(refs, "publish check")[0]
 
     def published_state(self, fresh: bool = False) -> Any:
         """An object reference to the policy's parameters as last published by rank 0
         (``fresh``: publish the current ones first)."""
-        return self._get([self.ranks[0].state.remote(fresh)], "publishing weights")[0]
+        refs = [r.state.remote(fresh) for r in self.collective()]
+        return self._get(refs, "publishing weights")[0]
 
     def close(self) -> None:
         for actor in self.ranks:
@@ -459,8 +470,7 @@ class RayRollouts:
             try:
                 if not self.grouped:
                     self._form_group()
-                rank0 = self.learners.ranks[0]
-                refs = [rank0.broadcast.remote()]
+                refs = [rank.broadcast.remote() for rank in self.learners.collective()]
                 refs += [w.receive.remote(version) for w in self.workers]
                 self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
                 return

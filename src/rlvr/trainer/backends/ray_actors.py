@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from rlvr.config import Config
 from rlvr.data import Problem
 from rlvr.devices import resolve_device
 from rlvr.distributed.data_parallel import DataParallel
-from rlvr.distributed.weights import WeightGroup, free_port, named_tensors
+from rlvr.distributed.weights import WeightGroup, free_port, named_tensors, whole_buckets
 from rlvr.grading.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
 from rlvr.rollout import SamplingParams
@@ -41,14 +42,12 @@ from rlvr.trainer.build import (
 
 def _where() -> dict[str, Any]:
     """Which process and machine this is (for error messages and docs/scaling.md's "what runs
-    where")."""
-    import ray
-
-    return {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "node": ray.get_runtime_context().get_node_id(),
-    }
+    where"), with its Ray node inside a Ray actor (not under torchrun)."""
+    where: dict[str, Any] = {"pid": os.getpid(), "host": socket.gethostname()}
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        where["node"] = ray.get_runtime_context().get_node_id()
+    return where
 
 
 def _threads(cfg: Config, learner: bool) -> None:
@@ -148,12 +147,14 @@ class LearnerWorker:
 
         return f"{ray.util.get_node_ip_address()}:{free_port()}"
 
-    def setup(self, address: str, timeout_s: float) -> dict[str, Any]:
-        """Join the learners' group and build the learner (policy, optimizer, schedule)."""
+    def setup(self, address: str | None, timeout_s: float) -> dict[str, Any]:
+        """Join the learners' group (at ``address``; None: as torchrun's environment
+        describes it) and build the learner (policy, optimizer, schedule)."""
         cfg = self.cfg
         device = resolve_device(cfg.train.device)
         backend = "nccl" if device.type == "cuda" else "gloo"
         group = DataParallel.init(address, self.rank, self.world, backend, timeout_s)
+        group.sharded = cfg.train.sharding == "fsdp"  # build_learner shards over the group
         torch.manual_seed(cfg.train.seed)  # as one process seeds torch before its parts
         self.tokenizer = load_tokenizer(cfg.model.name)
         policy = load_policy(cfg)
@@ -164,7 +165,7 @@ class LearnerWorker:
             cfg, algo, policy, self.tokenizer.pad_token_id, generator, dtypes
         )
         self.learner.group = group
-        if self.rank != 0:  # rank 0 logs the fraction of parameters changed
+        if self.rank != 0 and not group.sharded:  # rank 0 logs the fraction changed
             self.learner.initial = None
         self._snapshot()  # version 0, what the workers load themselves
         info = {**_where(), "rank": self.rank, "lr": self.learner.lr}
@@ -172,6 +173,7 @@ class LearnerWorker:
         return {**info, "precision": self.learner.precision, "publish_bytes": published}
 
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
+        """The publish check's log-probs (a sharded policy's forward: on every rank)."""
         return self.learner.score(prompt, completions)
 
     def update(self, data: Samples) -> tuple[dict[str, float], str | None, float]:
@@ -199,6 +201,7 @@ class LearnerWorker:
     def save_checkpoint(
         self, run_dir: str, state: TrainerState, keep: int, pending: list[Any]
     ) -> None:
+        """Rank 0 writes the checkpoint (a sharded policy's: every rank its shards)."""
         self.learner.save_checkpoint(Path(run_dir), state, self.tokenizer, keep, pending)
 
     def load_checkpoint(self, run_dir: str) -> tuple[Any, list[str], float, int]:
@@ -210,26 +213,49 @@ class LearnerWorker:
 
     def _snapshot(self) -> list[torch.Tensor]:
         """A copy of the policy's parameters as published now (``named_tensors`` order): what a
-        replaced rollout worker is given, even while the next update runs."""
+        replaced rollout worker is given, even while the next update runs (a sharded policy:
+        this rank's shards of them)."""
         self.published = [t.detach().clone() for t in named_tensors(self.learner.policy)]
         return self.published
 
     def state(self, fresh: bool) -> Any:
         """The published parameters (``fresh``: publish the current ones first) as a Ray object
-        reference made here, so they reach the workers without passing through the driver."""
+        reference made on rank 0, so they reach the workers without passing through the
+        driver (a sharded policy's gathered on every rank, whole in rank 0's CPU memory)."""
         import ray
 
-        return ray.put(self._snapshot() if fresh else self.published)
+        from rlvr.distributed.sharding import full
+
+        published = self._snapshot() if fresh else self.published
+        if not self.learner.sharded:
+            return ray.put(published)
+        whole = [full(t).cpu() for t in published]
+        return ray.put(whole) if self.rank == 0 else None
 
     def join_group(self, host: str, port: int, size: int, timeout_s: float) -> bool:
         self.weights = WeightGroup(host, port, 0, size, timeout_s)
         return True
 
     def broadcast(self) -> bool:
-        """Publish the current parameters to the broadcast group."""
-        assert self.weights is not None, "join_group first"
-        self.weights.broadcast(self._snapshot())
+        """Publish the current parameters to the broadcast group (rank 0); a sharded policy's
+        other ranks gather the buckets with it."""
+        if self.weights is None:
+            assert self.learner.sharded, "join_group first"
+            self.gather(None)
+        else:
+            self.weights.broadcast(self._snapshot())
         return True
+
+    def gather(self, into: torch.nn.Module | None) -> None:
+        """Publish the current parameters whole, bucket by bucket (gathered with the other
+        ranks when sharded), into the trained tensors of ``into`` (torchrun's rank 0: its
+        engine's copy; None: gather along)."""
+        targets = None if into is None else iter(named_tensors(into))
+        for bucket in whole_buckets(self._snapshot()):
+            if targets is not None:
+                with torch.no_grad():
+                    for value in bucket:
+                        next(targets).copy_(value)
 
     def gradients(self) -> list[torch.Tensor]:
         """The policy's gradients of the last optimizer step (tests)."""

@@ -109,7 +109,11 @@ class Learner(Checkpointed):
 
     @property
     def device(self) -> torch.device:
-        """Where the policy (and every tensor of an update) lives."""
+        """Where the policy computes (and every tensor of an update lives)."""
+        if self.sharded:  # its shards may live in CPU memory (train.shard_offload)
+            from rlvr.distributed.sharding import compute_device
+
+            return compute_device(self.policy)
         return next(self.policy.parameters()).device
 
     @property
