@@ -90,6 +90,7 @@ def comparable(rows: dict[int, dict]) -> dict[int, dict]:
 
 
 _RUNS: dict[str, dict[int, dict]] = {}
+_DIRS: dict[str, Path] = {}
 
 
 def run_once(name: str, cfg: dict, tmp_path_factory) -> dict[int, dict]:
@@ -99,6 +100,7 @@ def run_once(name: str, cfg: dict, tmp_path_factory) -> dict[int, dict]:
         cfg["logging"]["run_dir"] = str(run_dir)
         train(build_config(cfg))
         _RUNS[name] = comparable(step_rows(run_dir))
+        _DIRS[name] = run_dir
     return _RUNS[name]
 
 
@@ -512,7 +514,8 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     """train.sharding: fsdp on 2 Ray learner actors and 2 rollout workers: each learner holds
     half of the policy and its AdamW moments; the run logs one process's steps (the samples
     exactly, the gradient norms to 1e-6), the publish check passes on every publish (the
-    weights are gathered bucket by bucket and broadcast), and every rank writes its shards."""
+    weights are gathered bucket by bucket and broadcast), and every rank writes its shards,
+    which one learner resumes from for one process's fourth step."""
     from rlvr.distributed.sharded_checkpoint import SHARDS
 
     local = run_once("local", local_config(Path("unused")), tmp_path_factory)
@@ -523,10 +526,18 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     assert sorted(sharded) == sorted(local)
     for step, row in local.items():
         assert sharded[step]["reward/mean"] == row["reward/mean"], step
-        assert sharded[step]["policy/grad_norm"] == pytest.approx(row["policy/grad_norm"], 1e-5)
+        assert sharded[step]["policy/grad_norm"] == pytest.approx(row["policy/grad_norm"], 1e-6)
     last = run_dir / "checkpoints" / "step_000003"
     assert sorted(p.name for p in (last / SHARDS).glob("*.distcp")) == [
         "__0_0.distcp",
         "__1_0.distcp",
     ]
     assert not (last / "model.safetensors").exists()
+    # both resumed for a fourth step, on one sharded learner and in one process
+    longer = {"train": {"sharding": "fsdp", "steps": 4}, "distributed": {"learners": 1}}
+    train(build_config(ray_config(run_dir, 2, steps=4, **longer)), resume=run_dir)
+    local_dir = _DIRS["local"]  # its first three steps stay in _RUNS for the other tests
+    train(build_config(local_config(local_dir, steps=4)), resume=local_dir)
+    mine, theirs = comparable(step_rows(run_dir))[4], comparable(step_rows(local_dir))[4]
+    assert mine["reward/mean"] == theirs["reward/mean"]
+    assert mine["policy/grad_norm"] == pytest.approx(theirs["policy/grad_norm"], 1e-6)
