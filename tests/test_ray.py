@@ -511,7 +511,7 @@ def test_ecosystem_environments_play_on_a_rollout_worker_as_in_one_process(
 def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     cluster, tmp_path_factory
 ):
-    """train.sharding: fsdp on 2 Ray learner actors and 2 rollout workers: each learner holds
+    """train.sharding: fsdp on 2 Ray learner actors and a rollout worker: each learner holds
     half of the policy and its AdamW moments; the run logs one process's steps (the samples
     exactly, the gradient norms to 1e-6), the publish check passes on every publish (the
     weights are gathered bucket by bucket and broadcast), and every rank writes its shards,
@@ -521,7 +521,7 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     local = run_once("local", local_config(Path("unused")), tmp_path_factory)
     run_dir = tmp_path_factory.mktemp("sharded") / "run"
     sections = {"train": {"sharding": "fsdp"}, "distributed": {"learners": 2}}
-    train(build_config(ray_config(run_dir, 2, **sections)))
+    train(build_config(ray_config(run_dir, 1, **sections)))
     sharded = comparable(step_rows(run_dir))
     assert sorted(sharded) == sorted(local)
     for step, row in local.items():
@@ -535,7 +535,7 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     assert not (last / "model.safetensors").exists()
     # both resumed for a fourth step, on one sharded learner and in one process
     longer = {"train": {"sharding": "fsdp", "steps": 4}, "distributed": {"learners": 1}}
-    train(build_config(ray_config(run_dir, 2, steps=4, **longer)), resume=run_dir)
+    train(build_config(ray_config(run_dir, 1, steps=4, **longer)), resume=run_dir)
     local_dir = _DIRS["local"]  # its first three steps stay in _RUNS for the other tests
     train(build_config(local_config(local_dir, steps=4)), resume=local_dir)
     mine, theirs = comparable(step_rows(run_dir))[4], comparable(step_rows(local_dir))[4]

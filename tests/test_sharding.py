@@ -32,10 +32,12 @@ from rlvr.checkpoint import TrainerState
 from rlvr.config import build_config
 
 STEPS = 3
-STEPS_RUN = 5
+STEPS_RUN = 4
 """The torchrun runs' steps."""
 PRESETS = ("grpo", "lora", "sft", "rft", "online_dpo")
 WORLDS = (2, 4)
+CASES = [(p, w) for w in WORLDS for p in PRESETS if (p, w) != ("rft", 4)]
+"""Each objective kind at 2 and 4 ranks (imitation by SFT at 4; RFT, the same kind, at 2)."""
 COMPARED = (
     "policy/grad_norm",
     "policy/trained_samples_frac",
@@ -133,6 +135,7 @@ def _rank(
                 world,
             )
             for preset, cfg in runs.items()
+            if (preset, world) in CASES
         }
         resumed = _config(resumed_dir, "grpo", world)
         results["resumed"] = _train(resumed, batches["grpo"], rank, world, 1, world == 4)
@@ -208,8 +211,7 @@ def _assert_same_weights(start: dict, want: dict, got: dict) -> None:
         assert diff <= 1e-2 * moved, (name, diff, moved)
 
 
-@pytest.mark.parametrize("world", WORLDS)
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(("preset", "world"), CASES)
 def test_sharded_ranks_train_as_one_process(preset, world, sharded):
     runs, results = sharded
     one, many = results["one"][preset], results[world][preset]
