@@ -516,7 +516,7 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
     exactly, the gradient norms to 1e-6), the publish check passes on every publish (the
     weights are gathered bucket by bucket and broadcast), and every rank writes its shards,
     which one learner resumes from for one process's fourth step."""
-    from rlvr.distributed.sharded_checkpoint import SHARDS
+    from rlvr.distributed import SHARDS
 
     local = run_once("local", local_config(Path("unused")), tmp_path_factory)
     run_dir = tmp_path_factory.mktemp("sharded") / "run"

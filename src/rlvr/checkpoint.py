@@ -44,11 +44,10 @@ from safetensors.torch import load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr import adapters
+from rlvr.distributed import is_sharded_checkpoint, is_sharded_model, local_part
 from rlvr.errors import RlvrError
 
 PREFIX = "step_"
-SHARDS = "shards"
-"""The directory of a sharded checkpoint's shards."""
 CHECKSUMS = "checksums.json"
 
 
@@ -112,59 +111,70 @@ def save_checkpoint(
     that is reset during training (ProRL) and so is not the initial model any more;
     ``pending``: batches sampled ahead (asynchronous rollouts), pickled to ``pending.pt``. Raises
     :class:`CheckpointError` (and writes nothing) if a weight or optimiser state is NaN/inf.
+
+    A policy sharded over the default process group (a collective then: every rank calls it):
+    each rank writes its shards of the weights, the optimizer and ``extra``
+    (:mod:`rlvr.distributed.sharded_checkpoint`), rank 0 the model's config and the trainer's
+    files, then the checksums, and renames the directory when every rank is done.
     """
+    extra = extra or {}
+    sharded = is_sharded_model(model)
     bad = first_nonfinite_state(model, optimizer, extra)
+    if sharded:  # any rank's: every rank writes nothing
+        bad = _first_of_ranks(bad)
     if bad is not None:
         raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
+
+    def trainer_files(tmp: Path) -> None:
+        _trainer_files(tmp, state, tokenizer, scheduler, generator, pending)
+
+    if sharded:
+        return _save_sharded(run_dir, state.step, keep, model, optimizer, extra, trainer_files)
     final, tmp = _begin(run_dir, state.step, os.getpid())
     if adapters.has_lora(model):
         adapters.save_adapter(model, tmp)
     else:
         model.save_pretrained(tmp, safe_serialization=True)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    for name, module in (extra or {}).items():
+    for name, module in extra.items():
         save_model(module, str(tmp / f"{name}.safetensors"))
-    _trainer_files(tmp, state, tokenizer, scheduler, generator, pending)
+    trainer_files(tmp)
     return _finish(run_dir, tmp, final, keep)
 
 
-def save_sharded_checkpoint(
-    run_dir: Path,
-    state: TrainerState,
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    generator: torch.Generator,
-    keep: int = 2,
-    extra: dict[str, torch.nn.Module] | None = None,
-    pending: list[Any] | None = None,
-) -> Path:
-    """:func:`save_checkpoint` of a policy sharded over the default process group (a collective:
-    every rank calls it). Each rank writes its shards of the weights, the optimizer and
-    ``extra`` (:mod:`rlvr.distributed.sharded_checkpoint`); rank 0 the model's config, the
-    tokenizer and the trainer's files, then the checksums, and renames the directory when every
-    rank is done: as atomic as an unsharded checkpoint. Raises :class:`CheckpointError` on
-    every rank (writing nothing) if any rank's shards hold NaN/inf."""
+def _first_of_ranks(found: str | None) -> str | None:
+    """The lowest rank's ``found`` that is not None, on every rank."""
     import torch.distributed as dist
 
-    from rlvr.distributed.sharded_checkpoint import local_nonfinite, save_shards
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, found)
+    return next((f for f in everyone if f is not None), None)
 
-    extra = extra or {}
-    found: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(found, local_nonfinite(model, optimizer, extra))
-    bad = next((b for b in found if b is not None), None)
-    if bad is not None:
-        raise CheckpointError(f"not writing checkpoint step {state.step}: {bad} is not finite")
+
+def _save_sharded(
+    run_dir: Path,
+    step: int,
+    keep: int,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, torch.nn.Module],
+    trainer_files: Callable[[Path], None],
+) -> Path:
+    """A sharded policy's checkpoint (:func:`save_checkpoint`): the directory rank 0 names,
+    every rank's shards, rank 0's files, then checksummed and renamed by rank 0."""
+    import torch.distributed as dist
+
+    from rlvr.distributed.sharded_checkpoint import save_shards
+
     rank = dist.get_rank()
     names: list[Any] = [os.getpid()]
     dist.broadcast_object_list(names, src=0)  # the directory rank 0 names
-    final, tmp = _begin(run_dir, state.step, names[0], create=rank == 0)
+    final, tmp = _begin(run_dir, step, names[0], create=rank == 0)
     dist.barrier()
     save_shards(tmp, model, optimizer, extra)
     if rank == 0:
         model.config.save_pretrained(tmp)
-        _trainer_files(tmp, state, tokenizer, scheduler, generator, pending)
+        trainer_files(tmp)
     dist.barrier()  # every rank's shards are written
     if rank == 0:
         _finish(run_dir, tmp, final, keep)
@@ -219,16 +229,17 @@ def first_nonfinite_state(
     optimizer: torch.optim.Optimizer | None = None,
     extra: dict[str, torch.nn.Module] | None = None,
 ) -> str | None:
-    """The name of the first parameter or optimiser state tensor holding NaN/inf, else None."""
+    """The name of the first parameter or optimiser state tensor holding NaN/inf, else None
+    (of a sharded model: of this rank's shards)."""
     modules = {"": model, **{f"{k}.": m for k, m in (extra or {}).items()}}
     for prefix, module in modules.items():
         for name, param in module.named_parameters():
-            if not torch.isfinite(param).all():
+            if not torch.isfinite(local_part(param)).all():
                 return f"weight {prefix}{name}"
     if optimizer is not None:
         for index, values in enumerate(optimizer.state.values()):
             for key, value in values.items():
-                if torch.is_tensor(value) and not torch.isfinite(value).all():
+                if torch.is_tensor(value) and not torch.isfinite(local_part(value)).all():
                     return f"optimizer state {key} of parameter {index}"
                 if isinstance(value, float) and not math.isfinite(value):
                     return f"optimizer state {key} of parameter {index}"
@@ -329,13 +340,11 @@ def load_checkpoint(
     sharded checkpoint (:mod:`rlvr.distributed.sharded_checkpoint`) is read into a policy
     sharded over any number of ranks (a collective then: every rank calls it).
     """
-    from rlvr.distributed.sharded_checkpoint import load_shards
-    from rlvr.distributed.sharding import is_sharded
+    if is_sharded_checkpoint(path):
+        from rlvr.distributed.sharded_checkpoint import load_shards
 
-    sharded = any(is_sharded(p) for p in model.parameters())
-    if (path / SHARDS / ".metadata").is_file():
         load_shards(path, model, optimizer, extra or {})
-    elif sharded:
+    elif is_sharded_model(model):
         raise CheckpointError(
             f"{path} was written by an unsharded run; a sharded run (train.sharding: fsdp) "
             "resumes from sharded checkpoints: resume it with train.sharding: none"

@@ -159,15 +159,15 @@ def train(
         base = load_config(resume / "config.yaml", set_ or [])
     else:
         base = load_config(config, set_ or [])
-        follower = torchrun_follower(base.distributed.backend)  # rank 0 writes the run
-        if base.logging.run_dir and not follower:  # refuse a used directory before slow imports
-            check_new_run(Path(base.logging.run_dir), overwrite)
-            check_writable(Path(base.logging.run_dir))  # RunDirError
+    follower = torchrun_follower(base.distributed.backend)  # rank 0 writes and reports the run
+    if resume is None and base.logging.run_dir and not follower:
+        check_new_run(Path(base.logging.run_dir), overwrite)  # refused before the slow imports
+        check_writable(Path(base.logging.run_dir))  # RunDirError
     from rlvr.trainer import train as run_training
 
     summary = run_training(base, resume=resume, overwrite=overwrite)
-    if torchrun_follower(base.distributed.backend):
-        return  # rank 0 reports the run
+    if follower:
+        return
     if summary.get("stopped"):
         raise typer.Exit(128 + int(summary["stopped"]))
     _print_summary(summary)

@@ -24,7 +24,8 @@ import torch
 
 from rlvr import adapters
 from rlvr.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
-from rlvr.distributed.sharded_checkpoint import consolidate, is_sharded_checkpoint
+from rlvr.distributed import is_sharded_checkpoint
+from rlvr.distributed.sharded_checkpoint import consolidate
 from rlvr.errors import RlvrError
 from rlvr.models import adapter_base, load_model, load_tokenizer
 

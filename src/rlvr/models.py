@@ -48,6 +48,7 @@ from transformers import (
 from transformers.utils import logging as transformers_logging
 
 from rlvr import adapters
+from rlvr.distributed import is_sharded_checkpoint
 from rlvr.errors import RlvrError
 
 CHATML_TEMPLATE = (
@@ -335,7 +336,7 @@ def resolve(spec: str) -> Path | str:
     if path.exists():
         if path.is_dir() and adapters.read_adapter_config(path) is not None:
             return path  # an adapter: load_model puts it on its base
-        if (path / "shards" / ".metadata").is_file():  # a sharded run's checkpoint
+        if is_sharded_checkpoint(path):  # a sharded run's checkpoint
             digest = hashlib.sha256((path / "checksums.json").read_bytes()).hexdigest()[:16]
             out = cache_dir() / "consolidated" / f"{path.name}-{digest}"
             return _build_once(out, functools.partial(_consolidate, path))

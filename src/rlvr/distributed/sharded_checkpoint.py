@@ -15,10 +15,8 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.tensor import DTensor
 
-SHARDS = "shards"
-"""The DCP directory inside a checkpoint (rlvr.checkpoint.SHARDS)."""
+from rlvr.distributed import SHARDS
 
 
 def _state(
@@ -64,11 +62,6 @@ def load_shards(
         module.load_state_dict(state[f"module.{name}"])
 
 
-def is_sharded_checkpoint(directory: Path) -> bool:
-    """Whether ``directory`` is a checkpoint whose weights are shards."""
-    return (Path(directory) / SHARDS / ".metadata").is_file()
-
-
 def consolidate(directory: Path, out: Path) -> None:
     """Write the policy of the sharded checkpoint ``directory`` to ``out`` as a plain Hugging
     Face model directory (``config.json``, ``model.safetensors``, the tokenizer), in this
@@ -83,26 +76,3 @@ def consolidate(directory: Path, out: Path) -> None:
     model.load_state_dict(state["model"])
     model.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(directory).save_pretrained(out)
-
-
-def local_nonfinite(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    modules: dict[str, torch.nn.Module],
-) -> str | None:
-    """The first weight or optimizer state of this rank's shards holding NaN/inf, else None."""
-    named = {"": model, **{f"{k}.": m for k, m in modules.items()}}
-    for prefix, module in named.items():
-        for name, param in module.named_parameters():
-            if not torch.isfinite(_local(param)).all():
-                return f"weight {prefix}{name}"
-    for index, values in enumerate(optimizer.state.values()):
-        for key, value in values.items():
-            if torch.is_tensor(value) and not torch.isfinite(_local(value)).all():
-                return f"optimizer state {key} of parameter {index}"
-    return None
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of ``tensor`` (itself when it is not sharded)."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

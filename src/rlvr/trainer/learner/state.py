@@ -9,13 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlvr import algorithms
-from rlvr.checkpoint import (
-    TrainerState,
-    load_latest_good,
-    load_pending,
-    save_checkpoint,
-    save_sharded_checkpoint,
-)
+from rlvr.checkpoint import TrainerState, load_latest_good, load_pending, save_checkpoint
 from rlvr.policy import ValueHead
 from rlvr.trainer.batch import Sampled
 from rlvr.trainer.learner.published import PublishedCopy
@@ -39,7 +33,6 @@ class Checkpointed:
     minibatches: int
     published_copy: PublishedCopy | None
     entropy_control: algorithms.EntropyController | None
-    sharded: bool
 
     def modules(self) -> dict[str, torch.nn.Module]:
         """The modules a checkpoint stores beside the policy: the value head, the reference when
@@ -70,8 +63,7 @@ class Checkpointed:
         sharded policy's by every rank, each writing its shards."""
         state.policy_version = self.version
         state.minibatches = self.minibatches
-        save = save_sharded_checkpoint if self.sharded else save_checkpoint
-        save(
+        save_checkpoint(
             run_dir,
             state,
             self.policy,
