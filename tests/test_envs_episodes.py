@@ -463,3 +463,34 @@ def test_step_infos_become_json_data_whatever_the_environment_put_in_them():
     assert plain(info) == {"pair": [1, 2.5], "3": "opaque", "t": 4, "ok": True, "n": None}
     assert plain(np.arange(3)) == str(np.arange(3))  # not a scalar: its text
     json.dumps(plain(info))
+
+
+def test_distillation_scores_the_actions_of_agent_episodes(tmp_path):
+    """On-policy distillation on multi-turn episodes: the learner's teacher scores the whole
+    episode, and each action token's advantage is -(sampler - teacher); the observations the
+    environment wrote get none."""
+    import contextlib
+
+    from rlvr.models import load_model
+    from rlvr.trainer.backends.local import build
+
+    env = {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60}
+    cfg = tiny_config(tmp_path / "run", env=env, reward={"function": None})
+    cfg["algorithm"] = {"preset": "on_policy_distillation"}
+    cfg["model"]["teacher"] = "tiny-random-qwen2"  # the same byte vocabulary
+    cfg["rollout"]["dtype"] = "fp32"
+    with contextlib.ExitStack() as stack:
+        parts = build(build_config(cfg), None, stack)
+        data, _ = parts.collector.collect(1)
+        step = parts.learners.prepare(data)
+    teacher = load_model("tiny-random-qwen2")
+    i = max(range(len(data)), key=lambda k: len(data.completion_ids[k]))
+    actions = torch.tensor(data.action_mask[i], dtype=torch.bool)
+    assert not actions.all()  # an observation between two actions
+    batch = make_batch([data.prompt_ids[int(data.group_ids[i])]], [data.completion_ids[i]], 0)
+    with torch.no_grad():
+        taught, _ = completion_logprobs(teacher, batch)
+    want = -(torch.tensor(data.sampler_logprobs[i]) - taught[0]) * actions
+    got = step.advantages[i, : len(actions)].cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    assert got[actions].abs().max() > 0.01 and not got[~actions].any()

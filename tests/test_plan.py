@@ -254,8 +254,9 @@ def test_processes_sharing_this_machine_count_on_a_cpu() -> None:
     assert cluster.peak == cluster.learner_peak == found.learner_peak
 
 
-def test_torchrun_rank_0_holds_the_served_copy_and_the_engine() -> None:
+def test_torchrun_rank_0_holds_the_served_copy_its_engine_samples_from() -> None:
+    """Rank 0's engine serves a whole copy in the rollout dtype (bf16 here), and no other."""
     got = rows(plan(config(distributed={"backend": "torchrun"}), devices=2))
-    assert got[("served copy", "resident")] == 4 * SMOL_PARAMS
-    assert got[("engine weights", "resident")] == 2 * SMOL_PARAMS
+    assert got[("served copy", "resident")] == 2 * SMOL_PARAMS
+    assert ("engine weights", "resident") not in got
     assert got[("published copy", "resident")] == 4 * SMOL_PARAMS

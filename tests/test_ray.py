@@ -182,7 +182,7 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
 )
 def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorithm):
     """Semi-online DPO (the workers keep the snapshot between syncs) and on-policy
-    distillation (each worker scores its samples with its own copy of the teacher) on two
+    distillation (the learner actor's teacher scores the samples of both workers) on two
     rollout workers: the same steps as one process."""
     settings = {
         "algorithm": {"beta": None, **algorithm},

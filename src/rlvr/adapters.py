@@ -218,25 +218,34 @@ _PEFT_PREFIX = "base_model.model."
 """How PEFT names the tensors of ``adapter_model.safetensors`` (the model wrapped twice)."""
 
 
+def peft_name(parameter: str, name: str = TRAINED) -> str:
+    """The name in PEFT's files of adapter ``name``'s parameter ``parameter`` (its name in the
+    model): ``base_model.model.<layer>.lora_A.weight``, the adapter's name left out."""
+    return _PEFT_PREFIX + parameter.replace(f".{name}.", ".")
+
+
 def adapter_state(model: torch.nn.Module, name: str = TRAINED) -> dict[str, torch.Tensor]:
-    """Adapter ``name``'s tensors under PEFT's file names (``base_model.model.<layer>.lora_A.
-    weight``, the adapter's name left out)."""
-    return {
-        _PEFT_PREFIX + n.replace(f".{name}.", "."): p.detach()
-        for n, p in adapter_parameters(model, name).items()
-    }
+    """Adapter ``name``'s tensors under PEFT's file names (:func:`peft_name`)."""
+    return {peft_name(n, name): p.detach() for n, p in adapter_parameters(model, name).items()}
 
 
-def save_adapter(model: torch.nn.Module, directory: str | Path, name: str = TRAINED) -> None:
+def save_adapter(
+    model: torch.nn.Module,
+    directory: str | Path,
+    name: str = TRAINED,
+    tensors: dict[str, torch.Tensor] | None = None,
+) -> None:
     """Write adapter ``name`` in PEFT's format (``adapter_config.json`` +
     ``adapter_model.safetensors``: ``PeftModel.from_pretrained(base, directory)`` loads it),
-    without the hub lookups of ``save_pretrained``."""
+    without the hub lookups of ``save_pretrained``; ``tensors``: its :func:`adapter_state`
+    when given (a sharded model's, gathered whole)."""
     from safetensors.torch import save_file
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     model.peft_config[name].save_pretrained(str(directory))
-    tensors = {k: v.contiguous() for k, v in adapter_state(model, name).items()}
+    state = adapter_state(model, name) if tensors is None else tensors
+    tensors = {k: v.contiguous() for k, v in state.items()}
     save_file(tensors, str(directory / ADAPTER_WEIGHTS), metadata={"format": "pt"})
 
 
@@ -247,10 +256,7 @@ def load_adapter_weights(model: torch.nn.Module, file: str | Path, name: str = T
     from safetensors.torch import load_file
 
     saved = load_file(str(file))
-    own = {
-        _PEFT_PREFIX + n.replace(f".{name}.", "."): p
-        for n, p in adapter_parameters(model, name).items()
-    }
+    own = {peft_name(n, name): p for n, p in adapter_parameters(model, name).items()}
     if set(saved) != set(own) or any(saved[k].shape != own[k].shape for k in own):
         missing, unexpected = sorted(set(own) - set(saved)), sorted(set(saved) - set(own))
         raise ValueError(

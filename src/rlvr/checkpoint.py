@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from rlvr import adapters
@@ -161,10 +161,12 @@ def _save_sharded(
     trainer_files: Callable[[Path], None],
 ) -> Path:
     """A sharded policy's checkpoint (:func:`save_checkpoint`): the directory rank 0 names,
-    every rank's shards, rank 0's files, then checksummed and renamed by rank 0."""
+    every rank's shards, rank 0's files (with a LoRA adapter's whole files, as an unsharded
+    run writes them), then checksummed and renamed by rank 0."""
     import torch.distributed as dist
 
     from rlvr.distributed.sharded_checkpoint import save_shards
+    from rlvr.distributed.sharding import full
 
     rank = dist.get_rank()
     names: list[Any] = [os.getpid()]
@@ -172,8 +174,13 @@ def _save_sharded(
     final, tmp = _begin(run_dir, step, names[0], create=rank == 0)
     dist.barrier()
     save_shards(tmp, model, optimizer, extra)
+    adapter = None
+    if adapters.has_lora(model):  # gathered whole by every rank: export and eval read it
+        adapter = {k: full(v) for k, v in adapters.adapter_state(model).items()}
     if rank == 0:
         model.config.save_pretrained(tmp)
+        if adapter is not None:
+            adapters.save_adapter(model, tmp, tensors=adapter)
         trainer_files(tmp)
     dist.barrier()  # every rank's shards are written
     if rank == 0:
@@ -321,6 +328,27 @@ def _load_weights(model: torch.nn.Module, file: Path) -> None:
         )
 
 
+def _whole_weights(
+    path: Path, model: torch.nn.Module, extra: dict[str, torch.nn.Module]
+) -> dict[str, dict[str, torch.Tensor]]:
+    """An unsharded checkpoint's weights by module, keyed by ``model``'s parameter names: the
+    policy's (a LoRA policy's adapter only; the tied output layer left out) and each of
+    ``extra``'s the checkpoint holds."""
+    if adapters.has_lora(model):
+        names = {adapters.peft_name(n): n for n in adapters.adapter_parameters(model)}
+        saved = load_file(str(path / adapters.ADAPTER_WEIGHTS))
+        if set(saved) != set(names):
+            raise CheckpointError(f"the adapter of {path} does not fit the model's")
+        policy = {names[k]: v for k, v in saved.items()}
+    else:
+        policy = load_file(str(path / "model.safetensors"))
+    out = {"policy": policy}
+    for name in extra:
+        if (path / f"{name}.safetensors").is_file():
+            out[name] = load_file(str(path / f"{name}.safetensors"))
+    return out
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
@@ -344,11 +372,12 @@ def load_checkpoint(
         from rlvr.distributed.sharded_checkpoint import load_shards
 
         load_shards(path, model, optimizer, extra or {})
-    elif is_sharded_model(model):
-        raise CheckpointError(
-            f"{path} was written by an unsharded run; a sharded run (train.sharding: fsdp) "
-            "resumes from sharded checkpoints: resume it with train.sharding: none"
-        )
+    elif is_sharded_model(model):  # an unsharded run's, resumed sharded
+        from rlvr.distributed.sharded_checkpoint import load_whole
+
+        weights = _whole_weights(path, model, extra or {})
+        saved = torch.load(path / "optimizer.pt", weights_only=False)
+        load_whole(model, optimizer, extra or {}, weights, saved)
     else:
         if adapters.has_lora(model):
             adapters.load_adapter_weights(model, path / adapters.ADAPTER_WEIGHTS)

@@ -7,7 +7,8 @@
   merged into the base weights by PEFT (``merge_and_unload``): ``config.json`` +
   ``model.safetensors`` + tokenizer, which transformers and vLLM load like any model;
 * a full fine-tuning run: its plain model directory (``merge`` changes nothing); a sharded
-  run's (``train.sharding: fsdp``) consolidated from its ranks' shards in this process.
+  run's (``train.sharding: fsdp``) consolidated from its ranks' shards in this process (a
+  sharded LoRA run's checkpoint holds its adapter whole, exported as above).
 
 RUN is a run directory (its latest complete checkpoint) or one checkpoint directory; the
 checkpoint is verified against its checksums first.
@@ -74,8 +75,8 @@ def export(run: Path, out: Path, merge: bool = False, overwrite: bool = False) -
         raise ExportError(f"{out} exists; choose another directory or pass --overwrite")
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    lora = adapter_base(checkpoint) is not None
-    if is_sharded_checkpoint(checkpoint):  # a sharded run's: its shards consolidated
+    lora = adapter_base(checkpoint) is not None  # a sharded LoRA run's has its adapter whole
+    if is_sharded_checkpoint(checkpoint) and not lora:  # its shards consolidated
         consolidate(checkpoint, tmp)
         kind = "model"
     elif lora and merge:

@@ -63,8 +63,8 @@ class DataParallel:
     def all_reduce_gradients(
         self, params: list[torch.nn.Parameter], skip: tuple[str, str, float] | None
     ) -> tuple[str, str, float] | None:
-        """Sum the gradients of ``params`` over the group (a rank without one adds zeros; the
-        shards of a sharded policy are summed by its backward already); if any rank hit a
+        """Sum the gradients of ``params`` over the group (a rank without one adds zeros; a
+        sharded learner's are summed by its backward already); if any rank hit a
         non-finite quantity (``skip``), return the lowest rank's on every rank and leave the
         gradients alone."""
         flag = torch.tensor([0.0 if skip is None else 1.0])
@@ -73,11 +73,7 @@ class DataParallel:
             found: list[Any] = [None] * self.world
             dist.all_gather_object(found, skip)
             return next(s for s in found if s is not None)
-        if self.sharded:  # the shards' backward summed theirs: the others (e.g. a value head)
-            from torch.distributed.tensor import DTensor
-
-            params = [p for p in params if not isinstance(p, DTensor)]
-        if not params:
+        if self.sharded or not params:  # every trained tensor a shard: its backward summed them
             return None
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])

@@ -81,8 +81,7 @@ class Samples:
             reasons and counts: :class:`rlvr.rewards.combined.RewardBreakdown`). Parts add
             theirs: ``rewards`` (float tensor: the collector's, with DAPO's overlong penalty),
             ``signal/<name>`` (a produced signal), ``action_mask`` / ``turn_rewards`` /
-            ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes),
-            ``teacher_logprobs`` (on-policy distillation).
+            ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the
@@ -110,7 +109,6 @@ class Samples:
     transcripts = Column[list[list[dict[str, Any]]] | None]()
     infos = Column[list[list[dict[str, Any]]] | None]()
     faults = Column[list[str | None] | None]()
-    teacher_logprobs = Column[list[list[float]] | None]()
 
     REQUIRED = (
         "completion_ids",
@@ -293,7 +291,7 @@ def _from_fields(state: dict[str, Any]) -> dict[str, Any]:
         "rewards": rewards,
     }
     optional = ("action_mask", "turn_rewards", "anchors", "transcripts", "infos")
-    for name in (*optional, "teacher_logprobs"):
+    for name in optional:
         if state.get(name) is not None:
             columns[name] = state[name]
     signals = dict(state.get("signals") or {})

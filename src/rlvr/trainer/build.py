@@ -58,7 +58,6 @@ from rlvr.trainer.rollouts import (
     OneStep,
     Player,
     ReferenceScorer,
-    TeacherScorer,
     demonstration_tokens,
 )
 from rlvr.trainer.signals import SIGNALS
@@ -169,9 +168,10 @@ def build_learner(
     dtypes: Dtypes,
 ) -> Learner:
     """The learner over ``policy`` (on its device): value head (GAE), reference (beta > 0),
-    AdamW over the trained parameters (a LoRA policy's adapter only), schedule; gradient
-    checkpointing, sharding (``train.sharding``: the policy and a reference copy, over the
-    process group the caller formed) and ``torch.compile`` when the config asks.
+    teacher (on-policy distillation), AdamW over the trained parameters (a LoRA policy's
+    adapter only), schedule; gradient checkpointing, sharding (``train.sharding``: the policy,
+    a reference copy, the teacher and the value head, over the process group the caller
+    formed) and ``torch.compile`` when the config asks.
 
     The reference of a LoRA policy costs no second copy of the weights: the policy with its
     adapter disabled (the base model), or with a frozen copy of the adapter where the initial
@@ -187,6 +187,9 @@ def build_learner(
             adapters.add_frozen_copy(policy, adapters.REFERENCE)
             adapter = adapters.REFERENCE
         reference = Reference(policy, None, adapter, algo.reference.reset_every, algo.reference.mix)
+    teacher = None
+    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage.name].requires:
+        teacher = load_teacher(cfg, dtypes.rollout).to(device)
     value_head = None
     if algo.advantage.name == "gae":
         value_head = ValueHead(policy.config.hidden_size).to(device)
@@ -201,7 +204,8 @@ def build_learner(
                 "GPU: on a CPU device they are there already; remove it"
             )
         param_dtype = torch.bfloat16 if cfg.train.shard_param_dtype == "bf16" else None
-        for model in (policy, None if reference is None else reference.copy):
+        copy = None if reference is None else reference.copy
+        for model in (policy, copy, teacher, value_head):
             if model is not None:
                 shard(model, param_dtype, cfg.train.shard_offload)
     trained = [p for p in policy.parameters() if p.requires_grad]
@@ -221,6 +225,7 @@ def build_learner(
         Forward.of(cfg, algo.objective.samples, dtypes.train),
         generator,
         pad_token_id,
+        teacher,
     )
     OBJECTIVE_KINDS.get_or_raise(algorithms.OBJECTIVES[algo.objective.name].kind)  # a known kind
     if algo.objective.sync_every > 1:  # semi-online: the snapshot the rollouts serve, checkpointed
@@ -379,14 +384,6 @@ def build_player(
     (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
     rewards on the reference answer's probability, a scorer over ``policy``)."""
     algo = front.algo
-    teacher = None
-    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage.name].requires:
-        if cfg.env.name is not None:
-            raise ConfigError(
-                f"algorithm.advantage.name {algo.advantage.name!r} (on-policy distillation) scores "
-                "single completions; agent episodes (env.name) are not supported yet"
-            )
-        teacher = build_teacher(cfg, tokenizer, policy, dtypes)
     if cfg.env.name is not None:
         return MultiTurn(build_agent(cfg, front.task, tokenizer))
     scorer = None
@@ -400,9 +397,7 @@ def build_player(
         )
     stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
     demonstration = None
-    if (
-        algo.objective.sft_coef > 0
-    ):  # an SFT term on each problem's demonstration beside the RL loss
+    if algo.objective.sft_coef > 0:  # an SFT term on each problem's demonstration
         system = cfg.model.system_prompt
         demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)
     sampled = OneStep(
@@ -412,7 +407,6 @@ def build_player(
         front.judge,
         partial(encode_problem, tokenizer, cfg.model.system_prompt),
         partial(decode_tokens, tokenizer),
-        teacher,
         demonstration,
     )
     if algo.objective.samples == "data":
@@ -420,11 +414,9 @@ def build_player(
     return sampled
 
 
-def build_teacher(
-    cfg: Config, tokenizer: Any, policy: torch.nn.Module, dtypes: Dtypes
-) -> TeacherScorer:
-    """On-policy distillation's teacher (``model.teacher``) on the policy's device, in the
-    rollout dtype, frozen; a ConfigError when there is none or its vocabulary is not the
+def load_teacher(cfg: Config, dtype: torch.dtype) -> torch.nn.Module:
+    """On-policy distillation's teacher (``model.teacher``) in ``dtype`` (the rollout dtype),
+    frozen, on the CPU; a ConfigError when there is none or its vocabulary is not the
     student's (its log-probs would be of other tokens)."""
     spec = cfg.model.teacher
     if spec is None:
@@ -435,22 +427,15 @@ def build_teacher(
         )
     from rlvr.models import load_tokenizer
 
-    theirs = load_tokenizer(spec)
-    if theirs.get_vocab() != tokenizer.get_vocab():
+    theirs, ours = load_tokenizer(spec), load_tokenizer(cfg.model.name)
+    if theirs.get_vocab() != ours.get_vocab():
         raise ConfigError(
             f"model.teacher {spec!r} has another vocabulary than the student {cfg.model.name!r} "
-            f"({len(theirs)} vs {len(tokenizer)} tokens): its log-probs would score other tokens"
+            f"({len(theirs)} vs {len(ours)} tokens): its log-probs would score other tokens"
         )
-    device = next(policy.parameters()).device
-    model = load_model(spec, dtypes.rollout).to(device).eval()
+    model = load_model(spec, dtype).eval()
     model.requires_grad_(False)
-    return TeacherScorer(
-        model,
-        tokenizer.pad_token_id,
-        cfg.rollout.temperature,
-        cfg.train.micro_batch_size,
-        dtypes.train,
-    )
+    return model
 
 
 def decode_tokens(tokenizer: Any, ids: list[int]) -> str:

@@ -14,9 +14,6 @@ of episode it was. Three players:
   demonstrations, offline DPO on preference pairs), tokenized token-exactly through the chat
   template; evaluation still samples (:class:`OneStep`).
 
-On-policy distillation adds a :class:`TeacherScorer` to :class:`OneStep`: the teacher's
-log-probs of every sampled token, computed where the samples are (a Ray rollout worker).
-
 :class:`Rollouts` (``rlvr.trainer.protocols``) runs a player in this process or on Ray workers.
 """
 
@@ -37,7 +34,6 @@ from rlvr.envs.episodes import Episode
 from rlvr.errors import DataError
 from rlvr.grading import Grader
 from rlvr.grading.accuracy import AccuracyRecords, sample_and_grade
-from rlvr.policy import completion_logprobs, make_batch
 from rlvr.rewards.combined import CombinedReward, RewardBreakdown
 from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
@@ -120,47 +116,11 @@ class ReferenceScorer:
 
 
 @dataclass
-class TeacherScorer:
-    """A teacher model's log-probs of sampled completions (on-policy distillation): one no-grad
-    forward per micro-batch, each prompt encoded once (:func:`rlvr.policy.completion_logprobs`),
-    at the sampling temperature (the student's log-probs are the temperature-scaled policy's)."""
-
-    model: torch.nn.Module
-    pad_token_id: int
-    temperature: float
-    micro_batch_size: int
-    dtype: torch.dtype
-
-    @torch.no_grad()
-    def __call__(self, rollout: Rollout) -> list[list[float]]:
-        device = next(self.model.parameters()).device
-        ids = rollout.group_ids.tolist()
-        out: list[list[float]] = []
-        autocast = torch.autocast(device.type, self.dtype, enabled=self.dtype != torch.float32)
-        for lo in range(0, len(ids), self.micro_batch_size):
-            rows = list(range(lo, min(len(ids), lo + self.micro_batch_size)))
-            used = sorted({ids[i] for i in rows})
-            batch = make_batch(
-                [rollout.prompt_ids[j] for j in used],
-                [rollout.completion_ids[i] for i in rows],
-                self.pad_token_id,
-                [used.index(ids[i]) for i in rows],
-            ).to(device)
-            with autocast:
-                logp, _ = completion_logprobs(
-                    self.model, batch, self.temperature, shared_prefix=True
-                )
-            out += [logp[k, : len(rollout.completion_ids[i])].tolist() for k, i in enumerate(rows)]
-        return out
-
-
-@dataclass
 class OneStep:
     """A plain task as the one-step environment: each problem's prompt (its chat through the
     template, ``encode``), one sampled completion per episode, and the reward of the group
     (:class:`~rlvr.rewards.combined.CombinedReward`; a group reward reads the whole group);
-    with ``teacher`` the teacher's log-probs of the samples (on-policy distillation), with
-    ``demonstration`` (:func:`demonstration_tokens` of a problem) each problem's
+    with ``demonstration`` (:func:`demonstration_tokens` of a problem) each problem's
     demonstration for an SFT term beside the RL loss (``sft_coef``)."""
 
     reward: CombinedReward
@@ -169,7 +129,6 @@ class OneStep:
     judge: Grader
     encode: Callable[[Problem], list[int]]
     decode: Callable[[list[int]], str]
-    teacher: TeacherScorer | None = None
     demonstration: Callable[[Problem], tuple[list[int], list[int], list[int], bool]] | None = None
 
     def play(
@@ -201,8 +160,6 @@ class OneStep:
             "group_ids": torch.tensor(ids, dtype=torch.long),
             "breakdown": breakdown,
         }
-        if self.teacher is not None:
-            columns["teacher_logprobs"] = self.teacher(rollout)
         group_columns = {}
         if self.demonstration is not None:  # sft_coef: each problem's demonstration
             demos = [self.demonstration(p) for p in problems]

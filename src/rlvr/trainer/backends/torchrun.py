@@ -11,8 +11,9 @@ command over a gloo group of its own, then run by rank 0's learner, so all ranks
 collectives in the same order. With ``train.sharding: fsdp`` the policy is sharded over the
 ranks; without, each holds a replica and the gradients are summed (data parallel).
 
-Rank 0's engine samples from a whole copy of the policy in rollout dtype, which each publish
-fills bucket by bucket from the learners' shards (:func:`rlvr.distributed.weights.whole_buckets`).
+Rank 0's engine samples from a whole copy of the policy in the rollout dtype (``rollout.dtype``;
+rank 0's scorers of the reference answer's probability read it too), which each publish fills
+bucket by bucket from the learners' shards (:func:`rlvr.distributed.weights.whole_buckets`).
 """
 
 from __future__ import annotations
@@ -229,6 +230,7 @@ def build(
     front.task, _ = limit_task_prompts(front.task, tokenizer, served, cfg)
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     dtypes = Dtypes.of(cfg, served)
+    served.to(dtypes.rollout)  # the engine samples from it as it is: no second copy
     local = local_rollouts(cfg, front, tokenizer, served, dtypes, cleanup)
     rollouts = ServedRollouts(**vars(local), served=served)
     sampler = build_sampler(cfg, front.task, front.algo)

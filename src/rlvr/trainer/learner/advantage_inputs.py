@@ -4,11 +4,16 @@ the advantages' statistics."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from rlvr import algorithms
 from rlvr.algorithms.credit import assign_credit, token_advantages
 from rlvr.trainer.batch import Samples
+
+if TYPE_CHECKING:
+    from rlvr.trainer.learner.engine import NoGradPasses
 
 
 def padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
@@ -36,19 +41,15 @@ def advantage_inputs(
     data: Samples,
     mask: torch.Tensor,
     sampler_logp: torch.Tensor,
+    passes: NoGradPasses,
     token_kl: torch.Tensor | None,
-    values: torch.Tensor | None,
-    entropy: torch.Tensor | None,
 ) -> algorithms.AdvantageInputs:
     """The estimator's inputs of ``data`` on ``mask``'s device: rewards, groups, the produced
     signals by name (each a column of the :class:`~rlvr.algorithms.AdvantageInputs`), the
-    sampler's log-probs [N, T] (the student's, in distillation), the teacher's, the reward
-    terms, and from the learner's no-grad passes the per-token KL to the reference, the values
-    and the entropies [N, T] (each None when not computed)."""
+    sampler's log-probs [N, T] (the student's, in distillation), the reward terms, and from
+    the learner's no-grad ``passes`` the values, the entropies and the teacher's log-probs
+    [N, T], with the per-token KL to the reference ``token_kl`` (each None when not computed)."""
     device = mask.device
-    teacher_logp = None
-    if data.teacher_logprobs is not None:  # on-policy distillation
-        teacher_logp = padded(data.teacher_logprobs, mask.shape).to(device)
     terms, term_weights = _reward_terms(data, device)
     signals = {k: v.to(device) for k, v in data.signals.items()}
     return algorithms.AdvantageInputs(
@@ -56,11 +57,11 @@ def advantage_inputs(
         group_ids=data.group_ids.to(device),
         mask=mask,
         token_kl=token_kl,
-        values=values,
+        values=passes.values,
         **signals,
         student_logp=sampler_logp,
-        teacher_logp=teacher_logp,
-        token_entropy=entropy,
+        teacher_logp=passes.teacher_logp,
+        token_entropy=passes.entropy,
         reward_terms=terms,
         term_weights=term_weights,
     )

@@ -41,6 +41,25 @@ from rlvr.trainer.learner.state import Checkpointed
 
 
 @dataclass
+class NoGradPasses:
+    """An update's no-grad passes over its batch, each [N, T] (None when not computed).
+
+    Attributes:
+        old_logp, entropy: pi_old's log-probs and entropies (off-policy updates, or where an
+            estimator or the KL-as-reward reads them).
+        values: the value head's (PPO's GAE), or None.
+        ref_logp: pi_ref's log-probs (a reference), or None.
+        teacher_logp: the teacher's log-probs of the sampled tokens (on-policy distillation).
+    """
+
+    old_logp: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    teacher_logp: torch.Tensor | None = None
+
+
+@dataclass
 class Learner(Checkpointed):
     """Trains the policy on :class:`Samples` (see the module docstring).
 
@@ -53,6 +72,8 @@ class Learner(Checkpointed):
         forward: the settings of every log-prob call (temperature, autocast, packing, ...).
         generator: the random stream of minibatch shuffling.
         pad_token_id: pads the batch.
+        teacher: on-policy distillation's teacher (``model.teacher``, frozen, sharded like the
+            policy), whose log-probs of the samples the no-grad passes compute; or None.
         version: optimizer updates so far (one per :meth:`update` that stepped).
         minibatches: the minibatches whose gradient was computed so far, their optimizer step
             taken or skipped (a non-finite loss or gradient): names Clip-Cov's random stream
@@ -81,6 +102,7 @@ class Learner(Checkpointed):
     forward: Forward
     generator: torch.Generator
     pad_token_id: int
+    teacher: torch.nn.Module | None = None
     version: int = 0
     minibatches: int = 0
     compiled: torch.nn.Module | None = None
@@ -183,24 +205,25 @@ class Learner(Checkpointed):
             data.action_mask,
         ).to(self.device)
 
-    def no_grad_passes(
-        self, batch: Batch, rows: torch.Tensor, old: bool
-    ) -> tuple[torch.Tensor | None, ...]:
-        """pi_old's log-probs, entropies and values [N, T] (``old``; else None each) and
-        pi_ref's log-probs [N, T] (None without a reference) of ``batch``'s rows ``rows``
-        (zeros elsewhere), the rows split over a data-parallel group."""
+    def no_grad_passes(self, batch: Batch, rows: torch.Tensor, old: bool) -> NoGradPasses:
+        """The no-grad passes over ``batch``'s rows ``rows`` (zeros elsewhere), the rows split
+        over a data-parallel group: pi_old's log-probs, entropies and values (``old``), pi_ref's
+        and the teacher's log-probs (when the learner has them)."""
         mine = self.share(rows)
         chunks = self.micro_batches(mine, self.forward.micro_batch_size)
-        old_logp, entropy, values, ref_logp = None, None, None, None
+        passes = NoGradPasses()
         if old:
-            passes = self.forward.no_grad(self.policy, batch, None, self.value_head, chunks)
-            old_logp, entropy, *rest = self._sum_over_group(passes)
-            values = rest[0] if rest else None
+            out = self.forward.no_grad(self.policy, batch, None, self.value_head, chunks)
+            passes.old_logp, passes.entropy, *rest = self._sum_over_group(out)
+            passes.values = rest[0] if rest else None
         if self.reference is not None:
             with self.reference.model() as reference:
                 ref = self.forward.no_grad(reference, batch, None, None, chunks)
-            ref_logp = self._sum_over_group(ref[:1])[0]
-        return old_logp, entropy, values, ref_logp
+            passes.ref_logp = self._sum_over_group(ref[:1])[0]
+        if self.teacher is not None:  # at the sampling temperature, as the student's
+            taught = self.forward.no_grad(self.teacher, batch, None, None, chunks)
+            passes.teacher_logp = self._sum_over_group(taught[:1])[0]
+        return passes
 
     def prepare(self, data: Samples) -> Prepared:
         """The objective kind's preparation of ``data`` (no-grad passes in eval mode)."""

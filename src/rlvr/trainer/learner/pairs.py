@@ -64,16 +64,14 @@ class PairObjective(ObjectiveKind):
         )
         pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
         batch = learner.batch(data)
-        old_logp, _, _, ref_logp = learner.no_grad_passes(
-            batch, pairs.flatten().unique(), not learner.on_policy
-        )
+        passes = learner.no_grad_passes(batch, pairs.flatten().unique(), not learner.on_policy)
         return Pairs(
             units=len(pairs),
             batch=batch,
             pairs=pairs,
             skipped_groups=skipped,
-            old_logp=old_logp,
-            ref_logp=ref_logp,
+            old_logp=passes.old_logp,
+            ref_logp=passes.ref_logp,
             rewards=data.rewards.to(learner.device),
             samples=len(data),
         )

@@ -112,25 +112,23 @@ class PolicyGradient(ObjectiveKind):
             or learner.value_head is not None
             or "token_entropy" in algorithms.ADVANTAGES[algo.advantage.name].requires
         )
-        old_logp, entropy, values, ref_logp = learner.no_grad_passes(
-            batch, torch.arange(len(data)), need_old
-        )
+        passes = learner.no_grad_passes(batch, torch.arange(len(data)), need_old)
         mask = batch.action_mask
         token_kl = None
         if kl_in_reward:  # KL to the reference as a per-token reward (REINFORCE++ / PPO style)
             token_kl = algorithms.kl_penalty(
-                algo.kl.estimator, old_logp, ref_logp, **algo.kl.params
+                algo.kl.estimator, passes.old_logp, passes.ref_logp, **algo.kl.params
             )
             token_kl = token_kl * mask
         sampler_logp = padded(data.sampler_logprobs, mask.shape).to(mask.device)  # behaviour
-        inputs = advantage_inputs(data, mask, sampler_logp, token_kl, values, entropy)
+        inputs = advantage_inputs(data, mask, sampler_logp, passes, token_kl)
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages
         if data.turn_rewards is not None and algo.credit.name != "broadcast":
             advantages = turn_credit(algo, data, mask)
         train_mask = mask.float()
         if algo.entropy.top_rho is not None:  # "Beyond the 80/20 rule": high-entropy tokens
-            train_mask = algorithms.top_entropy_mask(entropy, mask, algo.entropy.top_rho)
+            train_mask = algorithms.top_entropy_mask(passes.entropy, mask, algo.entropy.top_rho)
             train_mask = train_mask.float()
         train_mask = self.trained_tokens(train_mask, advantages)
         skippable = (  # a zero advantage is then a zero loss and gradient
@@ -146,9 +144,9 @@ class PolicyGradient(ObjectiveKind):
             advantages=advantages,
             returns=estimated.returns,
             train_mask=train_mask,
-            old_logp=old_logp,
-            old_values=values,
-            ref_logp=ref_logp,
+            old_logp=passes.old_logp,
+            old_values=passes.values,
+            ref_logp=passes.ref_logp,
             sampler_logp=sampler_logp,
             token_kl=token_kl,
             trained=nonzero.cpu(),  # indexes the CPU row orders of the shuffle

@@ -140,7 +140,7 @@ def _copy_rows(setup: Setup, shape: ModelShape, n: int) -> Iterator[Row]:
 
 
 def _reference_rows(setup: Setup, shape: ModelShape, n: int) -> Iterator[Row]:
-    """The reference (a copy in the rollout dtype, sharded like the policy) and the teacher."""
+    """The reference and the teacher (copies in the rollout dtype, sharded like the policy)."""
     if setup.reference == "copy":
         copy = setup.rollout_bytes * shape.params
         yield Row("reference", copy // n, f"{_dtype(setup.rollout_bytes)} copy, frozen")
@@ -150,7 +150,10 @@ def _reference_rows(setup: Setup, shape: ModelShape, n: int) -> Iterator[Row]:
         yield Row("reference adapter", 4 * shape.lora, "frozen copy of the adapter")
     if setup.teacher is not None:
         teacher = model_shape(setup.teacher).params * setup.rollout_bytes
-        yield Row("teacher", teacher, f"{setup.teacher}, {_dtype(setup.rollout_bytes)}")
+        note = f"{setup.teacher}, {_dtype(setup.rollout_bytes)}, frozen"
+        yield Row("teacher", teacher // n, note + (f", 1/{n} each" if setup.sharding else ""))
+        if setup.sharding:
+            yield Row("whole teacher", teacher, "before sharding", "load")
 
 
 def _activation_rows(setup: Setup, shape: ModelShape) -> Iterator[Row]:
@@ -185,14 +188,17 @@ def _activation_rows(setup: Setup, shape: ModelShape) -> Iterator[Row]:
 def _engine_rows(setup: Setup, shape: ModelShape) -> Iterator[Row]:
     """The rollout engine beside the policy: its weights and its cache."""
     rb = setup.rollout_bytes
-    served = (setup.backend == "torchrun") + setup.semi_online
-    if served:
-        note = "whole fp32 policy the engine serves (torchrun rank 0, or objective.sync_every)"
-        yield Row("served copy", served * _policy_bytes(setup, shape), note)
+    torchrun = setup.backend == "torchrun"
+    if setup.semi_online:
+        note = "whole fp32 policy the engine serves (objective.sync_every)"
+        yield Row("served copy", _policy_bytes(setup, shape), note)
+    if torchrun:  # rank 0's engine samples from it, in the rollout dtype
+        note = f"{_dtype(rb)} whole policy rank 0's engine serves, refilled at each publish"
+        yield Row("served copy", rb * (shape.params + shape.lora), note)
     if setup.engine == "vllm":
         yield from _vllm_rows(setup, shape)
         return
-    if rb != 4:
+    if rb != 4 and not torchrun:
         copy = rb * (shape.params + shape.lora)
         yield Row("engine weights", copy, f"{_dtype(rb)} copy of the policy")
     lean = shape.architecture in LEAN_DECODER and setup.quantize is None
