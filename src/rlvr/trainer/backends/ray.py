@@ -30,15 +30,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
 from rlvr import algorithms
-from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.devices import resolve_device
@@ -46,6 +44,7 @@ from rlvr.errors import RlvrError, WorkerFailed
 from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.models import load_tokenizer, resolve
 from rlvr.rollout import SamplingParams
+from rlvr.trainer.backends.ranks import LearnerRanks, Ranks
 from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
@@ -181,9 +180,9 @@ def _options(cfg: Config) -> dict[str, Any]:
     return {"num_cpus": cpus_per_worker(cfg), "num_gpus": d.gpus_per_worker, "max_restarts": 0}
 
 
-class RayLearners:
+class RayLearners(LearnerRanks):
     """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
-    update, checkpoints, learning rate, version."""
+    each rank an actor, called through Ray."""
 
     def __init__(self, cfg: Config, algo: algorithms.Algorithm) -> None:
         ray = import_ray()
@@ -239,64 +238,18 @@ class RayLearners:
             self.version += 1
         return metrics, bad
 
-    def reset_reference_if_due(self, step: int) -> None:
-        self._get([r.reset_reference_if_due.remote(step) for r in self.ranks], "reference reset")
-
-    def mark_published(self) -> None:
-        self._get([r.mark_published.remote() for r in self.ranks], "publishing weights")
-
-    @contextlib.contextmanager
-    def published(self) -> Iterator[int]:
-        """Every rank's policy holds the weights last published for the block (rank 0's are
-        broadcast); their version."""
-        versions = self._get([r.swap_published.remote() for r in self.ranks], "resume")
-        try:
-            yield versions[0]
-        finally:
-            self._get([r.swap_published.remote() for r in self.ranks], "resume")
-
-    def apply_optimizer_config(self, cfg: Config) -> None:
-        data = cfg.model_dump(mode="json")
-        self._get([r.apply_optimizer_config.remote(data) for r in self.ranks], "resume")
-
-    def save_checkpoint(
-        self, run_dir: Path, state: TrainerState, tokenizer: Any, keep: int, pending: list[Any]
-    ) -> None:
-        state.policy_version = self.version
-        path = str(Path(run_dir).resolve())
-        self._get(
-            [r.save_checkpoint.remote(path, state, keep, pending) for r in self.collective()],
-            "checkpoint",
-        )
-
-    def load_checkpoint(
-        self, run_dir: Path, warn: Callable[[str], None]
-    ) -> tuple[Path, TrainerState, list[Any]] | None:
-        path = str(Path(run_dir).resolve())
-        results = self._get([r.load_checkpoint.remote(path) for r in self.ranks], "resume")
-        loaded, warnings, self.lr, self.version = results[0]
-        for text in warnings:
-            warn(text)
-        return loaded
-
-    def weights(self) -> RayLearners:
-        return self
-
     def collective(self) -> list[Any]:
-        """The ranks a call on the whole policy goes to: every one when it is sharded (the
-        gathers of its layers are collectives), else rank 0."""
+        """The ranks a call on the whole policy goes to (:data:`~.ranks.Ranks`' ``whole``)."""
         return self.ranks if self.sharded else self.ranks[:1]
 
-    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
-        """Rank 0's :meth:`~rlvr.trainer.learner.Learner.score`."""
-        refs = [r.score.remote(prompt, completions) for r in self.collective()]
-        return self._get(refs, "publish check")[0]
+    def call(self, ranks: Ranks, what: str, name: str, *args: Any) -> list[Any]:
+        targets = self.ranks if ranks == "all" else self.collective()
+        return self._get([getattr(r, name).remote(*args) for r in targets], what)
 
     def published_state(self, fresh: bool = False) -> Any:
         """An object reference to the policy's parameters as last published by rank 0
         (``fresh``: publish the current ones first)."""
-        refs = [r.state.remote(fresh) for r in self.collective()]
-        return self._get(refs, "publishing weights")[0]
+        return self.call("whole", "publishing weights", "state", fresh)[0]
 
     def close(self) -> None:
         for actor in self.ranks:

@@ -21,21 +21,20 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from rlvr import algorithms
-from rlvr.checkpoint import TrainerState
 from rlvr.config import Config, ConfigError
 from rlvr.data import limit_task_prompts
 from rlvr.guards import vocabulary_size
 from rlvr.models import load_tokenizer
 from rlvr.trainer.backends.local import LocalRollouts, local_rollouts
+from rlvr.trainer.backends.ranks import LearnerRanks, Ranks
 from rlvr.trainer.backends.ray_actors import LearnerWorker
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
@@ -109,90 +108,40 @@ def follow(cfg: Config) -> None:
         dist.destroy_process_group()
 
 
-class TorchrunLearners:
-    """The learners seen from rank 0 (:class:`~rlvr.trainer.protocols.Learners`): each call runs
-    on every rank (rank 0's result returned), or on rank 0 alone where the policy is whole
-    on it (an unsharded checkpoint or publish)."""
+class TorchrunLearners(LearnerRanks):
+    """The learners seen from rank 0 (:class:`~rlvr.trainer.protocols.Learners`): rank 0's
+    learner called in this process, the other ranks sent the same call as a command."""
 
     def __init__(self, cfg: Config, algo: algorithms.Algorithm) -> None:
         self.worker, self.commands = _start(cfg)
         self.algo = algo
         self.sharded = cfg.train.sharding == "fsdp"
         learner = self.worker.learner
-        self.version, self.precision = learner.version, learner.precision
+        self.version, self.precision, self.lr = learner.version, learner.precision, learner.lr
 
-    def _everyone(self, name: str, *args: Any) -> Any:
-        self.commands.send(name, args)
-        return getattr(self.worker, name)(*args)
-
-    def _collective(self, name: str, *args: Any) -> Any:
-        """On every rank when the policy is sharded, else on rank 0 only."""
-        if self.sharded:
-            return self._everyone(name, *args)
-        return getattr(self.worker, name)(*args)
+    def call(self, ranks: Ranks, what: str, name: str, *args: Any) -> list[Any]:
+        if ranks == "all" or self.sharded:
+            self.commands.send(name, args)
+        return [getattr(self.worker, name)(*args)]
 
     @property
     def device(self) -> torch.device:
         return self.worker.learner.device
 
-    @property
-    def lr(self) -> float:
-        return self.worker.learner.lr
-
     def update(
         self, data: Samples, meanwhile: Callable[[], None] = lambda: None
     ) -> tuple[dict[str, float], str | None]:
         meanwhile()  # rank 0's engine samples from the published copy: before, as in one process
-        metrics, bad, _ = self._everyone("update", data)
+        metrics, bad, self.lr = self.call("all", "update", "update", data)[0]
         self.version = self.worker.learner.version
         return metrics, bad
 
-    def weights(self) -> TorchrunLearners:
-        return self
-
     def gather_into(self, served: torch.nn.Module) -> None:
         """Copy the policy's trained tensors into ``served`` (the engine's copy), gathered
-        bucket by bucket with the other ranks when sharded."""
+        bucket by bucket with the other ranks when sharded (which gather along)."""
         if self.sharded:
             self.commands.send("gather", (None,))
         self.worker.gather(served)
-
-    def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
-        return self._collective("score", prompt, completions)
-
-    def reset_reference_if_due(self, step: int) -> None:
-        self._everyone("reset_reference_if_due", step)
-
-    def mark_published(self) -> None:
-        self._everyone("mark_published")
-
-    @contextlib.contextmanager
-    def published(self) -> Iterator[int]:
-        version = self._everyone("swap_published")
-        try:
-            yield version
-        finally:
-            self._everyone("swap_published")
-
-    def apply_optimizer_config(self, cfg: Config) -> None:
-        self._everyone("apply_optimizer_config", cfg.model_dump(mode="json"))
-
-    def save_checkpoint(
-        self, run_dir: Path, state: TrainerState, tokenizer: Any, keep: int, pending: list[Any]
-    ) -> None:
-        state.policy_version = self.version
-        path = str(Path(run_dir).resolve())
-        self._collective("save_checkpoint", path, state, keep, pending)
-
-    def load_checkpoint(
-        self, run_dir: Path, warn: Callable[[str], None]
-    ) -> tuple[Path, TrainerState, list[Any]] | None:
-        loaded, warnings, _, self.version = self._everyone(
-            "load_checkpoint", str(Path(run_dir).resolve())
-        )
-        for text in warnings:
-            warn(text)
-        return loaded
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
