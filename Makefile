@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-UV     := $(BIN)/uv pip install -q --python $(BIN)/python
+# --compile-bytecode: .pyc files written once here (~35 s). Where PYTHONDONTWRITEBYTECODE is set
+# (this project's machines set it), Python never writes them itself, and every process (each
+# CLI command, Ray worker, test subprocess) compiled transformers & co. anew, ~4 s per start.
+# Left to be written at first import instead (PYTHONDONTWRITEBYTECODE unset), the test suite's
+# processes compiled the same modules side by side: make test took 80 s longer
+UV     := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-# Python writes each module's .pyc at its first import. Where PYTHONDONTWRITEBYTECODE is set
-# (this project's machines set it) it never would, and every process (each CLI command, Ray
-# worker, test subprocess) compiled transformers & co. anew, ~4 s per start; compiling all of
-# site-packages at install instead took ~35 s, most of it modules nothing imports
-unexport PYTHONDONTWRITEBYTECODE
+unexport PYTHONDONTWRITEBYTECODE  # what the install did not compile: tests' own modules
 # uv reads no pip configuration: it finds torch's CPU wheel where pip's find-links say it is
 PIP_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 ifneq ($(PIP_LINKS),)
@@ -48,6 +49,7 @@ $(STAMP): pyproject.toml Makefile
 		'prime-runs==0.1.4' 'prime-traces==0.0.10' 'connectrpc==0.11.1' 'pyqwest==0.12.0' \
 		'protobuf-py==0.1.1' 'protobuf-py-ext==0.1.1' 'tenacity>=9,<10' 'aiofiles>=24' \
 		'tomli>=2' 'tomli-w>=1'
+	$(BIN)/python -m compileall -q src
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -204,3 +204,20 @@ def test_stall_check_warns_in_plain_output() -> None:
     assert "equal for 3 steps (reward 0.000)" in text
     assert "[bold]not markup[/bold]" in text  # model/user text is not parsed as markup
     assert "\x1b[" not in text
+
+
+def test_a_slow_start_up_phase_is_shown_while_it_runs_and_timed_a_quick_one_is_not(capsys):
+    """rlvr.progress.startup: a phase still running after ``quiet_s`` prints its start, then
+    its seconds when it ends; one that ends sooner prints nothing."""
+    import time
+
+    from rlvr.progress import startup
+
+    with startup("loading the policy big", quiet_s=0.05):
+        time.sleep(0.3)
+        assert capsys.readouterr().err == "start: loading the policy big ...\n"  # while it runs
+    end = capsys.readouterr().err
+    assert end.startswith("start: loading the policy big: ") and end.endswith(" s\n")
+    with startup("building the learner", quiet_s=5.0):
+        pass
+    assert capsys.readouterr().err == ""

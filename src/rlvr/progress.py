@@ -21,9 +21,12 @@ Timing is wall-clock time of this process only:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -33,6 +36,30 @@ from rich.live import Live
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
+
+STARTUP_QUIET_S = 2.0
+"""A start-up phase that ends sooner prints nothing (a tiny model's run starts quietly)."""
+
+
+@contextlib.contextmanager
+def startup(what: str, quiet_s: float = STARTUP_QUIET_S) -> Iterator[None]:
+    """A phase of a run's start-up (loading the policy, choosing the precision, building the
+    engine): ``start: WHAT ...`` on stderr once it has run ``quiet_s`` seconds, and ``start:
+    WHAT: N s`` when it ends, so a large model's minutes of start-up show where they go."""
+    began = time.perf_counter()
+    timer = threading.Timer(
+        quiet_s, lambda: print(f"start: {what} ...", file=sys.stderr, flush=True)
+    )
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        seconds = time.perf_counter() - began
+        if seconds >= quiet_s:
+            print(f"start: {what}: {seconds:.1f} s", file=sys.stderr, flush=True)
+
 
 PHASES = ("sampling", "scoring", "training", "eval", "checkpoint")
 """Phases of a step; ``sampling`` starts a step."""

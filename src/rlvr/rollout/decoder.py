@@ -3,7 +3,8 @@
 A decoder prefills the prompts of a chunk once, then appends one token per live sample and step,
 and drops finished samples (compaction). Two implementations share this interface:
 
-* :class:`LlamaDecoder`, for Llama-family models (Llama, Qwen2): a lean loop over the model's own
+* :class:`LlamaDecoder`, for Llama-family models (Llama, Qwen2, Qwen3's per-head q/k norms,
+  Mistral without a sliding window): a lean loop over the model's own
   weights and modules (embedding, rotary embedding, norm weights, projections, LM head) without
   the transformers forward's per-layer overhead; projections on prepacked weights
   (:class:`~rlvr.rollout.linear.PackedLinear`); a KV cache that keeps each prompt's keys/values
@@ -26,7 +27,9 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
+from transformers.models.mistral.modeling_mistral import MistralForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
+from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM
 
 from rlvr.adapters import MergedWeights, is_quantized
 from rlvr.rollout.attention import shared_prefix_attention
@@ -93,6 +96,14 @@ class HFDecoder:
         self.mask, self.next_pos = self.mask[order], self.next_pos[order]
 
 
+def _head_norms(attention: torch.nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The weights of an attention layer's per-head query and key RMSNorms (Qwen3), or None."""
+    q_norm, k_norm = getattr(attention, "q_norm", None), getattr(attention, "k_norm", None)
+    if q_norm is None or k_norm is None:
+        return None, None
+    return q_norm.weight, k_norm.weight
+
+
 def _bias(module: torch.nn.Module) -> torch.Tensor | None:
     """A linear layer's bias (a LoRA layer's: its base layer's)."""
     base = module.get_base_layer() if hasattr(module, "get_base_layer") else module
@@ -115,6 +126,8 @@ class _Layer:
     gate: Projection
     up: Projection
     down: Projection
+    q_norm: torch.Tensor | None = None  # Qwen3: RMSNorm of each head's query and key [D]
+    k_norm: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -163,12 +176,16 @@ class LlamaDecoder:
         self.merged = MergedWeights()  # a LoRA model's projections: W + (alpha / r) B A
         self._prefilled: _Prefill | None = None  # the last prefill, reused for the same prompts
 
+    ARCHITECTURES = (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)
+
     @staticmethod
     def supports(model: PreTrainedModel) -> bool:
-        """Llama and Qwen2 causal LMs with full attention in every layer (no sliding window),
-        weights not quantised (a QLoRA base runs through its own quantised layers: the lean
-        decoder would need a dequantised copy, the memory QLoRA saves)."""
-        if not isinstance(model, (LlamaForCausalLM, Qwen2ForCausalLM)) or is_quantized(model):
+        """Llama, Qwen2, Qwen3 and Mistral causal LMs with full attention in every layer (no
+        sliding window), weights not quantised (a QLoRA base runs through its own quantised
+        layers: the lean decoder would need a dequantised copy, the memory QLoRA saves)."""
+        if not isinstance(model, LlamaDecoder.ARCHITECTURES) or is_quantized(model):
+            return False
+        if isinstance(model, MistralForCausalLM) and model.config.sliding_window is not None:
             return False
         layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
         return all(t == "full_attention" for t in layer_types)
@@ -198,6 +215,7 @@ class LlamaDecoder:
                 b.input_layernorm.weight,
                 b.post_attention_layernorm.weight,
                 *projections[7 * i : 7 * i + 7],
+                *_head_norms(b.self_attn),
             )
             for i, b in enumerate(blocks)
         ]
@@ -400,7 +418,10 @@ class LlamaDecoder:
         of the normalised hidden states ``x`` [N, hidden]."""
         n, heads, d = x.shape[0], self.heads, self.head_dim
         q = self.linear(x, *w.q).view(n, heads, d)
-        qk = torch.cat((q, self.linear(x, *w.k).view(n, self.kv_heads, d)), dim=1)
+        k = self.linear(x, *w.k).view(n, self.kv_heads, d)
+        if w.q_norm is not None:  # Qwen3: each head's query and key normalised
+            q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
+        qk = torch.cat((q, k), dim=1)
         qk = qk * cos + qk.roll(d // 2, dims=-1) * sin
         return qk[:, :heads], qk[:, heads:], self.linear(x, *w.v).view(n, self.kv_heads, d)
 

@@ -20,6 +20,7 @@ from rlvr.engines import build_engine, close_engine
 from rlvr.grading.accuracy import AccuracyRecords, accuracy_metrics
 from rlvr.guards import vocabulary_size
 from rlvr.models import load_tokenizer
+from rlvr.progress import startup
 from rlvr.rollout import RolloutEngine, SamplingParams
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
@@ -129,14 +130,18 @@ def build(
     must be closed (the reward's workers, the engine) is registered on ``cleanup``."""
     front = build_front(cfg, user_reward, cleanup)
     tokenizer = load_tokenizer(cfg.model.name)
-    policy = load_policy(cfg)
+    with startup(f"loading the policy {cfg.model.name}"):
+        policy = load_policy(cfg)
     task, _ = limit_task_prompts(front.task, tokenizer, policy, cfg)
     front.task = task
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     generator = torch.Generator().manual_seed(cfg.train.seed)
-    dtypes = Dtypes.of(cfg, policy)  # resolved once: the learner's, the engine's, the scorers'
-    learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator, dtypes)
+    with startup("choosing the precision"):  # rollout.dtype / train.autocast auto: measured
+        dtypes = Dtypes.of(cfg, policy)  # once: the learner's, the engine's, the scorers'
+    with startup("building the learner"):
+        learner = build_learner(cfg, front.algo, policy, tokenizer.pad_token_id, generator, dtypes)
     sampler = build_sampler(cfg, task, front.algo)
-    rollouts = local_rollouts(cfg, front, tokenizer, policy, dtypes, cleanup)
+    with startup("building the rollout engine"):
+        rollouts = local_rollouts(cfg, front, tokenizer, policy, dtypes, cleanup)
     collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
     return front.parts(tokenizer, learner, collector, vocabulary_size(policy, tokenizer))

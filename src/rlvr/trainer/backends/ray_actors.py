@@ -28,6 +28,7 @@ from rlvr.distributed.data_parallel import DataParallel
 from rlvr.distributed.weights import WeightGroup, free_port, named_tensors, whole_buckets
 from rlvr.grading.accuracy import AccuracyRecords
 from rlvr.models import load_tokenizer, quiet_transformers
+from rlvr.progress import startup
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.local import local_rollouts
 from rlvr.trainer.batch import Samples
@@ -157,13 +158,16 @@ class LearnerWorker:
         group.sharded = cfg.train.sharding == "fsdp"  # build_learner shards over the group
         torch.manual_seed(cfg.train.seed)  # as one process seeds torch before its parts
         self.tokenizer = load_tokenizer(cfg.model.name)
-        policy = load_policy(cfg)
+        where = f"learner {self.rank}"
+        with startup(f"{where}: loading the policy {cfg.model.name}"):
+            policy = load_policy(cfg)
         generator = torch.Generator().manual_seed(cfg.train.seed)
-        dtypes = Dtypes.of(cfg, policy)
+        with startup(f"{where}: choosing the precision"):
+            dtypes = Dtypes.of(cfg, policy)
         algo = resolve_algorithm(cfg)  # this process's own, once
-        self.learner = build_learner(
-            cfg, algo, policy, self.tokenizer.pad_token_id, generator, dtypes
-        )
+        with startup(f"{where}: building the learner"):
+            pad = self.tokenizer.pad_token_id
+            self.learner = build_learner(cfg, algo, policy, pad, generator, dtypes)
         self.learner.group = group
         if self.rank != 0 and not group.sharded:  # rank 0 logs the fraction changed
             self.learner.initial = None

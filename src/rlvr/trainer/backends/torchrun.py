@@ -33,6 +33,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.data import limit_task_prompts
 from rlvr.guards import vocabulary_size
 from rlvr.models import load_tokenizer
+from rlvr.progress import startup
 from rlvr.trainer.backends.local import LocalRollouts, local_rollouts
 from rlvr.trainer.backends.ranks import LearnerRanks, Ranks
 from rlvr.trainer.backends.ray_actors import LearnerWorker
@@ -172,7 +173,8 @@ def build(
     tokenizer = load_tokenizer(cfg.model.name)
     learners = TorchrunLearners(cfg, front.algo)
     cleanup.callback(learners.close)
-    served = load_policy(cfg)  # the engine's copy; its trained tensors are the published ones
+    with startup(f"loading the served copy of {cfg.model.name}"):
+        served = load_policy(cfg)  # the engine's copy; its trained tensors are the published
     trained = {n for n, p in learners.worker.learner.policy.named_parameters() if p.requires_grad}
     for name, param in served.named_parameters():
         param.requires_grad_(name in trained)
@@ -180,7 +182,8 @@ def build(
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     dtypes = Dtypes.of(cfg, served)
     served.to(dtypes.rollout)  # the engine samples from it as it is: no second copy
-    local = local_rollouts(cfg, front, tokenizer, served, dtypes, cleanup)
+    with startup("building the rollout engine"):
+        local = local_rollouts(cfg, front, tokenizer, served, dtypes, cleanup)
     rollouts = ServedRollouts(**vars(local), served=served)
     sampler = build_sampler(cfg, front.task, front.algo)
     collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
