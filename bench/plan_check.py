@@ -5,9 +5,12 @@ completions run to ``max_new_tokens``: the case the plan is made for).
 Each case is ``rlvr train`` in a fresh process (2 steps, no evaluation) whose peak RSS is read
 from ``wait4``'s ``ru_maxrss`` (the process and everything it waited for); the plan is computed
 here for the same config, at the config's limits (completions of ``max_new_tokens``) and at the
-lengths the run produced (``max_new_tokens`` set to the longest completion it logged,
-``response/length_max``). A real model stops early, so its peak is below the first estimate;
-the second is the plan's accuracy. Writes bench/results/plan-cpu.json.
+lengths the run produced (``max_new_tokens`` set to the steps' largest mean completion length,
+``response/length_mean``: the training micro-batches pack completions back to back, so their
+mean, not the longest, sizes the activations). A real model stops early, so its peak is below
+the first estimate; the second is the plan's accuracy. The random-weight models (whose answers
+no verifier rewards) are rewarded 0, 1, 0, 1 in turn (bench/alternating_reward.py), so that
+every step trains. Writes bench/results/plan-cpu.json.
 
 Usage: python bench/plan_check.py [--cases tiny,smollm2,smollm2-random,smollm2-lora]
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -47,14 +51,17 @@ def demo(model: str, **train: object) -> dict:
 
 
 def cases() -> dict[str, dict]:
+    alternating = {"function": "alternating_reward:alternating"}  # every step trains
+    tiny, random = demo("tiny-random-llama"), demo("random:smollm2-135m")
+    tiny["reward"] = random["reward"] = alternating
     lora = demo("smollm2-135m-instruct", autocast="fp32")
     lora["model"]["lora"] = {"rank": 8, "alpha": 16, "target_modules": "all-linear"}
     lora["algorithm"] = {**lora.get("algorithm", {}), "kl": {"beta": 0.04}}
     lora["rollout"] = {**lora.get("rollout", {}), "dtype": "fp32", "max_new_tokens": 32}
     return {
-        "tiny": demo("tiny-random-llama"),
+        "tiny": tiny,
         "smollm2": demo("smollm2-135m-instruct"),
-        "smollm2-random": demo("random:smollm2-135m"),
+        "smollm2-random": random,
         "smollm2-lora": lora,
     }
 
@@ -64,7 +71,9 @@ def run(cfg: dict, folder: Path) -> tuple[int, float]:
     path = folder / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     start = time.perf_counter()
-    child = subprocess.Popen([str(Path(sys.executable).with_name("rlvr")), "train", str(path)])
+    path_env = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH")) if p)
+    command = [str(Path(sys.executable).with_name("rlvr")), "train", str(path)]
+    child = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": path_env})
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
@@ -87,10 +96,12 @@ def main() -> None:
             cfg["logging"]["run_dir"] = str(Path(tmp) / "run")
             peak, seconds = run(cfg, Path(tmp))
             rows = read_metrics(Path(tmp) / "run")
-        longest = int(max(r["response/length_max"] for r in rows if "response/length_max" in r))
+        steps = [r for r in rows if "response/length_mean" in r]
+        length = math.ceil(max(r["response/length_mean"] for r in steps))
+        trained = min(r.get("policy/trained_samples_frac", 0.0) for r in steps)
         at_limits = plan(build_config(cfg)).peak
         produced = copy.deepcopy(cfg)
-        produced["rollout"]["max_new_tokens"] = max(longest, 1)
+        produced["rollout"]["max_new_tokens"] = max(length, 1)
         at_lengths = plan(build_config(produced)).peak
         result = {
             "case": name,
@@ -99,14 +110,15 @@ def main() -> None:
             "plan_at_limits_bytes": at_limits,
             "plan_at_limits_over_measured": at_limits / peak,
             "max_new_tokens": build_config(cfg).rollout.max_new_tokens,
-            "longest_completion": longest,
+            "mean_completion_length": length,
+            "trained_samples_frac_min": trained,
             "plan_at_lengths_bytes": at_lengths,
             "plan_at_lengths_over_measured": at_lengths / peak,
             "seconds": seconds,
         }
         print(
             f"{name}: measured {peak / 2**30:.2f} GiB, plan {at_limits / 2**30:.2f} GiB "
-            f"({at_limits / peak:.2f}), at the produced lengths ({longest} tokens) "
+            f"({at_limits / peak:.2f}), at the produced lengths ({length} tokens) "
             f"{at_lengths / 2**30:.2f} GiB ({at_lengths / peak:.2f})",
             flush=True,
         )
