@@ -3,8 +3,9 @@ shards through ``torch.distributed.checkpoint`` (DCP) into ``CHECKPOINT/shards/`
 ``__<rank>_0.distcp`` file per rank and a ``.metadata`` index written by rank 0), never
 gathering the model. Parameters and AdamW moments are keyed by their names (not by position),
 and DCP reshards on load, so a run resumes on any number of ranks: 2 -> 4 -> 1 reads the same
-files; an unsharded run's checkpoint is read whole into the shards (:func:`load_whole`). :func:`consolidate` turns the shards into a plain Hugging Face directory in one process
-(no process group), for ``rlvr export``, ``rlvr eval`` and ``model.name``.
+files; an unsharded run's checkpoint is read whole into the shards (:func:`load_whole`).
+:func:`consolidate` turns the shards into a plain Hugging Face directory in one process (no
+process group), for ``rlvr export``, ``rlvr eval`` and ``model.name``.
 """
 
 from __future__ import annotations
@@ -39,12 +40,11 @@ def _trained(
 
 
 def _state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, modules: dict[str, torch.nn.Module]
+    trained: torch.nn.Module, optimizer: torch.optim.Optimizer, others: dict[str, torch.nn.Module]
 ) -> dict[str, Any]:
-    """What the shards hold: the trained modules' and the optimizer's state keyed by parameter
-    names (``policy.<name>``, ``value_head.<name>``; a sharded module's values are DTensor
-    shards), and each other module's state dict."""
-    trained, others = _trained(model, optimizer, modules)
+    """What the shards hold: the ``trained`` modules' (:func:`_trained`) and the optimizer's
+    state keyed by parameter names (``policy.<name>``, ``value_head.<name>``; a sharded
+    module's values are DTensor shards), and each of the ``others``' state dict."""
     model_state, optim_state = get_state_dict(trained, optimizer)
     state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     for name, module in others.items():
@@ -60,7 +60,8 @@ def save_shards(
 ) -> None:
     """Write this rank's shards of ``model``, ``optimizer`` and ``modules`` under
     ``directory/shards`` (a collective: every rank of the group calls it)."""
-    dcp.save(_state(model, optimizer, modules), checkpoint_id=Path(directory) / SHARDS)
+    trained, others = _trained(model, optimizer, modules)
+    dcp.save(_state(trained, optimizer, others), checkpoint_id=Path(directory) / SHARDS)
 
 
 def load_shards(
@@ -71,10 +72,10 @@ def load_shards(
 ) -> None:
     """Read ``directory/shards`` into ``model``, ``optimizer`` and ``modules`` in place, resharded
     to this group's ranks (a collective; also in one process without a group)."""
-    state = _state(model, optimizer, modules)
+    trained, others = _trained(model, optimizer, modules)
+    state = _state(trained, optimizer, others)
     alone = not torch.distributed.is_initialized()  # one process: no group to load over
     dcp.load(state, checkpoint_id=Path(directory) / SHARDS, no_dist=alone)
-    trained, others = _trained(model, optimizer, modules)
     set_state_dict(
         trained,
         optimizer,
@@ -99,8 +100,7 @@ def load_whole(
     ``state_dict()`` as one process saved it (its parameters by position, in the order this
     optimizer holds them)."""
     trained, others = _trained(model, optimizer, modules)
-    owners = {POLICY: model, **{n: m for n, m in modules.items() if n not in others}}
-    state = {f"{o}.{k}": v for o in owners for k, v in weights.get(o, {}).items()}
+    state = {f"{o}.{k}": v for o in trained for k, v in weights.get(o, {}).items()}
     unexpected = sorted(set(state) - set(trained.state_dict()))
     if unexpected:
         raise ValueError(f"the checkpoint does not fit the model: unexpected {unexpected[:3]}")

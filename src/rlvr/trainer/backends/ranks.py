@@ -8,6 +8,7 @@ process group (:mod:`.torchrun`). Each rank is a
 from __future__ import annotations
 
 import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,7 @@ Ranks = Literal["all", "whole"]
 one when it is sharded, as gathering its layers is a collective; else rank 0)."""
 
 
-class LearnerRanks:
+class LearnerRanks(ABC):
     """What the learners' ranks share (see the module docstring).
 
     Attributes:
@@ -33,10 +34,10 @@ class LearnerRanks:
     version: int
     lr: float
 
+    @abstractmethod
     def call(self, ranks: Ranks, what: str, name: str, *args: Any) -> list[Any]:
         """``LearnerWorker.name(*args)`` on ``ranks``; their results, rank 0's first. ``what``
         names the call where a rank fails."""
-        raise NotImplementedError
 
     def score(self, prompt: list[int], completions: list[list[int]]) -> tuple[list, Any]:
         """Rank 0's :meth:`~rlvr.trainer.learner.Learner.score`."""
