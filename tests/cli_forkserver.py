@@ -1,11 +1,14 @@
-"""A fork server for the ``rlvr`` commands of the docs' runnable examples (tests/test_docs.py).
+"""A fork server for the ``rlvr`` commands and the Python examples of the docs' runnable
+examples (tests/test_docs.py).
 
-Every ``rlvr`` command starts by importing torch and transformers' model code, about 4.5 s of
-CPU, and the docs' examples run 27 of them: most of what the docs tests cost. This server
-imports what a command imports once, then forks a child per command. A tiny ``rlvr`` launcher
-(:data:`LAUNCHER`, first on the examples' PATH) hands the server its arguments, working
+Every ``rlvr`` command (and every Python example) starts by importing torch and transformers'
+model code, about 4.5 s of CPU, and the docs' examples run 27 commands and 7 Python scripts:
+most of what the docs tests cost. This server imports what a command imports once, then forks
+a child per command. A tiny launcher (:data:`LAUNCHER`: ``rlvr``, first on the examples' PATH,
+and the ``python`` that runs the Python examples) hands the server its arguments, working
 directory, environment and standard streams; the child runs ``rlvr.cli.app`` as the installed
-``rlvr`` script does, in its own session; the launcher exits with the child's status, passes it
+``rlvr`` script does, or the script as ``python SCRIPT`` does (``runpy``: ``__main__``, its
+directory first on ``sys.path``), in its own session; the launcher exits with the child's status, passes it
 the signals it gets (SIGINT, SIGTERM, SIGHUP), and if the launcher is killed the server kills
 the child's process group. What differs from a fresh process: the modules are imported before
 the command's environment is set, so the server starts with the examples' environment
@@ -30,7 +33,8 @@ import json, os, signal, socket, sys
 
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 conn.connect(os.environ["RLVR_TEST_FORKSERVER"])
-request = {{"argv": [{script!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ)}}
+request = {{"argv": [*{argv0!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ),
+           "python": {python_script!r}}}
 socket.send_fds(conn, [json.dumps(request).encode() + b"\\n"], [0, 1, 2])
 replies = conn.makefile("r")
 pid = int(replies.readline())
@@ -40,8 +44,10 @@ status = replies.readline()
 code = int(status) if status else 1
 sys.exit(code if code >= 0 else 128 - code)
 """
-"""The ``rlvr`` launcher (``{python}``: this interpreter; ``{script}``: the installed script's
-path, the child's ``argv[0]``); ``-S`` starts it without site-packages, in milliseconds."""
+"""A launcher (``{python}``: this interpreter; ``{argv0}``: what comes before its arguments in the
+child's ``argv``, ``[the installed rlvr script's path]`` for ``rlvr``, ``[]`` for a Python
+script, whose path is its first argument; ``{python_script}``: whether the child runs a Python
+script or ``rlvr``); ``-S`` starts it without site-packages, in milliseconds."""
 
 
 def _request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -57,7 +63,7 @@ def _request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 def _child(request: dict, fds: list[int]) -> None:
     """In the forked child: become the command (streams, directory, environment, argv, default
-    signal handling), run ``rlvr.cli.app`` and exit with its status."""
+    signal handling), run ``rlvr.cli.app`` or the Python script and exit with its status."""
     os.setsid()
     for target, fd in zip((0, 1, 2), fds, strict=True):
         os.dup2(fd, target)
@@ -72,9 +78,15 @@ def _child(request: dict, fds: list[int]) -> None:
     sys.argv = list(request["argv"])
     code = 1
     try:
-        from rlvr.cli import app
+        if request["python"]:
+            import runpy
 
-        app()
+            sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        else:
+            from rlvr.cli import app
+
+            app()
         code = 0
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):

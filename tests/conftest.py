@@ -43,8 +43,8 @@ XDIST_GROUPS = {
 
 
 # The longest groups first: pytest-xdist hands out work in collection order, and a group runs
-# on one worker from start to end, so the Ray group (about 300 s, half the suite's wall time on
-# 2 workers) must start at once, while the other worker works through the rest; started last
+# on one worker from start to end, so the Ray group (about 300 s, more than half the suite's
+# wall time) must start at once, while the other workers work through the rest; started last
 # (test_ray.py sorts late), it ran alone at the end.
 FIRST = ("test_ray.py", "test_ray_nodes.py", "test_vllm_engine.py", "test_vllm_training.py")
 

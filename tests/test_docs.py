@@ -9,9 +9,10 @@ temporary directory, exactly as a reader would paste it:
 * bash blocks with ``bash -e -o pipefail`` and the environment's ``bin/`` first on PATH (so
   ``rlvr`` and ``python`` are the project's);
 
-and must exit 0. Their ``rlvr`` commands start through a fork server that has imported what a
-command imports (tests/cli_forkserver.py: the same command, without 4.5 s of imports each;
-``test_the_launcher_runs_rlvr_as_the_installed_script_does`` holds it to that). The examples
+and must exit 0. Their ``rlvr`` commands and the python blocks start through a fork server that
+has imported what a command imports (tests/cli_forkserver.py: the same command, without 4.5 s
+of imports each; ``test_the_launcher_runs_rlvr_as_the_installed_script_does`` and
+``test_the_python_launcher_runs_a_script_as_python_does`` hold it to that). The examples
 themselves use the tiny in-process model and a few steps (and say
 what to use for a real run), so nothing is rewritten here. ``RLVR_CACHE`` is the test session's
 (tests/conftest.py), so the tiny models are built once; hub access is off and torch uses one
@@ -39,6 +40,9 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- runnable -->"
 LANGUAGES = ("bash", "python")
 BLOCK_TIMEOUT_S = 300
+PYTHON_LAUNCHER = "RLVR_TEST_PYTHON_LAUNCHER"
+"""The key of :func:`rlvr_launcher`'s ``python`` launcher (also set in the blocks' environment,
+where nothing reads it)."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,10 @@ def block_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def rlvr_launcher(tmp_path_factory):
-    """The examples' ``rlvr`` through a fork server (tests/cli_forkserver.py) of this test
-    worker: a directory holding the launcher (first on the examples' PATH) and the server's
-    socket, in the environment variables to add."""
+    """The examples' ``rlvr`` and ``python`` through a fork server (tests/cli_forkserver.py) of
+    this test worker: the environment variables to add (a directory holding the ``rlvr``
+    launcher first on the examples' PATH, the server's socket) and, under ``PYTHON_LAUNCHER``,
+    the launcher that runs a python block."""
     from cli_forkserver import LAUNCHER
 
     where = Path(tempfile.mkdtemp(prefix="rlvr-fork-"))  # short: a socket path has <= 107 bytes
@@ -121,11 +126,16 @@ def rlvr_launcher(tmp_path_factory):
     script = Path(sys.executable).parent / "rlvr"
     launcher = where / "bin" / "rlvr"
     launcher.parent.mkdir()
-    launcher.write_text(LAUNCHER.format(python=sys.executable, script=str(script)))
-    launcher.chmod(0o755)
+    launcher.write_text(
+        LAUNCHER.format(python=sys.executable, argv0=[str(script)], python_script=False)
+    )
+    python = where / "python"  # not on PATH: a block's own `python` is the real interpreter
+    python.write_text(LAUNCHER.format(python=sys.executable, argv0=[], python_script=True))
+    for path in (launcher, python):
+        path.chmod(0o755)
     env = block_env()
     yield {"PATH": f"{launcher.parent}{os.pathsep}{env['PATH']}",
-           "RLVR_TEST_FORKSERVER": str(socket_path)}  # fmt: skip
+           "RLVR_TEST_FORKSERVER": str(socket_path), PYTHON_LAUNCHER: str(python)}  # fmt: skip
     server.kill()
     server.wait()
     shutil.rmtree(where, ignore_errors=True)
@@ -140,7 +150,7 @@ def run_block(
     env = {**block_env(), **(launcher or {})}
     if block.language == "python":
         script = workdir / "example.py"
-        command = [sys.executable, str(script)]
+        command = [(launcher or {}).get(PYTHON_LAUNCHER, sys.executable), str(script)]
     else:
         script = workdir / "example.sh"
         command = ["bash", "-e", "-o", "pipefail", str(script)]
@@ -309,6 +319,34 @@ def test_the_launcher_runs_rlvr_as_the_installed_script_does(tmp_path, rlvr_laun
     while commands():
         assert time.monotonic() < deadline, f"the command outlived its launcher: {commands()}"
         time.sleep(0.2)
+
+
+def test_the_python_launcher_runs_a_script_as_python_does(tmp_path, rlvr_launcher):
+    """A python block through the fork server sees what ``python example.py`` shows it
+    (``__name__``, ``argv``, ``sys.path[0]``, the working directory, the environment, pickling
+    from ``__main__``), and exits with the same status and error."""
+    (tmp_path / "helper_mod.py").write_text("VALUE = 7\n")
+    script = tmp_path / "example.py"
+    script.write_text(
+        "import os, pickle, sys\n"
+        "import helper_mod\n"
+        "def f(): pass\n"
+        "print(__name__, sys.argv, sys.path[0], os.getcwd(), helper_mod.VALUE)\n"
+        "print(os.environ['HF_HUB_OFFLINE'], pickle.loads(pickle.dumps(f)) is f)\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "if sys.argv[1:] == ['fail']:\n"
+        "    raise ValueError('boom')\n"
+        "sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)\n"
+    )
+    python = rlvr_launcher[PYTHON_LAUNCHER]
+    for args in ([], ["3"], ["fail"]):
+        real = _launch([sys.executable, str(script), *args], tmp_path)
+        real_out, real_err = real.communicate()
+        forked = _launch([python, str(script), *args], tmp_path, rlvr_launcher)
+        out, err = forked.communicate()
+        assert (forked.returncode, out) == (real.returncode, real_out), args
+        assert err.splitlines()[-1] == real_err.splitlines()[-1], (err, real_err)
+    assert real.returncode == 1 and "ValueError: boom" in real_err
 
 
 @pytest.mark.parametrize(

@@ -69,14 +69,15 @@ def local_config(run_dir: Path, steps: int = 3, **sections) -> dict:
 
 
 def ray_config(run_dir: Path, workers: int = 1, steps: int = 3, **sections) -> dict:
-    # every wait of these tiny runs takes seconds: a rare hang in re-forming the weight group
-    # after a worker is replaced (seen once in ~10 runs, then survived by the timeout) costs a
-    # minute here instead of the default ten
+    # every wait of these tiny runs takes seconds, except the actors' start on a machine the
+    # other test workers keep busy (up to a minute with 3 pytest-xdist workers on 2 cores): a
+    # rare hang in re-forming the weight group after a worker is replaced (seen once in ~10
+    # runs, then survived by the timeout) costs two minutes here instead of the default ten
     distributed = {
         "backend": "ray",
         "rollout_workers": workers,
         "cpus_per_worker": 0.25,
-        "timeout_s": 60,
+        "timeout_s": 120,
     }
     distributed.update(sections.pop("distributed", {}))
     return local_config(run_dir, steps=steps, distributed=distributed, **sections)
@@ -155,14 +156,14 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
 
 
 def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster, tmp_path_factory):
-    """LoRA (beta > 0: the reference is the adapter switched off) with two rollout workers fed
-    by the broadcast group: the same steps as one process; each publication carries the
+    """LoRA (beta > 0: the reference is the adapter switched off) on a rollout worker fed by
+    the broadcast group: the same steps as one process; each publication carries the
     adapter's tensors only (rank 4 on 7 layers x 2 blocks of the tiny model, fp32)."""
     lora = {"name": "tiny-random-llama", "lora": {"rank": 4, "alpha": 8}}
     settings = {"model": lora, "algorithm": {"beta": 0.04}, "train": {"lr": 1e-2}}
     local = run_once("lora-local", local_config(Path("unused"), **settings), tmp_path_factory)
     run_dir = tmp_path_factory.mktemp("lora-ray") / "run"
-    train(build_config(ray_config(run_dir, 2, **settings)))
+    train(build_config(ray_config(run_dir, 1, **settings)))
     rows = step_rows(run_dir)
     assert comparable(rows) == local
     assert local[3]["policy/kl_ref"] > 0 and local[3]["rollout/publish_check_diff"] < 1e-5
@@ -181,9 +182,10 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
     ids=["semi_online_dpo", "distillation"],
 )
 def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorithm):
-    """Semi-online DPO (the workers keep the snapshot between syncs) and on-policy
-    distillation (the learner actor's teacher scores the samples of both workers) on two
-    rollout workers: the same steps as one process."""
+    """Semi-online DPO (the worker keeps the snapshot between syncs) and on-policy
+    distillation (the learner actor's teacher scores the samples the worker sent) on a rollout
+    worker: the same steps as one process (several workers split the groups the same way for
+    every objective: the AAPO and judge tests)."""
     settings = {
         "algorithm": {"beta": None, **algorithm},
         "model": {"name": "tiny-random-llama", "teacher": "tiny-random-llama"},
@@ -195,7 +197,7 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     local_cfg["algorithm"].pop("beta")
     local = run_once(f"{name}-local", local_cfg, tmp_path_factory)
     run_dir = tmp_path_factory.mktemp(f"{name}-ray") / "run"
-    cfg = ray_config(run_dir, 2, steps=4, **settings)
+    cfg = ray_config(run_dir, 1, steps=4, **settings)
     cfg["algorithm"].pop("beta")
     train(build_config(cfg))
     assert comparable(step_rows(run_dir)) == local
@@ -244,14 +246,14 @@ def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_fac
 def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_process(
     cluster, tmp_path_factory, monkeypatch
 ):
-    """An asynchronous Ray run (the learners train while the two workers sample ahead): the
+    """An asynchronous Ray run (the learner trains while the worker samples ahead): the
     learner is killed in step 2, so the checkpoint of step 1 holds the batch sampled ahead; the
     run ends naming the resume command, and the resumed run logs one process's steps."""
     from rlvr.errors import WorkerFailed
     from rlvr.trainer.backends import ray as ray_backend
 
     run_dir = tmp_path_factory.mktemp("resumed") / "run"
-    cfg = ray_config(run_dir, 2, rollout={"max_staleness": 1})
+    cfg = ray_config(run_dir, 1, rollout={"max_staleness": 1})
     original = ray_backend.RayLearners.start_update
 
     def kill_in_step_two(self, data):
@@ -332,23 +334,22 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
     want = [p.grad for _, p in sorted(parts.learners.policy.named_parameters())]
 
     learners = RayLearners(cfg, parts.learners.algo)
+    rollouts = RayRollouts(cfg, None, learners)  # started while the learners start
     try:
+        learners.started()
         learners.update(data)
         for rank in learners.ranks:
             got = ray.get(rank.gradients.remote())
             diff = max((g - w).abs().max().item() for g, w in zip(got, want, strict=True))
             assert diff <= 1e-6, diff
-        rollouts = RayRollouts(cfg, None, learners)
-        try:
-            rollouts.publish(learners, 1)
-            sent = ray.get(ray.get(learners.ranks[0].state.remote(False)))
-            for worker in rollouts.workers:
-                held = ray.get(worker.parameters.remote())
-                assert all(torch.equal(a, b) for a, b in zip(held, sent, strict=True))
-            assert [ray.get(w.ready.remote())["version"] for w in rollouts.workers] == [1, 1]
-        finally:
-            rollouts.close()
+        rollouts.publish(learners, 1)
+        sent = ray.get(ray.get(learners.ranks[0].state.remote(False)))
+        for worker in rollouts.workers:
+            held = ray.get(worker.parameters.remote())
+            assert all(torch.equal(a, b) for a, b in zip(held, sent, strict=True))
+        assert [ray.get(w.ready.remote())["version"] for w in rollouts.workers] == [1, 1]
     finally:
+        rollouts.close()
         learners.close()
 
 
@@ -385,7 +386,7 @@ def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
 
 
 def test_a_worker_playing_episodes_is_given_their_time_limits_before_it_counts_as_dead():
-    """distributed.timeout_s (60 s here) plus one env.step_timeout_s per episode under
+    """distributed.timeout_s (120 s here) plus one env.step_timeout_s per episode under
     end_episode: 16 episodes that each hang 10 s once must not pass for a dead worker."""
     from types import SimpleNamespace
 
@@ -397,15 +398,15 @@ def test_a_worker_playing_episodes_is_given_their_time_limits_before_it_counts_a
             Path("unused"), env=env, task={"name": "guess_number"}, reward={"function": None}
         )
     )
-    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 60 + 16 * 10
-    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 0) == 60  # a probe, a weight load
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 120 + 16 * 10
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 0) == 120  # a probe, a weight load
     env["on_error"] = "raise"  # the first fault stops the run at once
     cfg = build_config(
         ray_config(
             Path("unused"), env=env, task={"name": "guess_number"}, reward={"function": None}
         )
     )
-    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 60
+    assert RayRollouts._wait_s(SimpleNamespace(cfg=cfg), 16) == 120
 
 
 def _ecosystem_sections(ecosystem: str, stack) -> dict:

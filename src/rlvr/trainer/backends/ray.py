@@ -203,9 +203,14 @@ class RayLearners(LearnerRanks):
             ).remote(data, rank, world)
             for rank in range(world)
         ]
-        address = self._get([self.ranks[0].address.remote()], "start")[0]
+        self._address = self.ranks[0].address.remote()  # answered once rank 0 has started
+
+    def started(self) -> None:
+        """Wait for the actors created by ``__init__`` (they load the model meanwhile, beside
+        the rollout workers), then form their process group."""
+        address = self._get([self._address], "start")[0]
         infos = self._get(
-            [r.setup.remote(address, cfg.distributed.timeout_s) for r in self.ranks], "start"
+            [r.setup.remote(address, self.cfg.distributed.timeout_s) for r in self.ranks], "start"
         )
         self.where = infos
         self.lr = infos[0]["lr"]
@@ -489,10 +494,11 @@ def build(
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     sampler = build_sampler(cfg, front.task, front.algo)
     start = time.perf_counter()
-    learners = RayLearners(cfg, front.algo)
+    learners = RayLearners(cfg, front.algo)  # its actors start while the workers do
     cleanup.callback(learners.close)
     rollouts = RayRollouts(cfg, user_reward, learners, front.judge.name)
     cleanup.callback(rollouts.close)
+    learners.started()
     print(
         f"ray: {len(rollouts.workers)} rollout worker(s), {len(learners.ranks)} learner(s) on "
         f"{len({w['node'] for w in [*rollouts.where, *learners.where]})} node(s), "
