@@ -158,14 +158,18 @@ def test_fill_holes_moves_the_last_live_rows_into_finished_places():
         ("tiny-random-qwen2", torch.float32, 1e-5),
         ("tiny-random-qwen3", torch.float32, 1e-5),
         ("tiny-random-mistral", torch.float32, 1e-5),
+        ("tiny-random-gemma2", torch.float32, 1e-5),
+        ("tiny-random-gemma3", torch.float32, 1e-5),
         ("tiny-random-llama", torch.bfloat16, 0.05),
         ("tiny-random-qwen3", torch.bfloat16, 0.05),
+        ("tiny-random-gemma2", torch.bfloat16, 0.05),
     ],
 )
 def test_lean_decoder_matches_the_transformers_forward(name, dtype, atol):
     """Same logits as the transformers forward with its DynamicCache, through prompts of unequal
     lengths (left padding), groups of unequal sizes, compaction in a new row order and growth
-    of the generated-token cache past one block."""
+    of the generated-token cache past one block; for Gemma, sequences longer than the sliding
+    window (4 tokens) and soft-capped scores and logits."""
     model = load_model(name, dtype)
     model.set_attn_implementation(attention.NAME)
     assert LlamaDecoder.supports(model) and isinstance(make_decoder(model), LlamaDecoder)
@@ -186,6 +190,64 @@ def test_lean_decoder_matches_the_transformers_forward(name, dtype, atol):
                 tokens = tokens[order]
             got, want = lean.step(tokens), reference.step(tokens)
         torch.testing.assert_close(got.float(), want.float(), atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name", ["tiny-random-gemma2", "tiny-random-gemma3", "tiny-random-mistral"]
+)
+def test_windows_and_caps_change_what_the_lean_decoder_computes(name, monkeypatch):
+    """The sliding windows and soft caps change these tiny models' logits (so the test above
+    checks them): without the window, or without the caps, the lean decoder's logits move away
+    from the transformers forward's."""
+    from rlvr.rollout import decoder
+
+    model = load_model(name, torch.float32)
+    if name == "tiny-random-mistral":  # full attention in the alias: a window of 4 here
+        model.config.sliding_window = 4
+    model.set_attn_implementation(attention.NAME)
+    ids, mask = left_pad([[5, 6, 7, 8, 9, 10, 11, 12], [13, 14]], pad_id=0)
+    row_prompt, tokens = torch.tensor([0, 1]), torch.tensor([20, 21])
+
+    def logits(dec) -> torch.Tensor:
+        with torch.inference_mode():
+            dec.prefill(ids, mask, row_prompt)
+            return dec.step(tokens)
+
+    want = logits(HFDecoder(model))
+    torch.testing.assert_close(logits(LlamaDecoder(model)), want, atol=1e-5, rtol=0)
+    if name == "tiny-random-gemma2":
+        uncapped = LlamaDecoder(model)
+        uncapped.softcap = uncapped.final_softcap = None
+        assert (logits(uncapped) - want).abs().max() > 1e-3
+    monkeypatch.setattr(decoder, "_window", lambda model, attention: None)
+    assert (logits(LlamaDecoder(model)) - want).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["tiny-random-gemma2", "tiny-random-gemma3"])
+def test_gemma_samples_carry_the_training_forwards_logprobs(name):
+    """The engine's sampled log-probs of a Gemma model equal the training forward's (which
+    caps Gemma 2's attention scores: transformers' eager attention, SDPA would drop the cap)."""
+    from rlvr.models import load_tokenizer
+
+    model, tok = load_model(name, torch.float32), load_tokenizer(name)
+    assert model.config._attn_implementation == (
+        "eager" if name == "tiny-random-gemma2" else "sdpa"
+    )
+    prompts = _prompts(tok)
+    engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)
+    assert isinstance(engine.decoder, LlamaDecoder)
+    params = SamplingParams(temperature=0.8, max_new_tokens=10)
+    rollout = engine.generate(prompts, 2, params, _keys(0, len(prompts), 2))
+    batch = make_batch(
+        [prompts[i // 2] for i in range(len(rollout.completion_ids))],
+        rollout.completion_ids,
+        tok.pad_token_id,
+    )
+    fresh = load_model(name, torch.float32)  # the training forward's own attention
+    with torch.no_grad():
+        logp, _ = completion_logprobs(fresh, batch, temperature=0.8)
+    for i, lps in enumerate(rollout.logprobs):
+        assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
 
 
 def test_greedy_matches_transformers_generate(tiny, decoder):

@@ -108,11 +108,30 @@ ALIASES: dict[str, Alias] = {
         description="2-layer Mistral without a sliding window, hidden 64, random weights, "
         "byte-level tokenizer (tests)",
     ),
+    "tiny-random-gemma2": Alias(
+        kind="tiny-random",
+        architecture="gemma2",
+        description="2-layer Gemma 2 (a sliding-window layer of 4 tokens, then a global one; "
+        "attention and logits soft-capped at 2 and 3), hidden 64, random weights, byte-level "
+        "tokenizer (tests)",
+    ),
+    "tiny-random-gemma3": Alias(
+        kind="tiny-random",
+        architecture="gemma3_text",
+        description="2-layer Gemma 3 text model (a sliding-window layer of 4 tokens with the "
+        "local rotary base, then a global one; per-head q/k norms), hidden 64, random weights, "
+        "byte-level tokenizer (tests)",
+    ),
 }
 
+_TINY_GEMMA = {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4}
 TINY_CONFIG: dict[str, dict[str, object]] = {
     "qwen3": {"head_dim": 16},  # its config's default is 128, whatever the hidden size
     "mistral": {"sliding_window": None},  # full attention, as Mistral v0.2 on
+    # windows and caps small enough to change what the tests' short sequences compute (the
+    # published models: windows of 512-4096 tokens, caps of 50 and 30)
+    "gemma2": {**_TINY_GEMMA, "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0},
+    "gemma3_text": {**_TINY_GEMMA, "layer_types": ["sliding_attention", "full_attention"]},
 }
 """A tiny architecture's config fields beside the shared ones (:func:`_build_tiny`)."""
 
@@ -300,7 +319,7 @@ def random_model(
     """The shape ``name`` with weights drawn (seeded) by transformers' initialisation, built
     directly in ``dtype`` on ``device`` (no fp32 copy on the host), in eval mode with SDPA."""
     config = shape_config(name)
-    config._attn_implementation = "sdpa"
+    config._attn_implementation = attention_implementation(config)
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -465,6 +484,12 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return tok
 
 
+def attention_implementation(config: PretrainedConfig) -> str:
+    """The training forward's attention: PyTorch's SDPA, or transformers' eager attention for a
+    model whose attention scores are soft-capped (Gemma 2: SDPA would drop the cap)."""
+    return "eager" if getattr(config, "attn_logit_softcapping", None) is not None else "sdpa"
+
+
 def _build_tiny_random(name: str, architecture: str, heads: int) -> Path:
     return _build_once(
         cache_dir() / "models" / name, functools.partial(_build_tiny, architecture, heads)
@@ -612,7 +637,11 @@ def load_model(
         extra["quantization_config"] = quantization_config(quantize, dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, config=config, dtype=dtype, attn_implementation="sdpa", **extra
+            source,
+            config=config,
+            dtype=dtype,
+            attn_implementation=attention_implementation(config),
+            **extra,
         )
     except ValueError as err:
         if "Unrecognized configuration class" in str(err) or "does not support" in str(err):

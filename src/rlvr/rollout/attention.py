@@ -32,11 +32,15 @@ def decode_attention(
     scaling: float | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """softmax(q k^T * scaling + mask) v for query [B, H, Lq, D], key/value [B, KV, L, D].
+    """softmax(q k^T * scaling + mask) v for query [B, H, Lq, D], key/value [B, KV, L, D]; the
+    scores soft-capped where the model caps them (Gemma 2's ``softcap``, which SDPA cannot do).
 
     Returns the output as [B, Lq, H, D] (transformers' layout after attention).
     """
     b, h, lq, d = query.shape
+    softcap = kwargs.get("softcap")
+    if softcap is not None and dropout == 0:
+        return capped_attention(query, key, value, attention_mask, scaling, softcap), None
     if lq != 1 or dropout > 0:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -56,6 +60,32 @@ def decode_attention(
     return out.reshape(b, 1, h, d), None
 
 
+def capped_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    softcap: float,
+) -> torch.Tensor:
+    """Attention with soft-capped scores, ``cap * tanh(q k^T * scaling / cap)`` (Gemma 2, Gemma
+    Team 2024), as transformers' eager Gemma 2 attention computes it: query [B, H, Lq, D],
+    key/value [B, KV, L, D], a boolean or additive mask [B, 1, Lq, L]. Returns [B, Lq, H, D]."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        mask = attention_mask[..., : key.shape[-2]]
+        if mask.dtype == torch.bool:  # a finite floor: a padding query masked from every key
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # gives no NaN
+        else:
+            scores = scores + mask
+    probs = scores.softmax(-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(probs, value).transpose(1, 2).contiguous()
+
+
 AttentionInterface.register(NAME, decode_attention)
 ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
 
@@ -70,6 +100,7 @@ def shared_prefix_attention(
     grid_index: torch.Tensor,
     group: int,
     scaling: float,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Decode attention of B rows whose keys are their prompt's (shared) then their own.
 
@@ -90,6 +121,7 @@ def shared_prefix_attention(
             ``b``'s head group ``kv`` at ``b * KV + kv``.
         group: n, the grid's slots per prompt.
         scaling: softmax scale.
+        softcap: Gemma 2's cap of the scaled scores, ``cap * tanh(scores / cap)`` (None: none).
     Returns:
         [B, KV, G, D] attention outputs.
     """
@@ -103,7 +135,11 @@ def shared_prefix_attention(
     prefix_scores = prefix_scores.view(-1, g * prompt_len).index_select(0, grid_index)
     own_scores = torch.matmul(query, key.transpose(-1, -2))  # [B, KV, G, S]
     scores = torch.cat((prefix_scores.view(b, kv, g, prompt_len), own_scores), dim=-1)
-    probs = torch.add(bias, scores, alpha=scaling).softmax(-1).to(value.dtype)  # fp32 softmax
+    if softcap is None:
+        probs = torch.add(bias, scores, alpha=scaling).softmax(-1).to(value.dtype)  # fp32 softmax
+    else:
+        capped = torch.tanh(scores.float() * (scaling / softcap)) * softcap
+        probs = (bias + capped).softmax(-1).to(value.dtype)
     grid_probs = probs.new_zeros((prompts * kv * group, g * prompt_len))
     grid_probs.index_copy_(0, grid_index, probs[..., :prompt_len].reshape(b * kv, g * prompt_len))
     prefix_out = torch.matmul(grid_probs.view(prompts, kv, group * g, prompt_len), prefix_value)

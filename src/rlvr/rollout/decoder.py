@@ -4,7 +4,9 @@ A decoder prefills the prompts of a chunk once, then appends one token per live 
 and drops finished samples (compaction). Two implementations share this interface:
 
 * :class:`LlamaDecoder`, for Llama-family models (Llama, Qwen2, Qwen3's per-head q/k norms,
-  Mistral without a sliding window): a lean loop over the model's own
+  Mistral, Gemma 2 and 3: sliding-window layers, soft-capped attention and logits, Gemma's
+  (1 + w) norms around attention and MLP, Gemma 3's rotary embedding per layer type): a lean
+  loop over the model's own
   weights and modules (embedding, rotary embedding, norm weights, projections, LM head) without
   the transformers forward's per-layer overhead; projections on prepacked weights
   (:class:`~rlvr.rollout.linear.PackedLinear`); a KV cache that keeps each prompt's keys/values
@@ -26,6 +28,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
+from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
+from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
 from transformers.models.mistral.modeling_mistral import MistralForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
@@ -113,12 +117,22 @@ def _bias(module: torch.nn.Module) -> torch.Tensor | None:
 Projection = tuple[torch.Tensor, torch.Tensor | None]  # (weight packed for PackedLinear, bias)
 
 
+def _window(model: PreTrainedModel, attention: torch.nn.Module) -> int | None:
+    """The sliding window of an attention layer (a query attends to the keys fewer than this
+    many positions back), None for full attention."""
+    if hasattr(attention, "sliding_window"):  # Qwen2/3, Gemma 2/3: per layer type
+        return attention.sliding_window
+    if isinstance(model, MistralForCausalLM):  # every layer, from the config
+        return model.config.sliding_window
+    return None
+
+
 @dataclass
 class _Layer:
     """What a decode step reads of one decoder layer."""
 
     input_norm: torch.Tensor
-    post_norm: torch.Tensor
+    mlp_norm: torch.Tensor  # before the MLP (Gemma: pre_feedforward_layernorm)
     q: Projection
     k: Projection
     v: Projection
@@ -126,8 +140,12 @@ class _Layer:
     gate: Projection
     up: Projection
     down: Projection
-    q_norm: torch.Tensor | None = None  # Qwen3: RMSNorm of each head's query and key [D]
+    q_norm: torch.Tensor | None = None  # Qwen3, Gemma 3: RMSNorm of each head's query and key
     k_norm: torch.Tensor | None = None
+    attn_out_norm: torch.Tensor | None = None  # Gemma: the attention output's norm
+    mlp_out_norm: torch.Tensor | None = None  # Gemma: the MLP output's norm
+    window: int | None = None  # sliding-window attention (None: full)
+    rope: str | None = None  # Gemma 3: its layer type, which selects the rotary embedding
 
 
 @dataclass(frozen=True)
@@ -143,6 +161,7 @@ class _Prefill:
     prefix_v: list[torch.Tensor]
     logits: torch.Tensor
     prompt_bias: torch.Tensor
+    positions: torch.Tensor
     dtype: torch.dtype
 
 
@@ -156,7 +175,8 @@ class LlamaDecoder:
     * generated keys/values: ``self.kv`` [2, layers, B, KV, S, D], ``S`` slots grown by ``block``;
       slot ``t`` holds the key/value of the ``t``-th generated token of every row;
     * ``self.bias`` [B, 1, 1, Lp + S] float32 additive mask: 0 where a row attends, -inf at its
-      prompt's left padding and at slots not written yet;
+      prompt's left padding and at slots not written yet; ``self.positions`` [B, Lp + S] the
+      position of each column's token (a sliding-window layer masks the keys too far back);
     * ``self.grid_index`` [B * KV]: where each row's queries go in the grid of shared-prefix
       attention (its prompt, and its index among the prompt's rows).
     """
@@ -169,26 +189,38 @@ class LlamaDecoder:
         self.kv_heads = model.config.num_key_value_heads
         self.head_dim = attn.head_dim
         self.scaling = attn.scaling
-        self.eps = model.model.norm.variance_epsilon
+        norm = model.model.norm
+        self.eps = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
+        self.gemma = isinstance(model, LlamaDecoder.GEMMA)  # (1 + w) norms, in fp32
+        self.softcap = getattr(model.config, "attn_logit_softcapping", None)
+        self.final_softcap = getattr(model.config, "final_logit_softcapping", None)
         self.act = model.model.layers[0].mlp.act_fn
         head = model.lm_head.weight
         self.linear = PackedLinear(head.dtype, head.device)
         self.merged = MergedWeights()  # a LoRA model's projections: W + (alpha / r) B A
         self._prefilled: _Prefill | None = None  # the last prefill, reused for the same prompts
 
-    ARCHITECTURES = (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM)
+    GEMMA = (Gemma2ForCausalLM, Gemma3ForCausalLM)
+    ARCHITECTURES = (
+        LlamaForCausalLM,
+        Qwen2ForCausalLM,
+        Qwen3ForCausalLM,
+        MistralForCausalLM,
+        *GEMMA,
+    )
 
     @staticmethod
     def supports(model: PreTrainedModel) -> bool:
-        """Llama, Qwen2, Qwen3 and Mistral causal LMs with full attention in every layer (no
-        sliding window), weights not quantised (a QLoRA base runs through its own quantised
-        layers: the lean decoder would need a dequantised copy, the memory QLoRA saves)."""
+        """Llama, Qwen2, Qwen3, Mistral, Gemma 2 and Gemma 3 (text) causal LMs with causal
+        attention (full or sliding-window), weights not quantised (a QLoRA base runs through its
+        own quantised layers: the lean decoder would need a dequantised copy, the memory QLoRA
+        saves)."""
         if not isinstance(model, LlamaDecoder.ARCHITECTURES) or is_quantized(model):
             return False
-        if isinstance(model, MistralForCausalLM) and model.config.sliding_window is not None:
+        if getattr(model.config, "use_bidirectional_attention", False):
             return False
         layer_types = getattr(model.config, "layer_types", None) or ["full_attention"]
-        return all(t == "full_attention" for t in layer_types)
+        return all(t in ("full_attention", "sliding_attention") for t in layer_types)
 
     def _read_weights(self) -> None:
         """Take the model's current weights (at each prefill, so that in-place updates and
@@ -210,15 +242,27 @@ class LlamaDecoder:
                     w.untyped_storage().resize_(0)  # same tensor and version: not repacked
         projections = [(w, _bias(m)) for w, m in zip(packed, flat, strict=True)]
         self.lm_head = projections.pop()
-        self.layers = [
-            _Layer(
-                b.input_layernorm.weight,
-                b.post_attention_layernorm.weight,
-                *projections[7 * i : 7 * i + 7],
-                *_head_norms(b.self_attn),
+        per_type = hasattr(self.model.model.rotary_emb, "layer_types")  # Gemma 3
+        self.layers = []
+        for i, b in enumerate(blocks):
+            attn = b.self_attn
+            norms = (  # before the MLP; after attention and MLP
+                (b.pre_feedforward_layernorm.weight, b.post_attention_layernorm.weight)
+                + (b.post_feedforward_layernorm.weight,)
+                if self.gemma
+                else (b.post_attention_layernorm.weight, None, None)
             )
-            for i, b in enumerate(blocks)
-        ]
+            self.layers.append(
+                _Layer(
+                    b.input_layernorm.weight,
+                    norms[0],
+                    *projections[7 * i : 7 * i + 7],
+                    *_head_norms(attn),
+                    *norms[1:],
+                    window=_window(self.model, attn),
+                    rope=attn.layer_type if per_type else None,
+                )
+            )
 
     def _versions(self) -> tuple[tuple[int, int], ...]:
         """Which weights the model holds: each parameter's identity and in-place version (an
@@ -238,51 +282,97 @@ class LlamaDecoder:
             and torch.equal(kept.mask, mask)
         ):  # the same prompts under the same weights: e.g. the greedy, then the sampled eval
             self.prefix_k, self.prefix_v = list(kept.prefix_k), list(kept.prefix_v)
-            self._start_rows(kept.prompt_bias, row_prompt, mask.sum(-1)[row_prompt], kept.dtype)
+            self._start_rows(
+                kept.prompt_bias, kept.positions, row_prompt, mask.sum(-1)[row_prompt], kept.dtype
+            )
             return kept.logits[row_prompt]
         self._read_weights()
         n_prompts, prompt_len = ids.shape
         heads, d, device = self.heads, self.head_dim, ids.device
         inner = self.model.model
         hidden = inner.embed_tokens(ids).view(n_prompts * prompt_len, -1)  # [P * Lp, hidden]
-        cos, sin = self._rotary(hidden, (mask.cumsum(-1) - 1).clamp(min=0).view(-1))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [P, Lp]
+        rotary = self._rotaries(hidden, positions.view(-1))
         # causal over the prompt's own tokens; a padding query attends to itself (no empty row)
         causal = torch.ones((prompt_len, prompt_len), dtype=torch.bool, device=device).tril()
         diagonal = torch.eye(prompt_len, dtype=torch.bool, device=device)
-        attend = ((causal & mask.bool()[:, None, :]) | diagonal)[:, None]  # [P, 1, Lp, Lp]
+        attend = (causal & mask.bool()[:, None, :])[:, None]  # [P, 1, Lp, Lp]
+        masks = self._windowed(attend, positions[:, :, None], positions, diagonal)
         self.prefix_k, self.prefix_v = [], []
         for w in self.layers:
             q, k, v = (
                 t.view(n_prompts, prompt_len, -1, d).transpose(1, 2)  # [P, heads, Lp, D]
-                for t in self._qkv(self._norm(hidden, w.input_norm), w, cos, sin)
+                for t in self._qkv(self._norm(hidden, w.input_norm), w, *rotary[w.rope])
             )
             self.prefix_k.append(k.contiguous())
             self.prefix_v.append(v.contiguous())
-            attn = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attend, scale=self.scaling, enable_gqa=True
-            )
+            attn = self._attention(q, k, v, masks[w.window])
             out = attn.transpose(1, 2).reshape(n_prompts * prompt_len, heads * d)
-            hidden = self._mlp(hidden + self.linear(out, *w.o), w)
-        last = hidden.view(n_prompts, prompt_len, -1)[:, -1]
-        logits = self.linear(self._norm(last, inner.norm.weight), *self.lm_head)
+            hidden = self._residual(hidden, out, w)
+        logits = self._logits(hidden.view(n_prompts, prompt_len, -1)[:, -1])
         prompt_bias = torch.zeros((n_prompts, prompt_len), device=device)
         prompt_bias.masked_fill_(mask == 0, float("-inf"))
-        self._start_rows(prompt_bias, row_prompt, mask.sum(-1)[row_prompt], hidden.dtype)
+        self._start_rows(prompt_bias, positions, row_prompt, mask.sum(-1)[row_prompt], hidden.dtype)
         self._prefilled = _Prefill(
-            ids, mask, versions, self.prefix_k, self.prefix_v, logits, prompt_bias, hidden.dtype
+            ids,
+            mask,
+            versions,
+            self.prefix_k,
+            self.prefix_v,
+            logits,
+            prompt_bias,
+            positions,
+            hidden.dtype,
         )
         return logits[row_prompt]
+
+    def _windowed(
+        self,
+        attend: torch.Tensor,
+        query_pos: torch.Tensor,
+        key_pos: torch.Tensor,
+        always: torch.Tensor | None = None,
+    ) -> dict[int | None, torch.Tensor]:
+        """The boolean attention mask of each of the layers' windows: ``attend`` [N, 1, Lq, Lk]
+        (None: as given) and, for a window ``w``, only the keys fewer than ``w`` positions
+        before the query (``query_pos`` [N, Lq, 1] and ``key_pos`` [N, Lk] the tokens'
+        positions); ``always`` [Lq, Lk] is added to every mask (a padding query's own key)."""
+        masks: dict[int | None, torch.Tensor] = {}
+        for window in {w.window for w in self.layers}:
+            near = attend
+            if window is not None:
+                near = attend & ((query_pos - key_pos[:, None, :]) < window)[:, None]
+            masks[window] = near if always is None else near | always
+        return masks
+
+    def _attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attend: torch.Tensor
+    ) -> torch.Tensor:
+        """softmax(q k^T * scaling, soft-capped (Gemma 2), masked) v for queries q [N, H, Lq, D],
+        keys and values [N, KV, Lk, D] and the boolean mask ``attend`` [N, 1, Lq, Lk]."""
+        if self.softcap is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attend, scale=self.scaling, enable_gqa=True
+            )
+        groups = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(q, k.transpose(-1, -2)).float() * self.scaling
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        probs = scores.masked_fill(~attend, float("-inf")).softmax(-1).to(v.dtype)
+        return torch.matmul(probs, v)
 
     def _start_rows(
         self,
         prompt_bias: torch.Tensor,
+        prompt_pos: torch.Tensor,
         row_prompt: torch.Tensor,
         next_pos: torch.Tensor,
         dtype: torch.dtype,
     ) -> None:
         """Start decoding rows over the prefixes in :attr:`prefix_k` / :attr:`prefix_v`:
-        ``prompt_bias`` [P, Lp] (0 where a prefix column is real, -inf elsewhere), the prefix of
-        each row ``row_prompt`` [B], the position of its next token ``next_pos`` [B]."""
+        ``prompt_bias`` [P, Lp] (0 where a prefix column is real, -inf elsewhere) and
+        ``prompt_pos`` [P, Lp] (the position of each column's token), the prefix of each row
+        ``row_prompt`` [B], the position of its next token ``next_pos`` [B]."""
         device = row_prompt.device
         n_prompts, prompt_len = prompt_bias.shape
         # rows: each prompt's samples, placed in the grid of shared-prefix attention
@@ -299,6 +389,8 @@ class LlamaDecoder:
         self.kv = torch.zeros(shape, dtype=dtype, device=device)
         slots_bias = torch.full((rows, self.block), float("-inf"), device=device)
         self.bias = torch.cat([prompt_bias[row_prompt], slots_bias], dim=1)[:, None, None, :]
+        slots_pos = prompt_pos.new_zeros((rows, self.block))
+        self.positions = torch.cat([prompt_pos[row_prompt], slots_pos], dim=1)
         self.prompt_len = prompt_len
         self.length = 0  # generated tokens in the cache
 
@@ -354,24 +446,26 @@ class LlamaDecoder:
         for r, t in enumerate(new_tokens):
             ids[r, : len(t)] = torch.tensor(t, dtype=torch.long)
         hidden = inner.embed_tokens(ids).view(rows * lo, -1)
-        cos, sin = self._rotary(hidden, (h[:, None] + j).view(-1))
+        query_pos = h[:, None] + j  # [R, Lo]
+        rotary = self._rotaries(hidden, query_pos.view(-1))
+        # each column's position: the history's from 0, then the new tokens' from h
+        col_pos = torch.where(col < lh, col - (lh - h[:, None]), h[:, None] + col - lh)
+        masks = self._windowed(attend, query_pos[:, :, None], col_pos)
         for i, w in enumerate(self.layers):
             q, k, v = (
                 t.view(rows, lo, -1, d).transpose(1, 2)
-                for t in self._qkv(self._norm(hidden, w.input_norm), w, cos, sin)
+                for t in self._qkv(self._norm(hidden, w.input_norm), w, *rotary[w.rope])
             )
             keys[i, :, :, lh:] = k
             values[i, :, :, lh:] = v
-            attn = F.scaled_dot_product_attention(
-                q, keys[i], values[i], attn_mask=attend, scale=self.scaling, enable_gqa=True
-            )
+            attn = self._attention(q, keys[i], values[i], masks[w.window])
             out = attn.transpose(1, 2).reshape(rows * lo, self.heads * d)
-            hidden = self._mlp(hidden + self.linear(out, *w.o), w)
-        last = hidden.view(rows, lo, -1)[torch.arange(rows, device=device), o - 1]
-        logits = self.linear(self._norm(last, inner.norm.weight), *self.lm_head)
+            hidden = self._residual(hidden, out, w)
+        logits = self._logits(hidden.view(rows, lo, -1)[torch.arange(rows, device=device), o - 1])
         self.prefix_k, self.prefix_v = list(keys.unbind(0)), list(values.unbind(0))
         bias = torch.zeros(real.shape, device=device).masked_fill_(~real, float("-inf"))
-        self._start_rows(bias, torch.arange(rows, device=device), h + o, keys.dtype)
+        rows_idx = torch.arange(rows, device=device)
+        self._start_rows(bias, col_pos.clamp(min=0), rows_idx, h + o, keys.dtype)
         return logits
 
     def _open_slot(self) -> int:
@@ -383,7 +477,10 @@ class LlamaDecoder:
             self.kv = grown
             pad = self.bias.new_full((*self.bias.shape[:-1], self.block), float("-inf"))
             self.bias = torch.cat([self.bias, pad], dim=-1)
+            more = self.positions.new_zeros((self.positions.shape[0], self.block))
+            self.positions = torch.cat([self.positions, more], dim=-1)
         self.bias[..., self.prompt_len + t] = 0.0
+        self.positions[:, self.prompt_len + t] = self.next_pos
         self.length = t + 1
         return t
 
@@ -393,23 +490,42 @@ class LlamaDecoder:
             self.kv[:, :, moved] = self.kv[:, :, order[moved]]
         self.kv = self.kv[:, :, : order.numel()]
         self.bias, self.next_pos = self.bias[order], self.next_pos[order]
+        self.positions = self.positions[order]
         self.row_prompt = self.row_prompt[order]
         self.grid_index = self.grid_index.view(-1, self.kv_heads)[order].view(-1)
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm as LlamaRMSNorm computes it: normalised in fp32, cast back, then scaled (the
-        fused kernel accumulates a half-precision input in fp32)."""
+        fused kernel accumulates a half-precision input in fp32); Gemma's: scaled by 1 + w in
+        fp32, then cast back (Gemma2RMSNorm)."""
+        if self.gemma:
+            normed = F.rms_norm(h.float(), (h.shape[-1],), eps=self.eps)
+            return (normed * (1.0 + weight.float())).to(h.dtype)
         return weight * F.rms_norm(h, (h.shape[-1],), eps=self.eps)
 
-    def _rotary(
+    def _rotaries(
         self, hidden: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin [N, 1, D] of the model's rotary embedding at ``positions`` [N]:
-        rotate_half(x) * sin == roll(x, D/2) * [-sin_1, sin_2] (x = [x_1, x_2]), bit for bit."""
-        cos, sin = self.model.model.rotary_emb(hidden, positions[None])
-        half = self.head_dim // 2
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        return cos[0, :, None], sin[0, :, None]
+    ) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
+        """cos and signed sin [N, 1, D] of the model's rotary embedding at ``positions`` [N],
+        for each layer type with its own (Gemma 3: local and global bases; else one, under
+        None): rotate_half(x) * sin == roll(x, D/2) * [-sin_1, sin_2] (x = [x_1, x_2]), bit
+        for bit."""
+        out = {}
+        for rope in {w.rope for w in self.layers}:
+            args = (hidden, positions[None]) + ((rope,) if rope is not None else ())
+            cos, sin = self.model.model.rotary_emb(*args)
+            half = self.head_dim // 2
+            sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+            out[rope] = (cos[0, :, None], sin[0, :, None])
+        return out
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits [N, V] of the last hidden states [N, hidden]: final norm, LM head,
+        soft-capped where the model caps them (Gemma 2: cap * tanh(logits / cap))."""
+        logits = self.linear(self._norm(hidden, self.model.model.norm.weight), *self.lm_head)
+        if self.final_softcap is not None:
+            logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
+        return logits
 
     def _qkv(
         self, x: torch.Tensor, w: _Layer, cos: torch.Tensor, sin: torch.Tensor
@@ -419,27 +535,43 @@ class LlamaDecoder:
         n, heads, d = x.shape[0], self.heads, self.head_dim
         q = self.linear(x, *w.q).view(n, heads, d)
         k = self.linear(x, *w.k).view(n, self.kv_heads, d)
-        if w.q_norm is not None:  # Qwen3: each head's query and key normalised
+        if w.q_norm is not None:  # Qwen3, Gemma 3: each head's query and key normalised
             q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
         qk = torch.cat((q, k), dim=1)
         qk = qk * cos + qk.roll(d // 2, dims=-1) * sin
         return qk[:, :heads], qk[:, heads:], self.linear(x, *w.v).view(n, self.kv_heads, d)
 
-    def _mlp(self, hidden: torch.Tensor, w: _Layer) -> torch.Tensor:
-        """The residual MLP block on hidden states [N, hidden]."""
-        x = self._norm(hidden, w.post_norm)
-        up = self.act(self.linear(x, *w.gate)) * self.linear(x, *w.up)
-        return hidden + self.linear(up, *w.down)
+    def _residual(self, hidden: torch.Tensor, out: torch.Tensor, w: _Layer) -> torch.Tensor:
+        """The rest of layer ``w`` after attention: the attention output ``out`` [N, H * D]
+        projected (and normalised, Gemma) onto the residual stream ``hidden`` [N, hidden], then
+        the residual MLP block (its output normalised too in Gemma)."""
+        attn = self.linear(out, *w.o)
+        if w.attn_out_norm is not None:
+            attn = self._norm(attn, w.attn_out_norm)
+        hidden = hidden + attn
+        x = self._norm(hidden, w.mlp_norm)
+        down = self.linear(self.act(self.linear(x, *w.gate)) * self.linear(x, *w.up), *w.down)
+        if w.mlp_out_norm is not None:
+            down = self._norm(down, w.mlp_out_norm)
+        return hidden + down
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         t = self._open_slot()
         b, heads, kv_heads, d = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         inner = self.model.model
         hidden = inner.embed_tokens(tokens)  # [B, hidden]
-        cos, sin = self._rotary(hidden, self.next_pos)
+        rotary = self._rotaries(hidden, self.next_pos)
+        biases = {  # a sliding window masks the keys too far back
+            window: self.bias
+            if window is None
+            else self.bias.masked_fill(
+                (self.next_pos[:, None] - self.positions >= window)[:, None, None], float("-inf")
+            )
+            for window in {w.window for w in self.layers}
+        }
         self.next_pos = self.next_pos + 1
         for i, w in enumerate(self.layers):
-            q, k, v = self._qkv(self._norm(hidden, w.input_norm), w, cos, sin)
+            q, k, v = self._qkv(self._norm(hidden, w.input_norm), w, *rotary[w.rope])
             keys, values = self.kv[0, i], self.kv[1, i]  # [B, KV, S, D]
             keys[:, :, t] = k
             values[:, :, t] = v
@@ -449,10 +581,11 @@ class LlamaDecoder:
                 self.prefix_v[i],
                 keys,
                 values,
-                self.bias,
+                biases[w.window],
                 self.grid_index,
                 self.group,
                 self.scaling,
+                self.softcap,
             )
-            hidden = self._mlp(hidden + self.linear(attn.reshape(b, heads * d), *w.o), w)
-        return self.linear(self._norm(hidden, inner.norm.weight), *self.lm_head)
+            hidden = self._residual(hidden, attn.reshape(b, heads * d), w)
+        return self._logits(hidden)

@@ -48,10 +48,11 @@ def _cpu_bf16_flags() -> str:
     return "+".join(found) if found else "no bf16 flags"
 
 
-def attention_for(device: torch.device) -> str:
+def attention_for(device: torch.device, capped: bool = False) -> str:
     """The engine's attention implementation on ``device``: rlvr's decode attention on the CPU
-    (:mod:`rlvr.rollout.attention`), PyTorch's SDPA elsewhere (CUDA kernels)."""
-    return decode_attention.NAME if device.type == "cpu" else "sdpa"
+    (:mod:`rlvr.rollout.attention`), and for a model whose attention scores are soft-capped
+    (``capped``: Gemma 2, which SDPA cannot compute); PyTorch's SDPA elsewhere (CUDA kernels)."""
+    return decode_attention.NAME if device.type == "cpu" or capped else "sdpa"
 
 
 def describe_device(device: torch.device | str = "cpu") -> str:
@@ -125,7 +126,9 @@ class TorchEngine:
             self.model = copy.deepcopy(policy).to(dtype)
             self.model.requires_grad_(False)
         self.model.eval()
-        self.model.set_attn_implementation(attention_for(next(self.model.parameters()).device))
+        capped = getattr(self.model.config, "attn_logit_softcapping", None) is not None
+        device = next(self.model.parameters()).device
+        self.model.set_attn_implementation(attention_for(device, capped))
         self.decoder = make_decoder(self.model)
 
     @torch.no_grad()
