@@ -162,6 +162,8 @@ PUBLISHED = {
     "llama-3.2-1b": 1.24e9,
     "llama-3.2-3b": 3.21e9,
     "llama-3.1-8b": 8.03e9,
+    "gemma-2-2b": 2.61e9,
+    "gemma-3-1b": 1.0e9,
 }
 
 

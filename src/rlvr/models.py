@@ -287,6 +287,38 @@ SHAPES: dict[str, tuple[str, dict[str, int | float | bool]]] = {
             rope_theta=500000.0,
         ),
     ),
+    "gemma-2-2b": (
+        "gemma2",
+        dict(
+            hidden_size=2304,
+            intermediate_size=9216,
+            num_hidden_layers=26,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=4096,
+            attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0,
+            vocab_size=256000,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "gemma-3-1b": (
+        "gemma3_text",
+        dict(
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=512,
+            vocab_size=262144,
+            tie_word_embeddings=True,
+        ),
+    ),
 }
 RANDOM_PREFIX = "random:"
 
