@@ -108,3 +108,17 @@ def test_a_gpu_checkpoint_resumes_on_the_cpu(tmp_path):
     assert on_cpu[3]["response/length_mean"] == on_gpu[3]["response/length_mean"]
     for key in ("policy/entropy", "policy/loss", "policy/grad_norm"):
         assert on_cpu[3][key] == pytest.approx(on_gpu[3][key], rel=1e-4, abs=1e-6), key
+
+
+def test_adamw_is_fused_on_the_gpu_and_steps(tmp_path):
+    """A learner on the GPU steps its parameters with fused AdamW (one kernel per step)."""
+    from rlvr.trainer.backends import build_parts
+
+    cfg = build_config(tiny_config(tmp_path / "run", steps=1, train={"device": "cuda"}))
+    parts = build_parts(cfg)
+    assert parts.learners.optimizer.param_groups[0]["fused"] is True
+    before = [p.detach().clone() for p in parts.learners.policy.parameters()]
+    data, _ = parts.collector.collect(1)
+    parts.learners.update(data)
+    after = list(parts.learners.policy.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))

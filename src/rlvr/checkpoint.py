@@ -366,8 +366,25 @@ def load_checkpoint(
 
     ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them. A
     sharded checkpoint (:mod:`rlvr.distributed.sharded_checkpoint`) is read into a policy
-    sharded over any number of ranks (a collective then: every rank calls it).
+    sharded over any number of ranks (a collective then: every rank calls it). The optimizer
+    keeps its own kernel choice (fused on a GPU, :func:`~rlvr.trainer.build.fused_adamw`): a
+    checkpoint made on another device resumes with this run's.
     """
+    kernels = [(g.get("fused"), g.get("foreach")) for g in optimizer.param_groups]
+    state = _load_checkpoint(path, model, optimizer, scheduler, generator, extra)
+    for group, (fused, foreach) in zip(optimizer.param_groups, kernels, strict=True):
+        group["fused"], group["foreach"] = fused, foreach
+    return state
+
+
+def _load_checkpoint(
+    path: Path,
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    generator: torch.Generator,
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> TrainerState:
     if is_sharded_checkpoint(path):
         from rlvr.distributed.sharded_checkpoint import load_shards
 

@@ -159,6 +159,15 @@ def _no_token_stats(reward: CombinedReward) -> str:
     )
 
 
+def fused_adamw(device: torch.device, cfg: Config) -> bool | None:
+    """Whether AdamW runs as one fused kernel per step: on a CUDA device whose parameters stay
+    there (not with ``train.shard_offload``, which keeps them in CPU memory), where the
+    per-tensor loop would launch several kernels per parameter. None (PyTorch's default, the
+    multi-tensor loop) elsewhere: on the CPU it keeps the spine reference's numbers bit for
+    bit."""
+    return True if device.type == "cuda" and not cfg.train.shard_offload else None
+
+
 def build_learner(
     cfg: Config,
     algo: algorithms.Preset,
@@ -211,7 +220,11 @@ def build_learner(
     trained = [p for p in policy.parameters() if p.requires_grad]
     trained += list(value_head.parameters() if value_head else [])
     optimizer = torch.optim.AdamW(
-        trained, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
+        trained,
+        lr=cfg.train.lr,
+        betas=cfg.train.betas,
+        weight_decay=cfg.train.weight_decay,
+        fused=fused_adamw(device, cfg),
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg, algo))
     learner = Learner(
