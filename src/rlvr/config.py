@@ -457,6 +457,12 @@ class DistributedConfig(Section):
     timeout_s: float = Field(
         600.0, gt=0, description="longest wait on any worker call before it counts as dead"
     )
+    start_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="longest wait for the actors to start (each imports torch and loads its "
+        "model; a recreated rollout worker too) before the start counts as failed",
+    )
     max_restarts: int = Field(
         3, ge=0, description="rollout workers recreated per run before it gives up"
     )

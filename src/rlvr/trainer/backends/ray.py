@@ -10,7 +10,8 @@
 * :class:`RayLearners`: ``distributed.learners`` actors (:class:`LearnerWorker`) forming one
   data-parallel group; rank 0 writes checkpoints and publishes weights to the workers.
 
-Faults: every wait has a timeout (``distributed.timeout_s``; a worker playing environment
+Faults: every wait has a timeout (``distributed.start_timeout_s`` for the actors' start,
+``distributed.timeout_s`` for every call after it; a worker playing environment
 episodes is given one ``env.step_timeout_s`` more per episode, the most its hanging
 environments can cost it under ``env.on_error: end_episode``). A rollout worker that dies or
 stops answering (its process killed, its node gone) is replaced, given the weights it served
@@ -208,18 +209,22 @@ class RayLearners(LearnerRanks):
     def started(self) -> None:
         """Wait for the actors created by ``__init__`` (they load the model meanwhile, beside
         the rollout workers), then form their process group."""
-        address = self._get([self._address], "start")[0]
+        start = self.cfg.distributed.start_timeout_s
+        address = self._get([self._address], "start", start)[0]
         infos = self._get(
-            [r.setup.remote(address, self.cfg.distributed.timeout_s) for r in self.ranks], "start"
+            [r.setup.remote(address, self.cfg.distributed.timeout_s) for r in self.ranks],
+            "start",
+            start,
         )
         self.where = infos
         self.lr = infos[0]["lr"]
         self.precision = infos[0]["precision"]
         self.publish_bytes = infos[0]["publish_bytes"]  # the trained tensors: a LoRA adapter's
 
-    def _get(self, refs: list[Any], what: str) -> list[Any]:
+    def _get(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
+        """The results of ``refs``, waited for ``timeout`` s (``distributed.timeout_s``)."""
         try:
-            return self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
+            return self._ray.get(refs, timeout=timeout or self.cfg.distributed.timeout_s)
         except _fault_types(self._ray) as err:
             raise WorkerFailed(
                 f"a learner failed during {what} ({type(err).__name__}: "
@@ -287,7 +292,9 @@ class RayRollouts:
         self.cls = ray.remote(RolloutWorker).options(**_options(cfg), scheduling_strategy="SPREAD")
         self.data = cfg.model_dump(mode="json")
         self.workers = [self._start(i) for i in range(cfg.distributed.rollout_workers)]
-        self.where = self._get_all([w.ready.remote() for w in self.workers], "start")
+        self.where = self._get_all(
+            [w.ready.remote() for w in self.workers], "start", cfg.distributed.start_timeout_s
+        )
         self.restarts, self.version, self.grouped = 0, 0, False
         self._stats: dict[str, float] = {}
         self.before_get: Callable[[RayRollouts, int], None] | None = None  # fault injection (tests)
@@ -295,9 +302,10 @@ class RayRollouts:
     def _start(self, index: int) -> Any:
         return self.cls.remote(self.data, self.user_reward, index)
 
-    def _get_all(self, refs: list[Any], what: str) -> list[Any]:
+    def _get_all(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
+        """The results of ``refs``, waited for ``timeout`` s (``distributed.timeout_s``)."""
         try:
-            return self._ray.get(refs, timeout=self.cfg.distributed.timeout_s)
+            return self._ray.get(refs, timeout=timeout or self.cfg.distributed.timeout_s)
         except _fault_types(self._ray) as err:
             raise WorkerFailed(f"a rollout worker failed during {what} ({_brief(err)})") from None
 
@@ -314,7 +322,9 @@ class RayRollouts:
             self._ray.kill(self.workers[index])
         worker = self._start(index)
         self.workers[index] = worker
-        info = self._get_all([worker.ready.remote()], "restart")[0]
+        info = self._get_all(
+            [worker.ready.remote()], "restart", self.cfg.distributed.start_timeout_s
+        )[0]
         state = self.learners.published_state()
         self._get_all([worker.load_state.remote(state, self.version)], "restart")
         self.where[index] = info
