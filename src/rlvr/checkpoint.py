@@ -371,20 +371,6 @@ def load_checkpoint(
     checkpoint made on another device resumes with this run's.
     """
     kernels = [(g.get("fused"), g.get("foreach")) for g in optimizer.param_groups]
-    state = _load_checkpoint(path, model, optimizer, scheduler, generator, extra)
-    for group, (fused, foreach) in zip(optimizer.param_groups, kernels, strict=True):
-        group["fused"], group["foreach"] = fused, foreach
-    return state
-
-
-def _load_checkpoint(
-    path: Path,
-    model: PreTrainedModel,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    generator: torch.Generator,
-    extra: dict[str, torch.nn.Module] | None = None,
-) -> TrainerState:
     if is_sharded_checkpoint(path):
         from rlvr.distributed.sharded_checkpoint import load_shards
 
@@ -404,6 +390,8 @@ def _load_checkpoint(
             if (path / f"{name}.safetensors").is_file():
                 _load_weights(module, path / f"{name}.safetensors")
         optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    for group, (fused, foreach) in zip(optimizer.param_groups, kernels, strict=True):
+        group["fused"], group["foreach"] = fused, foreach  # this run's, not the saved ones
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     set_rng_state(torch.load(path / "rng.pt", weights_only=False), generator)
     saved = json.loads((path / "state.json").read_text())
