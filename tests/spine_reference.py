@@ -9,7 +9,9 @@ in the reward), a run with every optional term of J(theta) at once (KL in the lo
 bonus, TIS, off-policy masking, top-entropy tokens, the SFT term) and Skywork-OR1's adaptive
 entropy bonus with DPPO's sampler-anchored loss were added before the learner was split into
 objective kinds (issue 46, part 3); GHPO's hints, GFPO's filter, RePO's replay and Knapsack RL's
-group sizes were added before the collector's draw became a list of stages (part 2).
+group sizes were added before the collector's draw became a list of stages (part 2). Every run
+was recorded again when AdamW became fused on the CPU (issue 48: one kernel per step instead of
+the multi-tensor loop); every metric stayed within 7.2e-7 of the loop's recording.
 
 Record again (only when a change is *meant* to alter training)::
 

@@ -26,6 +26,8 @@ from rlvr.rollout.decoder import HFDecoder, LlamaDecoder, make_decoder
 from rlvr.rollout.linear import PackedLinear
 from rlvr.rollout.streams import group_keys, random_keys, stream_key, uniforms
 from rlvr.rollout.torch_engine import fill_holes
+from rlvr.trainer.learner.kinds import Averages
+from rlvr.trainer.learner.schedule import optimizer_step
 
 PROMPTS = ["What is 2 + 3?", "Hi", "Compute 17 * 3 and explain."]
 
@@ -143,6 +145,25 @@ def test_packed_linear_matches_f_linear_and_repacks_changed_weights():
         w.mul_(-2.0)  # an in-place update (an optimiser step, update_weights) is seen
         (packed,) = linear.pack([w])
         torch.testing.assert_close(linear(x, packed, b), F.linear(x, w, b), atol=tol, rtol=tol)
+
+
+def test_a_fused_adamw_step_is_seen_by_the_packed_weights():
+    """PyTorch's fused AdamW kernel updates parameters in place without advancing their version
+    counters; the learner's optimizer step advances them, so weights packed from those
+    parameters (an engine sharing the policy's weights) are packed again."""
+    linear = PackedLinear(torch.float32, torch.device("cpu"))
+    w = torch.nn.Parameter(torch.randn(40, 24))
+    x = torch.randn(5, 24)
+    optimizer = torch.optim.AdamW([w], lr=0.1, fused=True)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    with torch.no_grad():
+        (packed,) = linear.pack([w])
+        before = linear(x, packed)
+        w.grad = torch.randn_like(w)
+        optimizer_step(optimizer, schedule, 0.0, Averages())
+        (repacked,) = linear.pack([w])
+        torch.testing.assert_close(linear(x, repacked), F.linear(x, w))
+        assert not torch.allclose(before, linear(x, repacked))
 
 
 def test_fill_holes_moves_the_last_live_rows_into_finished_places():

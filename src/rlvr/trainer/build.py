@@ -160,12 +160,14 @@ def _no_token_stats(reward: CombinedReward) -> str:
 
 
 def fused_adamw(device: torch.device, cfg: Config) -> bool | None:
-    """Whether AdamW runs as one fused kernel per step: on a CUDA device whose parameters stay
-    there (not with ``train.shard_offload``, which keeps them in CPU memory), where the
-    per-tensor loop would launch several kernels per parameter. None (PyTorch's default, the
-    multi-tensor loop) elsewhere: on the CPU it keeps the spine reference's numbers bit for
-    bit."""
-    return True if device.type == "cuda" and not cfg.train.shard_offload else None
+    """Whether AdamW runs as one fused kernel per step (one pass over each parameter's weight,
+    gradient and moments) rather than PyTorch's multi-tensor loop (several passes over them; on
+    CUDA several kernel launches per group of tensors): on the CPU (SmolLM2-135M's step on a
+    2-core AMD EPYC: 0.11 s fused, 0.40 s the loop) and on a CUDA device, sharded or not, except
+    with ``train.shard_offload`` (parameters of a GPU run kept in CPU memory). None (the loop)
+    there and on other devices."""
+    fusable = device.type in ("cpu", "cuda") and not cfg.train.shard_offload
+    return True if fusable else None
 
 
 def build_learner(

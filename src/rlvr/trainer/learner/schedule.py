@@ -74,4 +74,8 @@ def optimizer_step(
         if "overflow" not in str(err):
             raise
         raise SkipStep("optimizer update", "policy/update_overflow", math.inf) from None
+    # the fused kernel updates the parameters in place without counting it in their version
+    # counters, which the engine's caches of derived weights (packed, LoRA-merged) go by: an
+    # engine sharing them would go on serving the weights before the step
+    torch.autograd.graph.increment_version(params)
     scheduler.step()

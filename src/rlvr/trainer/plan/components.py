@@ -95,8 +95,8 @@ def _learner_rows(setup: Setup, shape: ModelShape) -> Iterator[Row]:
 
 
 def _state_rows(setup: Setup, shape: ModelShape, n: int) -> Iterator[Row]:
-    """The policy's weights, AdamW's moments (from the first optimizer step on), the gradients
-    and, on CUDA, AdamW's foreach temporaries: 1/``n`` each."""
+    """The policy's weights, AdamW's moments (from the first optimizer step on) and the
+    gradients: 1/``n`` each (AdamW is fused where it runs on the device: no temporaries)."""
     trained = _trained(setup, shape)
     shards = f"1/{n} each" if setup.sharding else "whole"
     base = f" (base {setup.quantize})" if setup.quantize else ""
@@ -106,9 +106,6 @@ def _state_rows(setup: Setup, shape: ModelShape, n: int) -> Iterator[Row]:
     yield Row("AdamW moments", 8 * trained // n, moments, when)
     for phase in ("train", "optimizer"):
         yield Row("gradients", 4 * trained // n, f"fp32, {shards}", phase)
-    if setup.device == "cuda":
-        temporaries = "AdamW's foreach step: one fp32 copy"
-        yield Row("optimizer temporaries", 4 * trained // n, temporaries, "optimizer")
 
 
 def _sharding_rows(setup: Setup, shape: ModelShape, runtime: int) -> Iterator[Row]:
