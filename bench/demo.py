@@ -13,7 +13,11 @@ commit. The README's demo table and its header's times quote this file
 not measure time (rewards, losses, gradient norms, evaluations) came out identical: the
 run-to-run reproducibility a user can expect on this machine.
 
-Usage: python bench/demo.py [--seeds 1 2 3] [--repeat] [--out bench/results/demo-<cpu>.json]
+``--keep DIR`` keeps the runs' directories (``DIR/seed<S>``) for ``rlvr compare`` and ``rlvr
+report``; ``--config`` records another config (e.g. an earlier demo's, to compare with).
+
+Usage: python bench/demo.py [--seeds 1 2 3] [--repeat] [--keep DIR] [--config FILE]
+       [--out bench/results/demo-<cpu>.json]
 """
 
 from __future__ import annotations
@@ -71,10 +75,10 @@ def logged_values(run_dir: Path) -> list[dict]:
     ]
 
 
-def one_seed(seed: int, run_dir: Path) -> dict:
-    """``rlvr train configs/demo.yaml`` with ``train.seed`` = ``seed``: wall time and the held-out
-    evaluations before (step 0) and after (the last step)."""
-    argv = [sys.executable, "-m", "rlvr.cli", "train", str(CONFIG)]
+def one_seed(seed: int, run_dir: Path, config: Path = CONFIG) -> dict:
+    """``rlvr train configs/demo.yaml`` (or ``config``) with ``train.seed`` = ``seed``: wall time
+    and the held-out evaluations before (step 0) and after (the last step)."""
+    argv = [sys.executable, "-m", "rlvr.cli", "train", str(config)]
     for key, value in {
         "train.seed": seed,
         "logging.run_dir": run_dir,
@@ -107,25 +111,29 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--repeat", action="store_true", help="run the first seed twice")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the runs under this dir")
+    parser.add_argument("--config", type=Path, default=CONFIG)
     args = parser.parse_args()
+    config = args.config.resolve()
     device = describe_device("cpu")
     record = {
         "benchmark": "demo",
         "device": device,
-        "config": str(CONFIG.relative_to(ROOT)),
+        "config": str(config.relative_to(ROOT)) if config.is_relative_to(ROOT) else str(config),
         "torch": torch.__version__,
         "commit": commit(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "runs": [],
     }
-    with tempfile.TemporaryDirectory(prefix="rlvr-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="rlvr-demo-") as scratch:
+        tmp = args.keep or scratch
         for seed in args.seeds:
-            run = one_seed(seed, Path(tmp) / f"seed{seed}")
+            run = one_seed(seed, Path(tmp) / f"seed{seed}", config)
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
         if args.repeat:
             seed = args.seeds[0]
-            again = one_seed(seed, Path(tmp) / f"seed{seed}-again")
+            again = one_seed(seed, Path(tmp) / f"seed{seed}-again", config)
             first, second = (
                 logged_values(Path(tmp) / d) for d in (f"seed{seed}", f"seed{seed}-again")
             )
