@@ -1,0 +1,266 @@
+"""Tree advantages: credit for the segments of rollout trees from their leaves' outcome rewards.
+
+A tree rollout samples a prompt's completions as a tree of segments: a first segment starts at
+the prompt, each segment's children continue it from its last token, and every leaf segment ends
+a full completion (the tokens on the path from a first segment to the leaf), scored by the task
+as a flat completion is. Tree sampling is TreeRPO's, BranchGRPO's, TreeRL's and Tree-GRPO's
+(agent turns as segments): shared segments are generated once, and every branch point gives a
+step-level comparison from outcome rewards alone.
+
+Layout (one batch, any number of prompts, any number of trees per prompt):
+
+- ``parents`` [S]: the parent segment of each segment, -1 for a first segment;
+- ``groups`` [S]: the prompt (group) of each segment; a segment's children share it;
+- ``leaves`` [L]: the leaf segments (no children), ``rewards`` [L] their completions' rewards.
+
+A tree is a first segment and everything under it. Node values are means over leaves:
+V(s) = mean of the rewards of the leaves under s (s included when it is a leaf).
+
+Every estimator returns ``(leaf [L], segment [S])``: the advantage of a token of leaf l's
+completion that lies in segment s is ``leaf[l] + segment[s]`` (:func:`path_advantages`). A
+leaf-level estimator fills ``leaf`` (every token of a completion gets its completion's value), a
+step-level one ``segment`` (a segment's tokens get that segment's value, in every completion
+through it). Registered in :data:`TREE_ADVANTAGES`; :func:`tree_advantages` calls one by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rlvr.algorithms.advantages import grpo
+from rlvr.registry import Registry
+
+TreeAdvantages = tuple[torch.Tensor, torch.Tensor]
+"""(leaf [L], segment [S]) advantages: see the module docstring."""
+
+
+@dataclass(frozen=True)
+class Forest:
+    """The segments of a batch's rollout trees (see the module docstring).
+
+    Attributes:
+        parents: [S] long, each segment's parent (-1: a first segment, starting at the prompt).
+        groups: [S] long, each segment's prompt (group) id.
+        leaves: [L] long, the leaf segments, in the order of the rewards.
+    """
+
+    parents: torch.Tensor
+    groups: torch.Tensor
+    leaves: torch.Tensor
+
+    @classmethod
+    def of(cls, parents: list[int], groups: list[int]) -> Forest:
+        """The forest of ``parents`` and ``groups`` (lists of S ints); its leaves in segment
+        order. Raises ValueError on a parent that is not an earlier segment of the same group
+        (segments are listed parents first, so the lists form trees)."""
+        if len(parents) != len(groups):
+            raise ValueError(f"{len(parents)} parents for {len(groups)} groups")
+        for s, p in enumerate(parents):
+            if p != -1 and not (0 <= p < s and groups[p] == groups[s]):
+                raise ValueError(
+                    f"segment {s}'s parent {p} is not an earlier segment of its group "
+                    f"{groups[s]}: list parents before their children, -1 for a first segment"
+                )
+        has_child = set(parents)
+        leaves = [s for s in range(len(parents)) if s not in has_child]
+        long = torch.long
+        return cls(
+            torch.tensor(parents, dtype=long),
+            torch.tensor(groups, dtype=long),
+            torch.tensor(leaves, dtype=long),
+        )
+
+    @property
+    def num_segments(self) -> int:
+        return int(self.parents.numel())
+
+    def roots(self) -> torch.Tensor:
+        """[S] the first segment (tree) of every segment."""
+        root = torch.arange(self.num_segments)
+        for s in range(self.num_segments):  # parents come first: their roots are known
+            p = int(self.parents[s])
+            if p >= 0:
+                root[s] = root[p]
+        return root
+
+    def leaves_under(self) -> torch.Tensor:
+        """[S, L] bool: leaf l lies under segment s (a leaf lies under itself)."""
+        below = torch.zeros(self.num_segments, len(self.leaves), dtype=torch.bool)
+        for column, leaf in enumerate(self.leaves.tolist()):
+            s = leaf
+            while s >= 0:
+                below[s, column] = True
+                s = int(self.parents[s])
+        return below
+
+    def check(self, rewards: torch.Tensor) -> None:
+        if rewards.shape != self.leaves.shape:
+            raise ValueError(
+                f"{tuple(rewards.shape)} rewards for {len(self.leaves)} leaves: one per leaf"
+            )
+
+
+def node_values(forest: Forest, rewards: torch.Tensor) -> torch.Tensor:
+    """V(s) [S]: the mean reward of the leaves under each segment (TreeRPO's expected reward of
+    a step, estimated by the tree's own samples)."""
+    below = forest.leaves_under().to(rewards.dtype)
+    return (below @ rewards) / below.sum(-1)
+
+
+def _group_counts(groups: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each element's group size [N] (``groups`` [N])."""
+    _, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
+    return counts[inverse].to(dtype)
+
+
+def _group_means(values: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Each element's group mean [N] of ``values`` [N] grouped by ``groups`` [N]."""
+    _, inverse = torch.unique(groups, return_inverse=True)
+    k = int(inverse.max()) + 1 if inverse.numel() else 0
+    total = torch.zeros(k, dtype=values.dtype).index_add_(0, inverse, values)
+    count = torch.zeros(k, dtype=values.dtype).index_add_(0, inverse, torch.ones_like(values))
+    return (total / count)[inverse]
+
+
+# ---------------------------------------------------------------- estimators
+
+
+def leaf_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """GRPO over all the leaves of a prompt (the flat baseline on tree samples): every token of
+    leaf l's completion gets A_l = (r_l - mean r) / (std r + eps) over the prompt's leaves
+    (DeepSeekMath's group advantage, :func:`rlvr.algorithms.grpo`)."""
+    forest.check(rewards)
+    leaf = grpo(rewards, forest.groups[forest.leaves], eps)
+    return leaf, torch.zeros(forest.num_segments, dtype=leaf.dtype)
+
+
+def tree_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """Tree-GRPO's intra- plus inter-tree group advantage (Ji et al. 2025, "Tree Search for LLM
+    Agent Reinforcement Learning"; read in AMAP-ML/Tree-GRPO's ``compute_advantage``,
+    adv_estimator ``tree``):
+
+        A_l = GRPO(r_l; the leaves of l's tree) + GRPO(r_l; the leaves of l's prompt)
+
+    each term (r - mean) / (std + eps) with the unbiased std, a group of one giving its reward
+    (as their ``compute_grpo_outcome_advantage`` and :func:`rlvr.algorithms.grpo`). The
+    intra-tree term is a step-level preference between the branches of one tree (the paper's
+    equivalence to step-level DPO), the inter-tree term GRPO across the prompt's trees."""
+    forest.check(rewards)
+    intra = grpo(rewards, forest.roots()[forest.leaves], eps)
+    inter = grpo(rewards, forest.groups[forest.leaves], eps)
+    return intra + inter, torch.zeros(forest.num_segments, dtype=intra.dtype)
+
+
+def treerpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """TreeRPO's step-level group advantage (Yang et al. 2025, "TreeRPO: Tree Relative Policy
+    Optimization"; from the paper's text: its code was not retrievable): node values
+    V(s) are the means of the leaf rewards under s; the children of one parent form a
+    step-level group (the first segments of a prompt form one too), and each segment's tokens
+    get
+
+        A_s = (V(s) - mean_{siblings} V) / (std_{siblings} V + eps)
+
+    with the unbiased std; siblings of equal values get 0, and so does a lone child (its value
+    is its parent's: the step decided nothing)."""
+    forest.check(rewards)
+    values = node_values(forest, rewards)
+    # siblings: the same parent, or the same prompt for first segments (parent -1)
+    key = torch.where(forest.parents >= 0, forest.parents, -1 - forest.groups)
+    segment = grpo(values, key, eps)
+    _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
+    segment = torch.where(counts[inverse] > 1, segment, torch.zeros_like(segment))
+    return torch.zeros(len(forest.leaves), dtype=segment.dtype), segment
+
+
+def treerl(forest: Forest, rewards: torch.Tensor) -> TreeAdvantages:
+    """TreeRL's global plus local advantage of a segment (Hou et al. 2025, "TreeRL: LLM
+    Reinforcement Learning with On-Policy Tree Search"; read in THUDM/TreeRL,
+    ``tree_node.py`` / ``parallel_mcts.py`` with state-value rewards and sqrt weighting, every
+    leaf selected):
+
+        R^_l = r_l - mean_{l' != l} r_l'          (leave-one-out over the prompt's leaves)
+        V(s) = mean_{l under s} R^_l / sqrt(|L(s)|)   (V of the prompt's root = 0)
+        A_s = (V(s) - V(parent(s))) + V(s)          (local + global; parent of a first segment:
+                                                    the root)
+
+    The paper writes (GA + LA) / sqrt(|L(s)|); the code scales each V by the square root of its
+    own leaf count before subtracting, which is what is computed here. A prompt with one leaf
+    has no baseline: its R^ is its reward."""
+    forest.check(rewards)
+    groups = forest.groups[forest.leaves]
+    n = _group_counts(groups, rewards.dtype)
+    others = (_group_means(rewards, groups) * n - rewards) / (n - 1).clamp_min(1)
+    centred = torch.where(n > 1, rewards - others, rewards)  # R^_l
+    below = forest.leaves_under().to(rewards.dtype)
+    count = below.sum(-1)
+    values = (below @ centred) / count / count.sqrt()  # V(s)
+    parent = torch.where(
+        forest.parents >= 0, values[forest.parents.clamp_min(0)], torch.zeros_like(values)
+    )
+    return torch.zeros(len(forest.leaves), dtype=values.dtype), (values - parent) + values
+
+
+# ---------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class TreeEstimator:
+    """A registered tree advantage: ``fn(forest, rewards [L], **params) -> (leaf [L], segment
+    [S])``, the paper it follows, and whether it is step-level (fills ``segment``)."""
+
+    fn: Callable[..., TreeAdvantages]
+    paper: str
+    step_level: bool
+
+
+TREE_ADVANTAGES: Registry[TreeEstimator] = Registry("tree advantage estimator")
+"""The tree advantage estimators by name (``leaf_grpo``, ``tree_grpo``, ``treerpo``,
+``treerl``), users' included (:func:`register_tree_advantage`)."""
+
+
+def register_tree_advantage(
+    name: str, paper: str, step_level: bool
+) -> Callable[[Callable[..., TreeAdvantages]], Callable[..., TreeAdvantages]]:
+    """Decorator: add ``fn(forest, rewards, **params) -> (leaf [L], segment [S])`` as ``name``."""
+
+    def decorator(fn: Callable[..., TreeAdvantages]) -> Callable[..., TreeAdvantages]:
+        TREE_ADVANTAGES.add(name, TreeEstimator(fn, paper, step_level))
+        return fn
+
+    return decorator
+
+
+register_tree_advantage(
+    "leaf_grpo", "DeepSeekMath (Shao et al. 2024), over a tree's leaves", False
+)(leaf_grpo)
+register_tree_advantage("tree_grpo", "Tree-GRPO (Ji et al. 2025)", False)(tree_grpo)
+register_tree_advantage("treerpo", "TreeRPO (Yang et al. 2025)", True)(treerpo)
+register_tree_advantage("treerl", "TreeRL (Hou et al. 2025)", True)(treerl)
+
+
+def tree_advantages(
+    name: str, forest: Forest, rewards: torch.Tensor, **params: float
+) -> TreeAdvantages:
+    """The tree advantage estimator ``name`` of :data:`TREE_ADVANTAGES` on ``forest``'s leaves'
+    ``rewards`` [L]: (leaf [L], segment [S]). Raises ValueError on an unknown name, rewards not
+    one per leaf or non-finite rewards."""
+    estimator = TREE_ADVANTAGES.get_or_raise(name)
+    if not torch.isfinite(rewards).all():
+        raise ValueError("tree_advantages: rewards must be finite")
+    return estimator.fn(forest, rewards.float(), **params)
+
+
+def path_advantages(forest: Forest, leaf: torch.Tensor, segment: torch.Tensor) -> list[list[float]]:
+    """For each leaf l, the advantage of each segment on its path, first segment first:
+    ``leaf[l] + segment[s]`` (the value every token of s gets in l's completion)."""
+    out = []
+    for column, s in enumerate(forest.leaves.tolist()):
+        path = []
+        while s >= 0:
+            path.append(float(leaf[column] + segment[s]))
+            s = int(forest.parents[s])
+        out.append(path[::-1])
+    return out
