@@ -271,6 +271,35 @@ def test_gemma_samples_carry_the_training_forwards_logprobs(name):
         assert torch.allclose(logp[i, : len(lps)], torch.tensor(lps), atol=1e-4)
 
 
+def test_a_forked_row_continues_as_a_row_started_with_its_tokens(tiny, decoder):
+    """select() with a row listed more than once forks it (a tree rollout's branch point):
+    each copy, then compaction, gives the logits of a row prefilled and fed the same tokens
+    by the transformers forward."""
+    model, tok = tiny
+    prompts = _prompts(tok)[:2]
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    forked = make_decoder(model)
+    assert isinstance(forked, decoder)
+    with torch.no_grad():
+        forked.prefill(ids, mask, torch.tensor([0, 1]))
+        forked.step(torch.tensor([5, 7]))
+        forked.step(torch.tensor([6, 8]))
+        forked.select(torch.tensor([1, 0, 1, 0, 1]))  # prompt 1 forked in 3, prompt 0 in 2
+        got = forked.step(torch.tensor([9, 10, 11, 12, 13]))
+        forked.select(torch.tensor([4, 1]))  # compaction after the fork
+        after = forked.step(torch.tensor([14, 15]))
+        ref = HFDecoder(model)
+        ref.prefill(ids, mask, torch.tensor([1, 0, 1, 0, 1]))
+        ref.step(torch.tensor([7, 5, 7, 5, 7]))
+        ref.step(torch.tensor([8, 6, 8, 6, 8]))
+        want = ref.step(torch.tensor([9, 10, 11, 12, 13]))
+        ref.select(torch.tensor([4, 1]))
+        want_after = ref.step(torch.tensor([14, 15]))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(after, want_after, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got[0], got[2])  # the copies took different tokens
+
+
 def test_greedy_matches_transformers_generate(tiny, decoder):
     model, tok = tiny
     prompts = _prompts(tok)

@@ -53,7 +53,9 @@ class Decoder(Protocol):
         """Append ``tokens`` [B] (one per row); returns the next-token logits [B, V]."""
 
     def select(self, order: torch.Tensor) -> None:
-        """Keep rows ``order`` [B'] (old row indices), in that order."""
+        """Keep rows ``order`` [B'] (old row indices), in that order. A row listed more than
+        once is forked: each copy continues from the same cache (a tree rollout's branch
+        point)."""
 
 
 def make_decoder(model: PreTrainedModel) -> Decoder:
@@ -375,15 +377,8 @@ class LlamaDecoder:
         ``row_prompt`` [B], the position of its next token ``next_pos`` [B]."""
         device = row_prompt.device
         n_prompts, prompt_len = prompt_bias.shape
-        # rows: each prompt's samples, placed in the grid of shared-prefix attention
         rows, kv_heads = row_prompt.numel(), self.kv_heads
-        counts = torch.bincount(row_prompt, minlength=n_prompts)
-        self.group = int(counts.max())  # n: grid slots per prompt
-        slot = torch.arange(rows, device=device) - (counts.cumsum(0) - counts)[row_prompt]
-        kv_index = torch.arange(kv_heads, device=device)
-        flat = (row_prompt[:, None] * kv_heads + kv_index) * self.group + slot[:, None]
-        self.grid_index = flat.view(-1)
-        self.row_prompt = row_prompt
+        self._place(row_prompt, n_prompts)
         self.next_pos = next_pos  # [B] position of the next token
         shape = (2, len(self.layers), rows, kv_heads, self.block, self.head_dim)
         self.kv = torch.zeros(shape, dtype=dtype, device=device)
@@ -484,7 +479,22 @@ class LlamaDecoder:
         self.length = t + 1
         return t
 
+    def _place(self, row_prompt: torch.Tensor, n_prompts: int) -> None:
+        """Place the rows (their prompts ``row_prompt`` [B]) in the grid of shared-prefix
+        attention: each row a slot among its prompt's rows, in row order."""
+        kv_heads = self.kv_heads
+        of_prompt = F.one_hot(row_prompt, n_prompts)  # [B, P]
+        slot = (of_prompt.cumsum(0) - 1).gather(1, row_prompt[:, None])[:, 0]
+        self.group = int(of_prompt.sum(0).max())  # n: grid slots per prompt
+        kv_index = torch.arange(kv_heads, device=row_prompt.device)
+        flat = (row_prompt[:, None] * kv_heads + kv_index) * self.group + slot[:, None]
+        self.grid_index = flat.view(-1)
+        self.row_prompt = row_prompt
+
     def select(self, order: torch.Tensor) -> None:
+        if order.numel() > self.kv.shape[2] or order.unique().numel() < order.numel():
+            self._fork(order)
+            return
         moved = (order != torch.arange(order.numel(), device=order.device)).nonzero()[:, 0]
         if moved.numel():  # rows that change place copy their generated keys/values only
             self.kv[:, :, moved] = self.kv[:, :, order[moved]]
@@ -493,6 +503,14 @@ class LlamaDecoder:
         self.positions = self.positions[order]
         self.row_prompt = self.row_prompt[order]
         self.grid_index = self.grid_index.view(-1, self.kv_heads)[order].view(-1)
+
+    def _fork(self, order: torch.Tensor) -> None:
+        """:meth:`select` with rows listed more than once: every row's generated keys/values,
+        mask and positions copied to each of its places, the grid placed anew."""
+        self.kv = self.kv[:, :, order]
+        self.bias, self.next_pos = self.bias[order], self.next_pos[order]
+        self.positions = self.positions[order]
+        self._place(self.row_prompt[order], self.prefix_k[0].shape[0])
 
     def _norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm as LlamaRMSNorm computes it: normalised in fp32, cast back, then scaled (the
