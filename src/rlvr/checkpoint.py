@@ -367,8 +367,8 @@ def load_checkpoint(
     ``extra`` modules are restored from ``NAME.safetensors`` when the checkpoint holds them. A
     sharded checkpoint (:mod:`rlvr.distributed.sharded_checkpoint`) is read into a policy
     sharded over any number of ranks (a collective then: every rank calls it). The optimizer
-    keeps its own kernel choice (fused on a GPU, :func:`~rlvr.trainer.build.fused_adamw`): a
-    checkpoint made on another device resumes with this run's.
+    keeps its own kernel choice (fused or not, :func:`~rlvr.trainer.build.fused_adamw`): a
+    checkpoint made on another device or setting resumes with this run's.
     """
     kernels = [(g.get("fused"), g.get("foreach")) for g in optimizer.param_groups]
     if is_sharded_checkpoint(path):

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.algorithms.advantages import grpo
+from rlvr.algorithms.advantages import _group_sums, grpo
 from rlvr.registry import Registry
 
 TreeAdvantages = tuple[torch.Tensor, torch.Tensor]
@@ -110,99 +110,6 @@ def node_values(forest: Forest, rewards: torch.Tensor) -> torch.Tensor:
     return (below @ rewards) / below.sum(-1)
 
 
-def _group_counts(groups: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Each element's group size [N] (``groups`` [N])."""
-    _, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
-    return counts[inverse].to(dtype)
-
-
-def _group_means(values: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """Each element's group mean [N] of ``values`` [N] grouped by ``groups`` [N]."""
-    _, inverse = torch.unique(groups, return_inverse=True)
-    k = int(inverse.max()) + 1 if inverse.numel() else 0
-    total = torch.zeros(k, dtype=values.dtype).index_add_(0, inverse, values)
-    count = torch.zeros(k, dtype=values.dtype).index_add_(0, inverse, torch.ones_like(values))
-    return (total / count)[inverse]
-
-
-# ---------------------------------------------------------------- estimators
-
-
-def leaf_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
-    """GRPO over all the leaves of a prompt (the flat baseline on tree samples): every token of
-    leaf l's completion gets A_l = (r_l - mean r) / (std r + eps) over the prompt's leaves
-    (DeepSeekMath's group advantage, :func:`rlvr.algorithms.grpo`)."""
-    forest.check(rewards)
-    leaf = grpo(rewards, forest.groups[forest.leaves], eps)
-    return leaf, torch.zeros(forest.num_segments, dtype=leaf.dtype)
-
-
-def tree_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
-    """Tree-GRPO's intra- plus inter-tree group advantage (Ji et al. 2025, "Tree Search for LLM
-    Agent Reinforcement Learning"; read in AMAP-ML/Tree-GRPO's ``compute_advantage``,
-    adv_estimator ``tree``):
-
-        A_l = GRPO(r_l; the leaves of l's tree) + GRPO(r_l; the leaves of l's prompt)
-
-    each term (r - mean) / (std + eps) with the unbiased std, a group of one giving its reward
-    (as their ``compute_grpo_outcome_advantage`` and :func:`rlvr.algorithms.grpo`). The
-    intra-tree term is a step-level preference between the branches of one tree (the paper's
-    equivalence to step-level DPO), the inter-tree term GRPO across the prompt's trees."""
-    forest.check(rewards)
-    intra = grpo(rewards, forest.roots()[forest.leaves], eps)
-    inter = grpo(rewards, forest.groups[forest.leaves], eps)
-    return intra + inter, torch.zeros(forest.num_segments, dtype=intra.dtype)
-
-
-def treerpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
-    """TreeRPO's step-level group advantage (Yang et al. 2025, "TreeRPO: Tree Relative Policy
-    Optimization"; from the paper's text: its code was not retrievable): node values
-    V(s) are the means of the leaf rewards under s; the children of one parent form a
-    step-level group (the first segments of a prompt form one too), and each segment's tokens
-    get
-
-        A_s = (V(s) - mean_{siblings} V) / (std_{siblings} V + eps)
-
-    with the unbiased std; siblings of equal values get 0, and so does a lone child (its value
-    is its parent's: the step decided nothing)."""
-    forest.check(rewards)
-    values = node_values(forest, rewards)
-    # siblings: the same parent, or the same prompt for first segments (parent -1)
-    key = torch.where(forest.parents >= 0, forest.parents, -1 - forest.groups)
-    segment = grpo(values, key, eps)
-    _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
-    segment = torch.where(counts[inverse] > 1, segment, torch.zeros_like(segment))
-    return torch.zeros(len(forest.leaves), dtype=segment.dtype), segment
-
-
-def treerl(forest: Forest, rewards: torch.Tensor) -> TreeAdvantages:
-    """TreeRL's global plus local advantage of a segment (Hou et al. 2025, "TreeRL: LLM
-    Reinforcement Learning with On-Policy Tree Search"; read in THUDM/TreeRL,
-    ``tree_node.py`` / ``parallel_mcts.py`` with state-value rewards and sqrt weighting, every
-    leaf selected):
-
-        R^_l = r_l - mean_{l' != l} r_l'          (leave-one-out over the prompt's leaves)
-        V(s) = mean_{l under s} R^_l / sqrt(|L(s)|)   (V of the prompt's root = 0)
-        A_s = (V(s) - V(parent(s))) + V(s)          (local + global; parent of a first segment:
-                                                    the root)
-
-    The paper writes (GA + LA) / sqrt(|L(s)|); the code scales each V by the square root of its
-    own leaf count before subtracting, which is what is computed here. A prompt with one leaf
-    has no baseline: its R^ is its reward."""
-    forest.check(rewards)
-    groups = forest.groups[forest.leaves]
-    n = _group_counts(groups, rewards.dtype)
-    others = (_group_means(rewards, groups) * n - rewards) / (n - 1).clamp_min(1)
-    centred = torch.where(n > 1, rewards - others, rewards)  # R^_l
-    below = forest.leaves_under().to(rewards.dtype)
-    count = below.sum(-1)
-    values = (below @ centred) / count / count.sqrt()  # V(s)
-    parent = torch.where(
-        forest.parents >= 0, values[forest.parents.clamp_min(0)], torch.zeros_like(values)
-    )
-    return torch.zeros(len(forest.leaves), dtype=values.dtype), (values - parent) + values
-
-
 # ---------------------------------------------------------------- the registry
 
 
@@ -233,12 +140,88 @@ def register_tree_advantage(
     return decorator
 
 
-register_tree_advantage(
+# ---------------------------------------------------------------- estimators
+
+
+@register_tree_advantage(
     "leaf_grpo", "DeepSeekMath (Shao et al. 2024), over a tree's leaves", False
-)(leaf_grpo)
-register_tree_advantage("tree_grpo", "Tree-GRPO (Ji et al. 2025)", False)(tree_grpo)
-register_tree_advantage("treerpo", "TreeRPO (Yang et al. 2025)", True)(treerpo)
-register_tree_advantage("treerl", "TreeRL (Hou et al. 2025)", True)(treerl)
+)
+def leaf_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """GRPO over all the leaves of a prompt (the flat baseline on tree samples): every token of
+    leaf l's completion gets A_l = (r_l - mean r) / (std r + eps) over the prompt's leaves
+    (DeepSeekMath's group advantage, :func:`rlvr.algorithms.grpo`)."""
+    forest.check(rewards)
+    leaf = grpo(rewards, forest.groups[forest.leaves], eps)
+    return leaf, torch.zeros(forest.num_segments, dtype=leaf.dtype)
+
+
+@register_tree_advantage("tree_grpo", "Tree-GRPO (Ji et al. 2025)", False)
+def tree_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """Tree-GRPO's intra- plus inter-tree group advantage (Ji et al. 2025, "Tree Search for LLM
+    Agent Reinforcement Learning"; read in AMAP-ML/Tree-GRPO's ``compute_advantage``,
+    adv_estimator ``tree``):
+
+        A_l = GRPO(r_l; the leaves of l's tree) + GRPO(r_l; the leaves of l's prompt)
+
+    each term (r - mean) / (std + eps) with the unbiased std, a group of one giving its reward
+    (as their ``compute_grpo_outcome_advantage`` and :func:`rlvr.algorithms.grpo`). The
+    intra-tree term is a step-level preference between the branches of one tree (the paper's
+    equivalence to step-level DPO), the inter-tree term GRPO across the prompt's trees."""
+    forest.check(rewards)
+    intra = grpo(rewards, forest.roots()[forest.leaves], eps)
+    inter = grpo(rewards, forest.groups[forest.leaves], eps)
+    return intra + inter, torch.zeros(forest.num_segments, dtype=intra.dtype)
+
+
+@register_tree_advantage("treerpo", "TreeRPO (Yang et al. 2025)", True)
+def treerpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeAdvantages:
+    """TreeRPO's step-level group advantage (Yang et al. 2025, "TreeRPO: Tree Relative Policy
+    Optimization"; from the paper's text: its code was not retrievable): node values
+    V(s) are the means of the leaf rewards under s; the children of one parent form a
+    step-level group (the first segments of a prompt form one too), and each segment's tokens
+    get
+
+        A_s = (V(s) - mean_{siblings} V) / (std_{siblings} V + eps)
+
+    with the unbiased std; siblings of equal values get 0, and so does a lone child (its value
+    is its parent's: the step decided nothing)."""
+    forest.check(rewards)
+    values = node_values(forest, rewards)
+    # siblings: the same parent, or the same prompt for first segments (parent -1)
+    key = torch.where(forest.parents >= 0, forest.parents, -1 - forest.groups)
+    segment = grpo(values, key, eps)
+    _, inverse, counts, _ = _group_sums(values, key)
+    segment = torch.where(counts[inverse] > 1, segment, torch.zeros_like(segment))
+    return torch.zeros(len(forest.leaves), dtype=segment.dtype), segment
+
+
+@register_tree_advantage("treerl", "TreeRL (Hou et al. 2025)", True)
+def treerl(forest: Forest, rewards: torch.Tensor) -> TreeAdvantages:
+    """TreeRL's global plus local advantage of a segment (Hou et al. 2025, "TreeRL: LLM
+    Reinforcement Learning with On-Policy Tree Search"; read in THUDM/TreeRL,
+    ``tree_node.py`` / ``parallel_mcts.py`` with state-value rewards and sqrt weighting, every
+    leaf selected):
+
+        R^_l = r_l - mean_{l' != l} r_l'          (leave-one-out over the prompt's leaves)
+        V(s) = mean_{l under s} R^_l / sqrt(|L(s)|)   (V of the prompt's root = 0)
+        A_s = (V(s) - V(parent(s))) + V(s)          (local + global; parent of a first segment:
+                                                    the root)
+
+    The paper writes (GA + LA) / sqrt(|L(s)|); the code scales each V by the square root of its
+    own leaf count before subtracting, which is what is computed here. A prompt with one leaf
+    has no baseline: its R^ is its reward."""
+    forest.check(rewards)
+    _, inverse, count, total = _group_sums(rewards, forest.groups[forest.leaves])
+    n = count[inverse]
+    others = (total[inverse] - rewards) / (n - 1).clamp_min(1)
+    centred = torch.where(n > 1, rewards - others, rewards)  # R^_l
+    below = forest.leaves_under().to(rewards.dtype)
+    count = below.sum(-1)
+    values = (below @ centred) / count / count.sqrt()  # V(s)
+    parent = torch.where(
+        forest.parents >= 0, values[forest.parents.clamp_min(0)], torch.zeros_like(values)
+    )
+    return torch.zeros(len(forest.leaves), dtype=values.dtype), (values - parent) + values
 
 
 def tree_advantages(
