@@ -27,7 +27,8 @@ from rlvr.rollout import attention as decode_attention
 from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
 from rlvr.rollout.decoder import LlamaDecoder, make_decoder
 from rlvr.rollout.sampling import sample_next, token_stats
-from rlvr.rollout.streams import uniforms
+from rlvr.rollout.streams import derive, uniforms
+from rlvr.rollout.tree import Branching, BranchView, Segments, TreeRollout, tree_rollout
 from rlvr.rollout.turns import ReprefillSession, TurnSample, TurnSession
 
 
@@ -152,34 +153,81 @@ class TorchEngine:
     ) -> Rollout:
         """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout` and
         :meth:`rlvr.rollout.base.RolloutEngine.generate` (``keys``: each sample's stream)."""
+        self._check_stop(sampling)
+        start = time.perf_counter()
+        total = len(prompts) * n
+        keys = checked_keys(keys, total, sampling)
+        # Samples are decoded in chunks of at most max_batch (sample i belongs to prompt i // n):
+        # memory stays flat as n grows (Infinite Sampling's micro sampling groups); a group
+        # split across chunks has its prompt prefilled once per chunk.
+        out = self._chunks(prompts, n, sampling, keys, self.max_batch, None)
+        stats = throughput(out.tokens, time.perf_counter() - start)
+        return Rollout(
+            prompts, out.tokens, out.logprobs, out.finished, n, stats, out.entropy, out.certainty
+        )
+
+    @torch.inference_mode()
+    def generate_tree(
+        self,
+        prompts: list[list[int]],
+        trees: int,
+        sampling: SamplingParams,
+        branching: Branching,
+        keys: torch.Tensor | None = None,
+    ) -> TreeRollout:
+        """Sample ``trees`` trees per prompt (:mod:`rlvr.rollout.tree`): tree r of the call
+        (prompt ``r // trees``) starts from the stream ``keys[r]`` and branches by the rule
+        ``branching``; the leaves are the completions. As many trees are decoded at once as
+        ``max_batch`` holds at their most leaves (one at least)."""
+        self._check_stop(sampling)
+        start = time.perf_counter()
+        keys = checked_keys(keys, len(prompts) * trees, sampling)
+        per_chunk = max(1, self.max_batch // max(1, branching.max_leaves))
+        out = self._chunks(prompts, trees, sampling, keys, per_chunk, branching)
+        rollout = tree_rollout(prompts, trees, out, sampling.token_stats)
+        seconds = time.perf_counter() - start
+        rollout.stats["rollout/seconds"] = seconds
+        rollout.stats["rollout/tokens_per_s"] = rollout.stats["rollout/generated_tokens"] / max(
+            seconds, 1e-9
+        )
+        return rollout
+
+    def _check_stop(self, sampling: SamplingParams) -> None:
         if sampling.stop and self.decode is None:
             raise ValueError(
                 "SamplingParams.stop needs the engine's decode function: "
                 "TorchEngine(..., decode=tokenizer.decode)"
             )
-        start = time.perf_counter()
+
+    def _chunks(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        sampling: SamplingParams,
+        keys: torch.Tensor,
+        rows: int,
+        branching: Branching | None,
+    ) -> Segments:
+        """:meth:`_decode` of ``n`` rows per prompt (row r: prompt ``r // n``, stream
+        ``keys[r]``), ``rows`` rows at a time, as one :class:`Segments` (roots and parents
+        numbered over the whole call)."""
         total = len(prompts) * n
-        keys = checked_keys(keys, total, sampling)
-        completions: list[list[int]] = []
-        logprobs: list[list[float]] = []
-        finished: list[bool] = []
-        entropies: list[list[float]] = []
-        certainties: list[list[float]] = []
-        # Samples are decoded in chunks of at most max_batch (sample i belongs to prompt i // n):
-        # memory stays flat as n grows (Infinite Sampling's micro sampling groups); a group
-        # split across chunks has its prompt prefilled once per chunk.
-        for lo in range(0, total, self.max_batch):
-            owner = torch.arange(lo, min(total, lo + self.max_batch)) // n
-            c, lp, f, ent, sc = self._generate_chunk(
-                prompts, owner, sampling, keys[lo : lo + len(owner)]
+        out: Segments | None = None
+        for lo in range(0, total, rows):
+            owner = torch.arange(lo, min(total, lo + rows)) // n
+            part = self._generate_chunk(
+                prompts, owner, sampling, keys[lo : lo + len(owner)], branching
             )
-            completions += c
-            logprobs += lp
-            finished += f
-            entropies += ent
-            certainties += sc
-        stats = throughput(completions, time.perf_counter() - start)
-        return Rollout(prompts, completions, logprobs, finished, n, stats, entropies, certainties)
+            if out is None:
+                out = part
+                continue
+            offset = len(out.tokens)
+            out.parents += [p + offset if p >= 0 else -1 for p in part.parents]
+            out.roots += [r + lo for r in part.roots]
+            for name in ("tokens", "logprobs", "finished", "entropy", "certainty", "child_index"):
+                getattr(out, name).extend(getattr(part, name))
+        assert out is not None
+        return out
 
     def _hits_stop_string(self, ids: list[int], stops: tuple[str, ...], window: int) -> bool:
         """Whether the decoded text of ``ids`` now contains a stop string.
@@ -199,18 +247,16 @@ class TorchEngine:
         owner: torch.Tensor,
         sampling: SamplingParams,
         keys: torch.Tensor,
-    ) -> tuple[
-        list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
-    ]:
-        """Decode one sample per entry of ``owner`` (its prompt index) from its stream ``keys``
-        [len(owner)]; returns token ids, log-probs, finished flags, and per-token entropy /
-        self-certainty (empty lists unless ``sampling.token_stats``)."""
+        branching: Branching | None = None,
+    ) -> Segments:
+        """Decode one row per entry of ``owner`` (its prompt index) from its stream ``keys``
+        [len(owner)] (:meth:`_decode`)."""
         device = next(self.model.parameters()).device
         used, row_prompt = torch.unique(owner, return_inverse=True)
         ids, mask = left_pad([prompts[i] for i in used.tolist()], self.pad_token_id)
         logits = self.decoder.prefill(ids.to(device), mask.to(device), row_prompt.to(device))
         budgets = [sampling.max_new_tokens] * logits.shape[0]
-        return self._decode(logits, sampling, keys, budgets)
+        return self._decode(logits, sampling, keys, budgets, branching=branching)
 
     def _decode(
         self,
@@ -219,43 +265,59 @@ class TorchEngine:
         keys: torch.Tensor,
         budgets: list[int],
         on_leave: Callable[[list[int], list[int]], None] | None = None,
-    ) -> tuple[
-        list[list[int]], list[list[float]], list[bool], list[list[float]], list[list[float]]
-    ]:
+        branching: Branching | None = None,
+    ) -> Segments:
         """The decode loop from the decoder's first logits [B, V]: row b samples from stream
         ``keys[b]`` (the uniform of position t is ``uniforms(key, t)``, whichever rows share the
         batch) until a stop token or string, or ``budgets[b]`` tokens. Rows that end leave the
-        batch (compaction); ``on_leave(batch_rows, samples)`` is told of them first, while the
-        decoder still holds them (their last sampled token is not in its cache)."""
+        batch (compaction); ``on_leave(batch_rows, segments)`` is told of them first, while the
+        decoder still holds them (their last sampled token is not in its cache).
+
+        With ``branching`` (tree rollouts, :mod:`rlvr.rollout.tree`), before each position the
+        rule may end a row's segment and continue it as several children, each with a fork of
+        the row's cache; without it, segment b is row b's whole completion."""
         total = logits.shape[0]
-        live = list(range(total))  # original sample index of each batch row
+        live = list(range(total))  # the segment of each batch row
         stop_ids = set(sampling.stop_token_ids)
         window = max((len(s.encode()) for s in sampling.stop), default=0) + 1
-        tokens_out: list[list[int]] = [[] for _ in range(total)]
-        logps_out: list[list[float]] = [[] for _ in range(total)]
-        done = [False] * total
-        n_stats = total if sampling.token_stats else 0
-        entropy_out: list[list[float]] = [[] for _ in range(n_stats)]
-        certainty_out: list[list[float]] = [[] for _ in range(n_stats)]
+        out = Segments(
+            tokens=[[] for _ in range(total)],
+            logprobs=[[] for _ in range(total)],
+            finished=[False] * total,
+            entropy=[[] for _ in range(total)] if sampling.token_stats else [],
+            certainty=[[] for _ in range(total)] if sampling.token_stats else [],
+            parents=[-1] * total,
+            roots=list(range(total)),
+            child_index=[0] * total,
+        )
+        keys, budgets = list(keys.tolist()), list(budgets)
+        depth = [0] * total
+        branch_points: dict[int, int] = {}
         for step in range(max(budgets)):
-            u = None if sampling.temperature <= 0 else uniforms(keys[live], step)
+            if branching is not None:
+                live, logits = self._branch(
+                    step, logits, live, branching, out, keys, budgets, depth, branch_points
+                )
+            u = None
+            if sampling.temperature > 0:
+                u = uniforms(torch.tensor([keys[s] for s in live], dtype=torch.long), step)
             tok, logp = sample_next(logits, sampling, u)
-            for sample, t, lp in zip(live, tok.tolist(), logp.tolist(), strict=True):
-                tokens_out[sample].append(t)
-                logps_out[sample].append(lp)
+            for s, t, lp in zip(live, tok.tolist(), logp.tolist(), strict=True):
+                out.tokens[s].append(t)
+                out.logprobs[s].append(lp)
             if sampling.token_stats:
                 ent, sc = token_stats(logits)
-                for sample, e, c in zip(live, ent.tolist(), sc.tolist(), strict=True):
-                    entropy_out[sample].append(e)
-                    certainty_out[sample].append(c)
-            ended = [tokens_out[s][-1] in stop_ids for s in live]
+                for s, e, c in zip(live, ent.tolist(), sc.tolist(), strict=True):
+                    out.entropy[s].append(e)
+                    out.certainty[s].append(c)
+            ended = [out.tokens[s][-1] in stop_ids for s in live]
             if sampling.stop:  # stop strings, on the decoded tail of each completion
                 ended = [
-                    e or self._hits_stop_string(tokens_out[s], sampling.stop, window)
+                    e or self._hits_stop_string(self._tail(out, s, window), sampling.stop, window)
                     for s, e in zip(live, ended, strict=True)
                 ]
-            for sample, e in zip(live, ended, strict=True):
-                done[sample] = e
+            for s, e in zip(live, ended, strict=True):
+                out.finished[s] = e
             leaving = [e or step + 1 >= budgets[s] for s, e in zip(live, ended, strict=True)]
             if any(leaving) and on_leave is not None:
                 rows = [row for row, gone in enumerate(leaving) if gone]
@@ -269,7 +331,73 @@ class TorchEngine:
                 self.decoder.select(order_t)
                 tok = tok[order_t]
             logits = self.decoder.step(tok)
-        return tokens_out, logps_out, done, entropy_out, certainty_out
+        return out
+
+    def _branch(
+        self,
+        step: int,
+        logits: torch.Tensor,
+        live: list[int],
+        branching: Branching,
+        out: Segments,
+        keys: list[int],
+        budgets: list[int],
+        depth: list[int],
+        branch_points: dict[int, int],
+    ) -> tuple[list[int], torch.Tensor]:
+        """One position's branching (see :meth:`_decode`): the rows whose segment the rule
+        ends are forked into their children, new segments of ``out`` (the first child keeps
+        the parent's stream, child j > 0 takes ``derive(derive(key, step), j)``). Returns the
+        new live segments and their logits."""
+        view = BranchView(
+            position=step,
+            logits=logits,
+            segment_tokens=[len(out.tokens[s]) for s in live],
+            depth=[depth[s] for s in live],
+            tree=[out.roots[s] for s in live],
+            branch_points=branch_points,
+        )
+        children = branching(view)
+        if all(c <= 1 for c in children):
+            return live, logits
+        order, new_live = [], []
+        for row, (s, c) in enumerate(zip(live, children, strict=True)):
+            if c <= 1:
+                order.append(row)
+                new_live.append(s)
+                continue
+            root = out.roots[s]
+            branch_points[root] = branch_points.get(root, 0) + 1
+            derived = derive(torch.full((c,), keys[s], dtype=torch.long), step)
+            derived = derive(derived, torch.arange(c)).tolist()
+            for j in range(c):
+                child = len(out.tokens)
+                for column in (out.tokens, out.logprobs):
+                    column.append([])
+                if out.entropy or out.certainty:
+                    out.entropy.append([])
+                    out.certainty.append([])
+                out.finished.append(False)
+                out.parents.append(s)
+                out.roots.append(root)
+                out.child_index.append(j)
+                keys.append(keys[s] if j == 0 else derived[j])
+                budgets.append(budgets[s])
+                depth.append(depth[s] + 1)
+                order.append(row)
+                new_live.append(child)
+        order_t = torch.tensor(order, device=logits.device)
+        self.decoder.select(order_t)
+        return new_live, logits[order_t]
+
+    @staticmethod
+    def _tail(out: Segments, segment: int, window: int) -> list[int]:
+        """The last ``window`` tokens of ``segment``'s completion (its ancestors' tokens first)."""
+        tail: list[int] = []
+        while segment >= 0 and len(tail) < window:
+            tail = out.tokens[segment] + tail
+            segment = out.parents[segment]
+        return tail[-window:]
 
 
 class KVSession:
@@ -303,10 +431,10 @@ class KVSession:
             for sample, history in zip(samples, decoder.export(rows), strict=True):
                 saved[sample] = history
 
-        ids, logps, finished, _, _ = engine._decode(logits, sampling, keys, budgets, keep_cache)
-        self.histories = [saved[r] for r in range(len(ids))]
-        self.pending = [[c[-1]] for c in ids]
-        return TurnSample(ids, logps, finished, time.perf_counter() - start)
+        out = engine._decode(logits, sampling, keys, budgets, keep_cache)
+        self.histories = [saved[r] for r in range(len(out.tokens))]
+        self.pending = [[c[-1]] for c in out.tokens]
+        return TurnSample(out.tokens, out.logprobs, out.finished, time.perf_counter() - start)
 
     def extend(self, keep: list[int], observations: list[list[int]]) -> None:
         self.histories = [self.histories[r] for r in keep]
