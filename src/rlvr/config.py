@@ -369,6 +369,32 @@ class VLLMConfig(Section):
     )
 
 
+class TreeConfig(BaseModel):
+    """Tree rollouts (docs/algorithms.md, "Tree rollouts"): ``rollout.group_size`` trees per
+    prompt, each branching by a registered rule (:data:`rlvr.rollout.tree.BRANCHING`); the
+    leaves are the group's completions. Other keys are the rule's parameters."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    branching: str = Field(
+        "fixed",
+        description="a registered branching rule: fixed (branch_factor, depth, segment_tokens: "
+        "TreeRPO / BranchGRPO) or entropy (branch_factor, max_branch_points, threshold, "
+        "min_segment_tokens: TreeRL's entropy-guided forking)",
+    )
+
+    @model_validator(mode="after")
+    def _check_rule(self) -> TreeConfig:
+        self.branching_rule()  # raises ValueError naming what is wrong
+        return self
+
+    def branching_rule(self) -> Any:
+        """The :class:`rlvr.rollout.tree.Branching` these settings name."""
+        from rlvr.rollout.tree import Branching
+
+        return Branching.of(self.branching, **(self.model_extra or {}))
+
+
 class RolloutConfig(Section):
     """Sampling of the G completions per prompt."""
 
@@ -402,6 +428,11 @@ class RolloutConfig(Section):
         "than fp32 on this machine (rlvr.precision; CUDA: bf16 where supported)",
     )
     max_batch: int = Field(256, ge=1, description="most samples decoded at once")
+    tree: TreeConfig | None = Field(
+        None,
+        description="tree rollouts: group_size trees per prompt that branch while decoding, "
+        "shared segments generated once (docs/algorithms.md); None: G independent samples",
+    )
     max_staleness: int = Field(
         0,
         ge=0,
@@ -1156,7 +1187,9 @@ class Config(Section):
             algo = self.algorithm.resolve()
         except ValueError as err:
             raise ValueError(str(err)) from None
-        if self.rollout.group_size == 1 and algorithms.learns_from_reward_differences(algo):
+        tree = self.rollout.tree
+        leaves = self.rollout.group_size * (tree.branching_rule().max_leaves if tree else 1)
+        if leaves == 1 and algorithms.learns_from_reward_differences(algo):
             kind = algorithms.OBJECTIVES[algo.objective.name].kind
             part = (
                 f"objective {algo.objective.name!r} pairs the samples of a group"
@@ -1239,6 +1272,35 @@ class Config(Section):
             )
         if train.compile:
             raise ValueError("train.compile with train.sharding: fsdp is not supported yet")
+        return self
+
+    @model_validator(mode="after")
+    def _check_tree(self) -> Config:
+        """Tree rollouts run where they are built (the torch engine, one-step tasks, sampled
+        completions), and the tree estimators have trees to read."""
+        from rlvr import algorithms
+
+        algo = self.algorithm.resolve()
+        needs_trees = "tree_segments" in algorithms.ADVANTAGES[algo.advantage.name].requires
+        if self.rollout.tree is None:
+            if needs_trees:
+                raise ValueError(
+                    f"algorithm.advantage.name: {algo.advantage.name} credits the segments of "
+                    "tree rollouts; set rollout.tree (e.g. {branching: fixed, depth: 2}) or "
+                    "choose a flat estimator"
+                )
+            return self
+        refusals = {
+            "rollout.engine: vllm": self.rollout.engine == "vllm",
+            "env.name (agent episodes)": self.env.name is not None,
+            "algorithm.objective.samples: data": algo.objective.samples == "data",
+        }
+        for what, refused in refusals.items():
+            if refused:
+                raise ValueError(
+                    f"rollout.tree: tree rollouts are sampled by the torch engine for one-step "
+                    f"tasks; not with {what} (remove rollout.tree or that setting)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,10 @@ right-padded to ``T``. Two forwards give the same log-probs and gradients:
   under a block mask. A group of G samples of lengths ``T_i`` of a prompt of length ``Lp`` then
   costs about ``Lp + sum_i T_i`` token-passes instead of ``G*(Lp + max_i T_i)``.
 
+* ``tree=True`` (the tree forward, :func:`_tree_forward`): the completions of a prompt are
+  merged into a prefix trie, so tokens they share from their start (the shared segments of
+  tree rollouts) run once, under a tree attention mask.
+
 * ``packed=True`` (sequence packing): each sample's whole sequence, prompt and completion
   without padding, is packed back to back into rows as wide as the longest sequence, under a
   block-diagonal causal mask with positions restarting at each sequence: for batches whose
@@ -259,6 +263,7 @@ def completion_logprobs(
     value_head: ValueHead | None = None,
     chunk_tokens: int = 0,
     packed: bool = False,
+    tree: bool = False,
 ) -> (
     tuple[torch.Tensor, torch.Tensor | None]
     | tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]
@@ -273,7 +278,11 @@ def completion_logprobs(
             once) up to fp32 rounding; a :class:`ConfigError` for models whose logits are not
             the output layer of the last hidden state (logit soft-capping or scaling, see
             :data:`_LOGIT_SETTINGS`).
-        packed: sequence packing (:func:`_packed_forward`); ``shared_prefix`` is then unused.
+        packed: sequence packing (:func:`_packed_forward`); ``shared_prefix`` and ``tree`` are
+            then unused.
+        tree: the tree forward (:func:`_tree_forward`): the completions of a prompt that share
+            their first tokens (the leaves of tree rollouts) run those tokens once;
+            ``shared_prefix`` is then unused.
 
     Returns:
         logp [N, T] (fp32; zero where the completion mask is 0), and the per-token entropy of
@@ -285,23 +294,35 @@ def completion_logprobs(
         raise ValueError(f"chunk_tokens must be >= 0 (0: all at once), got {chunk_tokens}")
     if chunk_tokens:
         _check_plain_output_layer(model)
-    forward = _grouped_forward if shared_prefix else _padded_forward
-    if packed:
-        forward = _packed_forward
-    logits, states = forward(model, batch, value_head is not None, chunk_tokens > 0)  # [K,V],[K,H]
     mask = batch.completion_mask
     targets = batch.completion_ids[mask.bool()]
+    want = value_head is not None
+    expand = None  # the tree forward's logits are per trie node: token k is node expand[k]
+    if packed:
+        logits, states = _packed_forward(model, batch, want, chunk_tokens > 0)  # [K,V], [K,H]
+    elif tree:
+        logits, states, expand = _tree_forward(model, batch, want, chunk_tokens > 0)
+        nodes = (states if logits is None else logits).shape[0]
+        targets = targets.new_zeros(nodes).index_put_((expand,), targets)  # a node's token
+    else:
+        forward = _grouped_forward if shared_prefix else _padded_forward
+        logits, states = forward(model, batch, want, chunk_tokens > 0)
     if chunk_tokens:
         output = model.get_output_embeddings()
         args = (temperature, with_entropy, entropy_grad, chunk_tokens)
         logp, entropy = _chunked_token_logprobs(output, states, targets, *args)
     else:
         logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy, entropy_grad)
+    values = value_head(states) if value_head is not None else None
+    if expand is not None:  # back from nodes to tokens (the backward sums over a node's tokens)
+        logp = logp[expand]
+        entropy = entropy[expand] if entropy is not None else None
+        values = values[expand] if values is not None else None
     logp = _unflatten(logp, mask)
     entropy = _unflatten(entropy, mask) if entropy is not None else None
-    if value_head is None:
+    if values is None:
         return logp, entropy
-    return logp, entropy, _unflatten(value_head(states), mask)
+    return logp, entropy, _unflatten(values, mask)
 
 
 def _sharded(model: torch.nn.Module) -> bool:
@@ -438,6 +459,125 @@ def _packed_forward(
         return None if x is None else x.reshape(-1, x.shape[-1])[flat]
 
     return take(logits), take(states)
+
+
+# Most slots (prompt + trie nodes) of one row of the tree forward, unless a single sequence is
+# longer: its attention mask and scores grow with the square of the row's width.
+TREE_ROW_TOKENS = 2048
+
+
+def trie_rows(
+    prompt_index: list[int],
+    prompt_len: list[int],
+    completions: list[list[int]],
+    capacity: int = TREE_ROW_TOKENS,
+) -> tuple[list[tuple[int, list[int], list[int]]], list[list[int]]]:
+    """The tree forward's layout: each row holds one prompt and the prefix trie of some of its
+    completions, so tokens that completions of the prompt share from their start are one node.
+
+    Samples of a prompt fill a row in order while its width (prompt + nodes) stays within
+    ``capacity`` (or one sample's sequence, if longer); a sample that does not fit starts a
+    new row (nodes it shares with an earlier row are computed again there). Returns the rows
+    ``(prompt, node tokens, node parents)`` (parent -1: after the prompt; a node's parent comes
+    before it) and, per sample, the global node of each completion token (nodes numbered row
+    after row).
+    """
+    rows: list[tuple[int, list[int], list[int]]] = []
+    children: list[dict[tuple[int, int], int]] = []  # per row: (parent, token) -> node
+    placed: list[tuple[int, list[int]]] = [(0, []) for _ in completions]  # (row, row's nodes)
+    for i in sorted(range(len(completions)), key=lambda i: (prompt_index[i], i)):
+        j, tokens = prompt_index[i], completions[i]
+        fits = bool(rows) and rows[-1][0] == j
+        if fits:
+            known, parent = 0, -1  # the sample's tokens already in the last row
+            while known < len(tokens) and (parent, tokens[known]) in children[-1]:
+                parent = children[-1][(parent, tokens[known])]
+                known += 1
+            width = prompt_len[j] + len(rows[-1][1]) + len(tokens) - known
+            fits = width <= max(capacity, prompt_len[j] + len(tokens))
+        if not fits:
+            rows.append((j, [], []))
+            children.append({})
+        _, node_tokens, node_parents = rows[-1]
+        parent, path = -1, []
+        for token in tokens:
+            node = children[-1].get((parent, token))
+            if node is None:
+                node = children[-1][(parent, token)] = len(node_tokens)
+                node_tokens.append(token)
+                node_parents.append(parent)
+            path.append(node)
+            parent = node
+        placed[i] = (len(rows) - 1, path)
+    offsets = [0]
+    for _, node_tokens, _ in rows:
+        offsets.append(offsets[-1] + len(node_tokens))
+    nodes_of = [[offsets[r] + n for n in path] for r, path in placed]
+    return rows, nodes_of
+
+
+def _tree_forward(
+    model: PreTrainedModel, batch: Batch, hidden: bool, chunked: bool
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+    """The tree forward (tree training, as AReaL's and TreeRL's: each shared segment once): the
+    completions of a prompt are merged into a prefix trie (:func:`trie_rows`), and each row,
+    the prompt then the trie's nodes, runs under a tree attention mask, a node attending to the
+    prompt and to its ancestors and itself, with the position of its depth after the prompt. A
+    node's state is the one every completion through it has at that token in the plain forward,
+    so log-probs and gradients equal the plain forward's over the expanded completions (the
+    gradient of a node sums its completions'), while a segment shared by the leaves of a tree
+    rollout runs once.
+
+    Returns the logits [U, V] (None when ``chunked``) and last hidden states [U, H] (when
+    ``hidden`` or ``chunked``) predicting the U nodes' tokens, and ``expand`` [K]: the node of
+    each of the K real completion tokens, in the row-major order of ``batch.completion_mask``.
+    """
+    device, lp = batch.prompt_ids.device, batch.prompt_ids.shape[1]
+    prompt_len = batch.prompt_mask.sum(-1).tolist()
+    lengths = batch.completion_mask.sum(-1).tolist()
+    completion_ids = batch.completion_ids.cpu()
+    completions = [completion_ids[i, :n].tolist() for i, n in enumerate(lengths)]
+    rows, nodes_of = trie_rows(batch.prompt_index.tolist(), prompt_len, completions)
+    width = max(1, max(prompt_len[j] + len(tokens) for j, tokens, _ in rows))
+    n_rows = len(rows)
+    ids = torch.zeros((n_rows, width), dtype=torch.long)
+    positions = torch.zeros((n_rows, width), dtype=torch.long)
+    see = torch.zeros((n_rows, width, width), dtype=torch.bool)
+    prompt_ids = batch.prompt_ids.cpu()
+    source = []  # flat slot of the state predicting each node's token, node by node
+    for r, (j, tokens, parents) in enumerate(rows):
+        p = prompt_len[j]
+        ids[r, :p] = prompt_ids[j, lp - p :]
+        positions[r, :p] = torch.arange(p)
+        see[r, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
+        depth = []
+        for n, (token, parent) in enumerate(zip(tokens, parents, strict=True)):
+            slot = p + n
+            ids[r, slot] = token
+            depth.append(0 if parent < 0 else depth[parent] + 1)
+            positions[r, slot] = p + depth[n]
+            # a node sees the prompt, its parent's view and itself
+            see[r, slot] = see[r, p + parent] if parent >= 0 else see[r, p - 1]
+            see[r, slot, slot] = True
+            source.append(r * width + (p + parent if parent >= 0 else p - 1))
+        for slot in range(p + len(tokens), width):  # padding slots see themselves: finite
+            see[r, slot, slot] = True
+    logits, states = _run(
+        model,
+        not chunked,
+        hidden or chunked,
+        input_ids=ids.to(device),
+        attention_mask=see[:, None].to(device),
+        position_ids=positions.to(device),
+        use_cache=False,
+    )
+    flat = torch.tensor(source, dtype=torch.long, device=device)
+    expand = torch.tensor([n for path in nodes_of for n in path], dtype=torch.long, device=device)
+
+    def take(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x.reshape(-1, x.shape[-1])[flat]
+
+    return take(logits), take(states), expand
 
 
 class _KeepLayer(DynamicLayer):

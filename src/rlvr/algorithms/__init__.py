@@ -137,10 +137,22 @@ from rlvr.algorithms.schema import (
 )
 from rlvr.algorithms.shaping import overlong_penalty
 from rlvr.algorithms.spo import spo
+from rlvr.algorithms.tree import (
+    TREE_ADVANTAGES,
+    Forest,
+    node_values,
+    register_tree_advantage,
+    tree_advantages,
+)
 from rlvr.algorithms.unlikeliness import unlikeliness_rewards
 from rlvr.algorithms.zero_variance import rl_zvp_advantages
 
 __all__ = [
+    "TREE_ADVANTAGES",
+    "Forest",
+    "node_values",
+    "register_tree_advantage",
+    "tree_advantages",
     "ObjectivePart",
     "AdvantagePart",
     "PolicyLossPart",

@@ -404,6 +404,8 @@ INPUT_HINTS = {
     "pass before the update)",
     "reward_terms": "each reward term's values, [N, K]: give the run reward.terms",
     "term_weights": "each reward term's weight, [K] (reward.terms' weights)",
+    "tree_segments": "the [N, T] segment of each completion token in its prompt's rollout trees "
+    "(-1 on padding): give the run rollout.tree",
 }
 """The inputs rlvr computes itself, each with what it is and how a run gets it."""
 
@@ -411,7 +413,14 @@ INPUT_FIELDS = frozenset(INPUT_HINTS)
 """The names of :data:`INPUT_HINTS`; any other column an estimator requires is a produced
 signal (:mod:`rlvr.trainer.signals`)."""
 
-_PER_TOKEN = ("token_kl", "values", "student_logp", "teacher_logp", "token_entropy")
+_PER_TOKEN = (
+    "token_kl",
+    "values",
+    "student_logp",
+    "teacher_logp",
+    "token_entropy",
+    "tree_segments",
+)
 _PER_SAMPLE = ("greedy_rewards", "baselines", "reference_rewards")
 
 

@@ -25,12 +25,20 @@ through it). Registered in :data:`TREE_ADVANTAGES`; :func:`tree_advantages` call
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from rlvr.algorithms.advantages import _group_sums, grpo
+from rlvr.algorithms.advantages import (
+    AdvantageInputs,
+    AdvantageOutput,
+    _group_sums,
+    _need,
+    grpo,
+    register_advantage,
+)
 from rlvr.registry import Registry
 
 TreeAdvantages = tuple[torch.Tensor, torch.Tensor]
@@ -72,6 +80,44 @@ class Forest:
             torch.tensor(groups, dtype=long),
             torch.tensor(leaves, dtype=long),
         )
+
+    @classmethod
+    def of_paths(cls, paths: list[list[int]], groups: list[int]) -> tuple[Forest, list[list[int]]]:
+        """The forest whose leaves are completions: ``paths`` [L] the segment labels of each
+        completion's segments, first segment first (labels unique within a group), ``groups``
+        [L] its group. Returns the forest, leaf l being completion l, and each completion's path
+        as segment indices. Raises ValueError where a completion ends inside another's path (its
+        last segment would not be a leaf) or two completions end in the same segment."""
+        index: dict[tuple[int, int], int] = {}
+        parents: list[int] = []
+        seg_groups: list[int] = []
+        out_paths = []
+        for path, group in zip(paths, groups, strict=True):
+            parent, segs = -1, []
+            for label in path:
+                s = index.get((group, label))
+                if s is None:
+                    s = index[(group, label)] = len(parents)
+                    parents.append(parent)
+                    seg_groups.append(group)
+                elif parents[s] != parent:
+                    raise ValueError(f"segment {label} of group {group} has two parents")
+                segs.append(s)
+                parent = s
+            out_paths.append(segs)
+        leaves = [p[-1] if p else -1 for p in out_paths]
+        inner = set(parents)
+        if -1 in leaves or len(set(leaves)) < len(leaves) or inner & set(leaves):
+            raise ValueError(
+                "tree paths: every completion must end in a segment of its own (a leaf)"
+            )
+        long = torch.long
+        forest = cls(
+            torch.tensor(parents, dtype=long),
+            torch.tensor(seg_groups, dtype=long),
+            torch.tensor(leaves, dtype=long),
+        )
+        return forest, out_paths
 
     @property
     def num_segments(self) -> int:
@@ -131,13 +177,58 @@ TREE_ADVANTAGES: Registry[TreeEstimator] = Registry("tree advantage estimator")
 def register_tree_advantage(
     name: str, paper: str, step_level: bool
 ) -> Callable[[Callable[..., TreeAdvantages]], Callable[..., TreeAdvantages]]:
-    """Decorator: add ``fn(forest, rewards, **params) -> (leaf [L], segment [S])`` as ``name``."""
+    """Decorator: add ``fn(forest, rewards, **params) -> (leaf [L], segment [S])`` as ``name``,
+    and as the advantage estimator ``name`` of a run with tree rollouts
+    (``algorithm.advantage.name``; :func:`token_advantages` on the batch's ``tree_segments``)."""
 
     def decorator(fn: Callable[..., TreeAdvantages]) -> Callable[..., TreeAdvantages]:
         TREE_ADVANTAGES.add(name, TreeEstimator(fn, paper, step_level))
+
+        def estimator(inputs: AdvantageInputs, **params: float) -> AdvantageOutput:
+            segments = _need(name, inputs, "tree_segments")
+            return AdvantageOutput(token_advantages(fn, segments, inputs, **params))
+
+        estimator.__doc__ = fn.__doc__
+        estimator.__signature__ = _estimator_signature(fn)  # type: ignore[attr-defined]
+        register_advantage(
+            name,
+            requires=("mask", "tree_segments"),
+            token_level=True,
+            paper=paper,
+            group_relative=True,
+        )(estimator)
         return fn
 
     return decorator
+
+
+def _estimator_signature(fn: Callable[..., TreeAdvantages]) -> inspect.Signature:
+    """``fn``'s signature with ``(inputs)`` for ``(forest, rewards)``: the hyperparameters a
+    config may set are checked against it."""
+    params = list(inspect.signature(fn).parameters.values())[2:]
+    first = inspect.Parameter("inputs", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return inspect.Signature([first, *params])
+
+
+def token_advantages(
+    fn: Callable[..., TreeAdvantages],
+    segments: torch.Tensor,
+    inputs: AdvantageInputs,
+    **params: float,
+) -> torch.Tensor:
+    """Per-token advantages [N, T] of a tree estimator ``fn`` on a batch: ``segments`` [N, T]
+    the segment label of each completion token (unique within its group, -1 on padding), the
+    completions the leaves. A token of segment s in completion l gets ``leaf[l] + segment[s]``;
+    0 where ``inputs.mask`` is 0."""
+    labels = segments.cpu().tolist()
+    paths = [list(dict.fromkeys(x for x in row if x >= 0)) for row in labels]
+    forest, seg_paths = Forest.of_paths(paths, inputs.group_ids.cpu().tolist())
+    leaf, segment = fn(forest, inputs.rewards.detach().float().cpu(), **params)
+    out = torch.zeros(segments.shape)
+    for i, (row, path, segs) in enumerate(zip(labels, paths, seg_paths, strict=True)):
+        value = {label: float(leaf[i] + segment[s]) for label, s in zip(path, segs, strict=True)}
+        out[i] = torch.tensor([value.get(x, 0.0) for x in row])
+    return out.to(segments.device) * inputs.mask
 
 
 # ---------------------------------------------------------------- estimators

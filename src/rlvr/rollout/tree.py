@@ -143,7 +143,7 @@ class Branching:
     def of(cls, name: str, **params: float | int) -> Branching:
         """Raises ValueError on an unknown rule, a parameter the rule does not take, or a
         branch factor below 1 / a count below 0."""
-        check_params(BRANCHING.get_or_raise(name).fn, params, f"branching rule {name!r}")
+        check_params(BRANCHING.get_or_raise(name).fn, params, f"branching rule {name!r}", ("view",))
         for key in ("branch_factor", "segment_tokens"):
             if key in params and int(params[key]) < 1:
                 raise ValueError(f"branching {key} must be >= 1, got {params[key]}")

@@ -81,7 +81,9 @@ class Samples:
             reasons and counts: :class:`rlvr.rewards.combined.RewardBreakdown`). Parts add
             theirs: ``rewards`` (float tensor: the collector's, with DAPO's overlong penalty),
             ``signal/<name>`` (a produced signal), ``action_mask`` / ``turn_rewards`` /
-            ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes).
+            ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes),
+            ``tree_segments`` (tree rollouts: each completion token's segment label, unique
+            within its group; the completions are the trees' leaves).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the

@@ -423,6 +423,7 @@ def build_player(
         partial(encode_problem, tokenizer, cfg.model.system_prompt),
         partial(decode_tokens, tokenizer),
         demonstration,
+        cfg.rollout.tree.branching_rule() if cfg.rollout.tree is not None else None,
     )
     if algo.objective.samples == "data":
         return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)

@@ -49,6 +49,10 @@ def step_metrics(data: Samples, task: Task, threshold: float) -> dict[str, float
         **{f"groups/{k}": v for k, v in algorithms.group_stats(rewards, group_ids).items()},
         "rollout/tokens_per_s": data.tokens_per_s,
     }
+    metrics["tokens/completions"] = lengths.sum().item()
+    metrics["tokens/generated"] = lengths.sum().item()
+    if data.columns.get("tree_segments") is not None:
+        metrics.update(tree_metrics(data.columns["tree_segments"], group_ids))
     right = rewards >= threshold  # as reward/accuracy: lengths of right and wrong answers apart
     for name, rows in (("right", right), ("wrong", ~right)):
         if bool(rows.any()):  # Dr. GRPO: length normalisation lets wrong answers grow
@@ -58,6 +62,28 @@ def step_metrics(data: Samples, task: Task, threshold: float) -> dict[str, float
             metrics[f"category/{category}/reward"] = sum(values) / len(values)
             metrics[f"category/{category}/samples_frac"] = len(values) / len(rewards)
     return metrics
+
+
+def tree_metrics(token_segments: list[list[int]], group_ids: torch.Tensor) -> dict[str, float]:
+    """A batch's tree rollouts (``tree_segments``: each completion token's segment label):
+    ``tokens/generated`` (each segment's tokens once: what the engine sampled for these
+    leaves), ``tree/leaves_per_prompt`` and ``tree/branch_points`` (segments with two children
+    or more, per prompt)."""
+    groups = group_ids.tolist()
+    length: dict[tuple[int, int], int] = {}
+    children: dict[tuple[int, int], set[int]] = {}
+    for labels, g in zip(token_segments, groups, strict=True):
+        path = list(dict.fromkeys(labels))
+        for label in path:
+            length[(g, label)] = labels.count(label)
+        for parent, child in zip(path, path[1:], strict=False):
+            children.setdefault((g, parent), set()).add(child)
+    prompts = max(len(set(groups)), 1)
+    return {
+        "tokens/generated": float(sum(length.values())),
+        "tree/leaves_per_prompt": len(groups) / prompts,
+        "tree/branch_points": sum(len(c) > 1 for c in children.values()) / prompts,
+    }
 
 
 def sample_rows(data: Samples, limit: int) -> list[dict[str, Any]]:

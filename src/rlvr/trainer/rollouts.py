@@ -38,6 +38,7 @@ from rlvr.rewards.combined import CombinedReward, RewardBreakdown
 from rlvr.rewards.reference_probability import reference_answer_logprobs
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
+from rlvr.rollout.tree import Branching, TreeRollout
 from rlvr.trainer.batch import Samples
 
 
@@ -130,6 +131,7 @@ class OneStep:
     encode: Callable[[Problem], list[int]]
     decode: Callable[[list[int]], str]
     demonstration: Callable[[Problem], tuple[list[int], list[int], list[int], bool]] | None = None
+    branching: Branching | None = None
 
     def play(
         self,
@@ -140,7 +142,10 @@ class OneStep:
         keys: torch.Tensor | None,
     ) -> Samples:
         prompt_ids = [self.encode(p) for p in problems]
-        rollout = engine.generate(prompt_ids, n, sampling, keys)
+        if self.branching is None:
+            rollout = engine.generate(prompt_ids, n, sampling, keys)
+        else:  # n trees per problem, their leaves the group (rollout.tree)
+            rollout = engine.generate_tree(prompt_ids, n, sampling, self.branching, keys)
         texts = [self.decode(c) for c in rollout.completion_ids]
         start = time.perf_counter()
         ids = rollout.group_ids.tolist()
@@ -160,6 +165,8 @@ class OneStep:
             "group_ids": torch.tensor(ids, dtype=torch.long),
             "breakdown": breakdown,
         }
+        if isinstance(rollout, TreeRollout):
+            columns["tree_segments"] = rollout.token_segments
         group_columns = {}
         if self.demonstration is not None:  # sft_coef: each problem's demonstration
             demos = [self.demonstration(p) for p in problems]

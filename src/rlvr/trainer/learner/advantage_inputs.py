@@ -16,11 +16,16 @@ if TYPE_CHECKING:
     from rlvr.trainer.learner.engine import NoGradPasses
 
 
-def padded(values: list[list[float]], shape: torch.Size) -> torch.Tensor:
-    """Per-token values of each sample right-padded with 0 to ``shape`` [N, T]."""
-    out = torch.zeros(shape)
+def padded(
+    values: list[list[float]],
+    shape: torch.Size,
+    fill: float = 0.0,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Per-token values of each sample right-padded with ``fill`` to ``shape`` [N, T]."""
+    out = torch.full(shape, fill, dtype=dtype or torch.get_default_dtype())
     for i, row in enumerate(values):
-        out[i, : len(row)] = torch.tensor(row)
+        out[i, : len(row)] = torch.tensor(row, dtype=out.dtype)
     return out
 
 
@@ -52,6 +57,9 @@ def advantage_inputs(
     device = mask.device
     terms, term_weights = _reward_terms(data, device)
     signals = {k: v.to(device) for k, v in data.signals.items()}
+    trees = data.columns.get("tree_segments")  # tree rollouts: each token's segment
+    if trees is not None:
+        signals["tree_segments"] = padded(trees, mask.shape, -1, torch.long).to(device)
     return algorithms.AdvantageInputs(
         rewards=data.rewards.to(device),
         group_ids=data.group_ids.to(device),

@@ -22,6 +22,9 @@ class Forward:
         chunk_tokens: the output layer ``chunk_tokens`` tokens at a time (0: all at once).
         packed: sequence packing (``train.packing``; by default for the data's completions,
             whose prompts are seldom shared).
+        tree: the tree forward (tree rollouts with ``train.shared_prefix``): completions of a
+            prompt share their common first tokens' computation (:func:`rlvr.policy.
+            completion_logprobs`).
         micro_batch_size: rows per forward of a no-grad pass.
     """
 
@@ -31,6 +34,7 @@ class Forward:
     chunk_tokens: int
     packed: bool
     micro_batch_size: int
+    tree: bool = False
 
     @classmethod
     def of(cls, cfg: Config, samples: str, dtype: torch.dtype) -> Forward:
@@ -43,6 +47,7 @@ class Forward:
             chunk_tokens=cfg.train.logprob_chunk_tokens,
             packed=samples == "data" if packing is None else packing,
             micro_batch_size=cfg.train.micro_batch_size,
+            tree=cfg.rollout.tree is not None and cfg.train.shared_prefix,
         )
 
     def autocast(self, device: torch.device) -> torch.autocast:
@@ -72,6 +77,7 @@ class Forward:
                 value_head=value_head,
                 chunk_tokens=self.chunk_tokens,
                 packed=self.packed,
+                tree=self.tree,
             )
 
     def no_grad(
