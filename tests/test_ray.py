@@ -174,6 +174,24 @@ def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster
     assert {r["rollout/publish_bytes"] for r in rows.values()} == {adapter}
 
 
+def test_a_lora_tree_run_on_two_workers_equals_one_process(cluster, tmp_path_factory):
+    """Tree rollouts (2 trees of 4 leaves per prompt, TreeRPO's step-level advantages) of a
+    LoRA policy on two rollout workers: each worker grows the trees of its prompts, and the
+    steps are one process's."""
+    tree = {"branching": "fixed", "depth": 2, "segment_tokens": 3}
+    settings = {
+        "model": {"name": "tiny-random-llama", "lora": {"rank": 4, "alpha": 8}},
+        "rollout": {"group_size": 2, "tree": tree},
+        "algorithm": {"advantage": {"name": "treerpo"}},
+        "train": {"lr": 1e-2},
+    }
+    local = run_once("tree-local", local_config(Path("unused"), **settings), tmp_path_factory)
+    run_dir = tmp_path_factory.mktemp("tree-ray") / "run"
+    train(build_config(ray_config(run_dir, 2, **settings)))
+    assert comparable(step_rows(run_dir)) == local
+    assert local[1]["tree/leaves_per_prompt"] == 8 and local[3]["policy/grad_norm"] > 0
+
+
 @pytest.mark.parametrize(
     "algorithm",
     [

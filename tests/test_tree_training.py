@@ -152,8 +152,10 @@ def test_tree_settings_are_checked_before_a_run():
 
     with pytest.raises(ConfigError, match="set rollout.tree"):
         config(algorithm={"advantage": {"name": "treerpo"}})
-    with pytest.raises(ConfigError, match="not with rollout.engine: vllm"):
-        config(rollout={"engine": "vllm", "tree": {"branching": "fixed"}})
+    with pytest.raises(ConfigError, match="vLLM engine does not give"):
+        config(rollout={"engine": "vllm", "tree": {"branching": "entropy"}})
+    with pytest.raises(ConfigError, match="one-step tasks; not with algorithm.objective.samples"):
+        config(rollout={"tree": {"branching": "fixed"}}, algorithm={"preset": "sft"})
     with pytest.raises(ConfigError, match="unknown parameter"):
         config(rollout={"tree": {"branching": "entropy", "depth": 2}})
     with pytest.raises(ConfigError, match="unknown branching rule"):

@@ -1290,16 +1290,21 @@ class Config(Section):
                     "choose a flat estimator"
                 )
             return self
+        if self.rollout.engine == "vllm" and self.rollout.tree.branching != "fixed":
+            raise ValueError(
+                f"rollout.tree.branching: {self.rollout.tree.branching} needs each token's "
+                "distribution, which the vLLM engine does not give; use rollout.engine: torch, "
+                "or branching: fixed"
+            )
         refusals = {
-            "rollout.engine: vllm": self.rollout.engine == "vllm",
             "env.name (agent episodes)": self.env.name is not None,
             "algorithm.objective.samples: data": algo.objective.samples == "data",
         }
         for what, refused in refusals.items():
             if refused:
                 raise ValueError(
-                    f"rollout.tree: tree rollouts are sampled by the torch engine for one-step "
-                    f"tasks; not with {what} (remove rollout.tree or that setting)"
+                    f"rollout.tree: tree rollouts are sampled for one-step tasks; not with "
+                    f"{what} (remove rollout.tree or that setting)"
                 )
         return self
 

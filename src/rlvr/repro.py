@@ -242,7 +242,16 @@ def more_seeds_minutes(claim: Claim, extra: int) -> float:
     return estimate_minutes([more]) - estimate_minutes([claim])
 
 
-_LOGGED = ("eval/", "policy/", "reward/", "response/", "sampling/", "groups/")
+_LOGGED = (
+    "eval/",
+    "policy/",
+    "reward/",
+    "response/",
+    "sampling/",
+    "groups/",
+    "tokens/",
+    "tree/",
+)
 """Prefixes of the metrics.jsonl keys a test reads from the run's log (the others, e.g.
 ``accuracy`` or ``pass@16``, from its evaluation's summary)."""
 

@@ -21,6 +21,7 @@ this position (1: the row goes on as it is).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -151,6 +152,14 @@ class Branching:
             if key in params and int(params[key]) < 0:
                 raise ValueError(f"branching {key} must be >= 0, got {params[key]}")
         return cls(name, dict(params))
+
+    def settings(self) -> dict[str, float | int]:
+        """Every parameter of the rule: the given ones, the others at their defaults."""
+        signature = inspect.signature(BRANCHING.get_or_raise(self.name).fn)
+        defaults = {
+            k: p.default for k, p in signature.parameters.items() if p.default is not p.empty
+        }
+        return {**defaults, **self.params}
 
     @property
     def max_leaves(self) -> int:

@@ -42,6 +42,7 @@ How it keeps to the :class:`~rlvr.rollout.base.RolloutEngine` contract:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -54,6 +55,8 @@ import torch
 from rlvr import adapters
 from rlvr.errors import RlvrError
 from rlvr.rollout.base import Rollout, SamplingParams, checked_keys, throughput
+from rlvr.rollout.streams import derive
+from rlvr.rollout.tree import Branching, Segments, TreeRollout, tree_rollout
 
 LOGPROBS_MODE = "processed_logprobs"
 """vLLM's log-probs after temperature scaling (see the module docstring)."""
@@ -318,6 +321,92 @@ class VLLMEngine:
             finished.append(sample.finish_reason == "stop")
         stats = throughput(completions, time.perf_counter() - start)
         return Rollout(prompts, completions, logprobs, finished, n, stats)
+
+    def generate_tree(
+        self,
+        prompts: list[list[int]],
+        trees: int,
+        sampling: SamplingParams,
+        branching: Branching,
+        keys: torch.Tensor | None = None,
+    ) -> TreeRollout:
+        """Tree rollouts (:mod:`rlvr.rollout.tree`) with vLLM, under the ``fixed`` schedule only:
+        one level of segments at a time, each segment a request continuing its path (prompt
+        and ancestors' tokens), which vLLM's prefix cache serves from the blocks already
+        computed. A segment that ran its ``segment_tokens`` without stopping continues as
+        ``branch_factor`` children until ``depth`` branch points; the last level runs to the
+        rest of ``max_new_tokens``. Every segment's request is seeded by its own stream
+        (``derive(derive(key, position), j)`` from its parent's, the tree's key for a first
+        segment), so trees do not depend on batching; they are not the torch engine's trees (a
+        vLLM request draws its own random numbers). A stop string is looked for within each
+        segment's text (one spanning a branch point is not seen)."""
+        if branching.name != "fixed":
+            raise ValueError(
+                f"the vLLM engine samples trees under the fixed schedule only, not "
+                f"{branching.name!r} (it needs each token's distribution): use rollout.engine: "
+                "torch"
+            )
+        check_vllm_temperature(sampling.temperature)
+        start = time.perf_counter()
+        settings = branching.settings()
+        factor, depth = int(settings["branch_factor"]), int(settings["depth"])
+        length = int(settings["segment_tokens"])
+        total = len(prompts) * trees
+        keys = checked_keys(keys, total, sampling)
+        out = Segments([], [], [], [], [], [], [], [])
+        seg_keys: list[int] = []
+        frontier: list[tuple[int, int, list[int], int, int]] = []  # parent, root, path, key, j
+        for r in range(total):
+            frontier.append((-1, r, [], int(keys[r]), 0))
+        self._wake()
+        try:
+            for level in range(depth + 1):
+                budget = sampling.max_new_tokens - level * length
+                if not frontier or budget <= 0:
+                    break
+                cap = min(length, budget) if level < depth else budget
+                step = dataclasses.replace(sampling, max_new_tokens=cap)
+                greedy = sampling.temperature <= 0
+                requests = [
+                    {"prompt_token_ids": list(prompts[root // trees]) + path}
+                    for _, root, path, _, _ in frontier
+                ]
+                params = [
+                    vllm_sampling_params(self._vllm, step, None if greedy else key & (2**63 - 1))
+                    for *_, key, _ in frontier
+                ]
+                outputs = self.llm.generate(
+                    requests, params, use_tqdm=False, lora_request=self._adapter
+                )
+                grown = []
+                for (parent, root, path, key, j), output in zip(frontier, outputs, strict=True):
+                    sample = output.outputs[0]
+                    ids = list(sample.token_ids)
+                    s = len(out.tokens)
+                    out.tokens.append(ids)
+                    out.logprobs.append(
+                        [e[t].logprob for t, e in zip(ids, sample.logprobs, strict=True)]
+                    )
+                    out.finished.append(sample.finish_reason == "stop")
+                    out.parents.append(parent)
+                    out.roots.append(root)
+                    out.child_index.append(j)
+                    seg_keys.append(key)
+                    if out.finished[s] or level == depth or len(ids) < cap or cap == budget:
+                        continue
+                    position = len(path) + len(ids)
+                    derived = derive(torch.full((factor,), key, dtype=torch.long), position)
+                    derived = derive(derived, torch.arange(factor)).tolist()
+                    grown += [(s, root, path + ids, derived[c], c) for c in range(factor)]
+                frontier = grown
+        finally:
+            self._sleep()
+        rollout = tree_rollout(prompts, trees, out, False)
+        seconds = time.perf_counter() - start
+        rollout.stats["rollout/seconds"] = seconds
+        generated = rollout.stats["rollout/generated_tokens"]
+        rollout.stats["rollout/tokens_per_s"] = generated / max(seconds, 1e-9)
+        return rollout
 
     def close(self) -> None:
         """Shut the engine down and free its memory (the object is unusable afterwards)."""
