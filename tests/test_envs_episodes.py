@@ -494,3 +494,117 @@ def test_distillation_scores_the_actions_of_agent_episodes(tmp_path):
     got = step.advantages[i, : len(actions)].cpu()
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     assert got[actions].abs().max() > 0.01 and not got[~actions].any()
+
+
+# --- tree rollouts at turn boundaries (Tree-GRPO) ----------------------------------------------
+
+
+def _tree_episodes(tiny, session_type, branching, keys, n=1):
+    model, tok = tiny
+    engine = TorchEngine(model, tok.pad_token_id, torch.float32)
+    renderer = ChatRenderer(tok, stop_token_ids=stop_token_ids(tok))
+    sampling = SamplingParams(max_new_tokens=6, stop_token_ids=stop_token_ids(tok))
+    return run_episodes(
+        EpisodeContext(
+            PROBLEMS,
+            n,
+            sampling,
+            keys,
+            [0, 0],
+            renderer,
+            lambda ids: tok.decode(ids, skip_special_tokens=True),
+            Budget(3, 200, 64),
+            branching=branching,
+        ),
+        lambda prompts, k: session_type(engine, prompts, k),
+        lambda: Uneven(turns=3),
+    )
+
+
+def test_turn_level_trees_fork_episodes_with_their_environments(tiny):
+    """Branch factor 2 after turns 1 and 2: 4 leaves per tree, sharing their first turns
+    (action and observation), each with its own copy of the environment (its turn counter, so
+    its rewards 1, 2, 3); the first leaf is the unbranched episode of the tree's stream; the
+    kept caches (KV) and re-prefilled histories give the same episodes."""
+    from rlvr.envs.episodes import TurnBranching
+
+    model, tok = tiny
+    keys = torch.tensor([11, 23])
+    prompts, kv = _tree_episodes(tiny, KVSession, TurnBranching(2, 2), keys)
+    _, full = _tree_episodes(tiny, ReprefillSession, TurnBranching(2, 2), keys)
+    _, flat = _tree_episodes(tiny, KVSession, None, keys)
+    assert [e.group for e in kv] == [0] * 4 + [1] * 4
+    assert [e.completion_ids for e in kv] == [e.completion_ids for e in full]
+    for a, b in zip(kv, full, strict=True):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
+    assert all(e.turn_rewards == [1.0, 2.0, 3.0] for e in kv)  # environments copied, not shared
+    assert kv[0].completion_ids == flat[0].completion_ids  # child 0 keeps the stream
+    assert kv[4].completion_ids == flat[1].completion_ids
+    for tree in (kv[:4], kv[4:]):
+        first = tree[0].segments.count(tree[0].segments[0])  # turn 1's action + observation
+        assert len({tuple(e.completion_ids[:first]) for e in tree}) == 1
+        assert len({tuple(e.completion_ids) for e in tree}) == 4
+        paths = [list(dict.fromkeys(e.segments)) for e in tree]
+        assert [p[:2] for p in paths] == [[0, 1], [0, 1], [0, 2], [0, 2]]  # labelled as they close
+        assert len({p[2] for p in paths}) == 4
+    batch = make_batch(
+        prompts,
+        [e.completion_ids for e in kv],
+        tok.pad_token_id,
+        [e.group for e in kv],
+        [e.action_mask for e in kv],
+    )
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, batch, 1.0, False)
+    sampled = torch.zeros_like(logp)
+    for i, e in enumerate(kv):
+        sampled[i, : len(e.logprobs)] = torch.tensor(e.logprobs)
+    assert (logp - sampled)[batch.action_mask.bool()].abs().max() < 1e-5
+
+
+class Locked(Script):
+    """An environment holding a lock: not deep-copyable, no fork()."""
+
+    def reset(self, problem, seed):
+        import threading
+
+        self.lock = threading.Lock()
+        return super().reset(problem, seed)
+
+
+def test_an_environment_that_cannot_be_copied_is_named_at_the_branch_point(smol_tok):
+    from rlvr.envs.episodes import TurnBranching
+
+    session = ScriptedSession([[[5, 6], [7, 8]]])
+    renderer = ChatRenderer(smol_tok, stop_token_ids=stop_token_ids(smol_tok))
+    ctx = EpisodeContext(
+        PROBLEMS[:1],
+        1,
+        SamplingParams(max_new_tokens=4),
+        torch.arange(1),
+        [0],
+        renderer,
+        lambda ids: smol_tok.decode(ids, skip_special_tokens=True),
+        DEFAULT_BUDGET,
+        branching=TurnBranching(2, 1),
+    )
+    with pytest.raises(EnvError, match="Locked could not be copied.*fork"):
+        run_episodes(ctx, lambda p, k: session, lambda: Locked(turns=3))
+
+
+def test_a_turn_level_tree_run_trains_and_resumes_exactly(tmp_path):
+    sections = {
+        "env": {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60},
+        "rollout": {"group_size": 2, "tree": {"branching": "turns", "depth": 1}},
+        "algorithm": {"advantage": {"name": "tree_grpo"}},
+        "train": {"lr_schedule": "constant", "warmup_steps": 0},
+        "reward": {"function": None},
+    }
+    train(build_config(tiny_config(tmp_path / "ref", steps=3, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=2, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=3, **sections)), resume=tmp_path / "run")
+    a, b = _steps(tmp_path / "ref"), _steps(tmp_path / "run")
+    for step in (1, 2, 3):
+        for key in (*COMPARED, "tree/leaves_per_prompt", "tokens/generated"):
+            assert a[step][key] == b[step][key], (step, key)
+    assert a[1]["tree/leaves_per_prompt"] > 2 and a[3]["policy/grad_norm"] > 0

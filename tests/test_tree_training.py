@@ -154,7 +154,7 @@ def test_tree_settings_are_checked_before_a_run():
         config(algorithm={"advantage": {"name": "treerpo"}})
     with pytest.raises(ConfigError, match="vLLM engine does not give"):
         config(rollout={"engine": "vllm", "tree": {"branching": "entropy"}})
-    with pytest.raises(ConfigError, match="one-step tasks; not with algorithm.objective.samples"):
+    with pytest.raises(ConfigError, match="tree rollouts sample the policy"):
         config(rollout={"tree": {"branching": "fixed"}}, algorithm={"preset": "sft"})
     with pytest.raises(ConfigError, match="unknown parameter"):
         config(rollout={"tree": {"branching": "entropy", "depth": 2}})

@@ -380,7 +380,8 @@ class TreeConfig(BaseModel):
         "fixed",
         description="a registered branching rule: fixed (branch_factor, depth, segment_tokens: "
         "TreeRPO / BranchGRPO) or entropy (branch_factor, max_branch_points, threshold, "
-        "min_segment_tokens: TreeRL's entropy-guided forking)",
+        "min_segment_tokens: TreeRL's entropy-guided forking); for agent episodes (env.name) "
+        "turns (branch_factor, depth: Tree-GRPO, at turn boundaries)",
     )
 
     @model_validator(mode="after")
@@ -1296,16 +1297,21 @@ class Config(Section):
                 "distribution, which the vLLM engine does not give; use rollout.engine: torch, "
                 "or branching: fixed"
             )
-        refusals = {
-            "env.name (agent episodes)": self.env.name is not None,
-            "algorithm.objective.samples: data": algo.objective.samples == "data",
-        }
-        for what, refused in refusals.items():
-            if refused:
-                raise ValueError(
-                    f"rollout.tree: tree rollouts are sampled for one-step tasks; not with "
-                    f"{what} (remove rollout.tree or that setting)"
-                )
+        if algo.objective.samples == "data":
+            raise ValueError(
+                "rollout.tree: tree rollouts sample the policy; algorithm.objective.samples: "
+                "data trains on the data's completions (remove one of them)"
+            )
+        turns = self.rollout.tree.branching == "turns"
+        if turns != (self.env.name is not None):
+            raise ValueError(
+                "rollout.tree.branching: turns branches agent episodes at turn boundaries and "
+                "needs env.name; one-step tasks branch while decoding (fixed, entropy)"
+                if turns
+                else f"rollout.tree.branching: {self.rollout.tree.branching} branches while "
+                "decoding one completion; agent episodes (env.name) branch at turn boundaries: "
+                "branching: turns"
+            )
         return self
 
     @model_validator(mode="after")

@@ -17,9 +17,16 @@ from typing import Any
 import torch
 
 from rlvr.data.base import Problem, Task
-from rlvr.envs.base import Environment
+from rlvr.envs.base import EnvError, Environment
 from rlvr.envs.chat import ChatRenderer
-from rlvr.envs.episodes import Budget, Episode, EpisodeContext, Faults, run_episodes
+from rlvr.envs.episodes import (
+    Budget,
+    Episode,
+    EpisodeContext,
+    Faults,
+    TurnBranching,
+    run_episodes,
+)
 from rlvr.envs.harness import play_recorded
 from rlvr.envs.parsers import tools_prompt
 from rlvr.envs.registry import env_factory
@@ -113,6 +120,8 @@ class Agent:
         faults: the time limit of a call into the environment, and what a fault does.
         recorded: the environment is an agent program that calls the model itself
             (:mod:`rlvr.envs.harness`): its episodes are recorded at an endpoint.
+        branching: tree rollouts at turn boundaries (``rollout.tree`` with ``branching:
+            turns``), or None.
     """
 
     make_env: Callable[[], Environment]
@@ -121,6 +130,7 @@ class Agent:
     budget: Budget
     faults: Faults = Faults()
     recorded: bool = False
+    branching: TurnBranching | None = None
 
     def play(
         self,
@@ -143,6 +153,7 @@ class Agent:
             self.decode,
             self.budget,
             self.faults,
+            self.branching,
         )
         if self.recorded:
             return play_recorded(ctx, engine, self.make_env)
@@ -169,4 +180,13 @@ def build_agent(cfg: Any, task: Task, tokenizer: Any) -> Agent:
 
     faults = Faults(cfg.env.step_timeout_s, cfg.env.on_error)
     recorded = callable(getattr(probe, "play", None)) and not callable(getattr(probe, "step", None))
-    return Agent(make_env, renderer, decode, budget, faults, recorded)
+    branching = None
+    if cfg.rollout.tree is not None:  # the config allows branching: turns only with an env
+        settings = cfg.rollout.tree.branching_rule().settings()
+        branching = TurnBranching(int(settings["branch_factor"]), int(settings["depth"]))
+        if recorded:
+            raise EnvError(
+                f"rollout.tree: {cfg.env.name} is an agent program that calls the model "
+                "itself; its episodes cannot be forked at turn boundaries"
+            )
+    return Agent(make_env, renderer, decode, budget, faults, recorded, branching)

@@ -38,13 +38,13 @@ batch (not per group: no dead-environment check stops a batch's closes).
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 import threading
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby
 from typing import Any, TypeVar
 
 import torch
@@ -144,6 +144,9 @@ class Episode:
         tool_calls, tool_errors, invalid_actions, observations_cut: counts over its turns.
         infos: each step's ``info``.
         fault: the environment fault that ended it (one line), or None.
+        group: the index of its problem in the batch (-1: not recorded).
+        segments: tree rollouts at turn boundaries (:class:`TurnBranching`): the segment
+            label of each token after the prompt, unique within its problem (empty otherwise).
     """
 
     completion_ids: list[int] = field(default_factory=list)
@@ -161,6 +164,8 @@ class Episode:
     observations_cut: int = 0
     infos: list[dict[str, Any]] = field(default_factory=list)
     fault: str | None = None
+    group: int = -1
+    segments: list[int] = field(default_factory=list)
 
     @property
     def reward(self) -> float:
@@ -440,6 +445,88 @@ def _observation(
 
 
 @dataclass(frozen=True)
+class TurnBranching:
+    """Tree rollouts at turn boundaries (Tree-GRPO, Ji et al. 2025, "Tree Search for LLM Agent
+    Reinforcement Learning": each tree node an agent step): after each of its first ``depth``
+    turns, an episode that goes on continues as ``branch_factor`` episodes, each with its own
+    copy of the environment (its ``fork()`` method, else a deep copy). The first child is the
+    episode itself, on its own stream; child j > 0 takes ``derive(derive(key, -1 - turn), j)``.
+    """
+
+    branch_factor: int = 2
+    depth: int = 1
+
+
+def _forked(env: Environment | None) -> Environment | None:
+    """A copy of ``env`` that goes on independently: ``env.fork()``, else a deep copy."""
+    if env is None:
+        return None
+    fork = getattr(env, "fork", None)
+    try:
+        return fork() if callable(fork) else copy.deepcopy(env)
+    except Exception as err:
+        raise EnvError(
+            f"tree rollouts at turn boundaries copy each environment at a branch point; "
+            f"{type(env).__name__} could not be copied ({_one_line(err)}): give it a fork() "
+            "method returning an independent copy, or remove rollout.tree"
+        ) from err
+
+
+@dataclass
+class _Forest:
+    """:func:`run_episodes`' bookkeeping of turn-level trees: each episode's problem, its place
+    (first episode, then a child index per branch point: depth-first order), and the segment
+    labels of its tokens labelled so far (a segment is an episode's tokens between branch
+    points; labels numbered per problem)."""
+
+    owner: list[int]
+    paths: list[tuple[int, ...]]
+    labels: list[list[int]]
+    counters: dict[int, int] = field(default_factory=dict)
+
+    def close_segment(self, e: int, episode: Episode) -> None:
+        """Label episode ``e``'s tokens since its last branch point as one new segment."""
+        problem = self.owner[e]
+        label = self.counters.get(problem, 0)
+        self.counters[problem] = label + 1
+        self.labels[e] += [label] * (len(episode.completion_ids) - len(self.labels[e]))
+
+    def fork(
+        self,
+        e: int,
+        factor: int,
+        turn: int,
+        episodes: list[Episode],
+        envs: list[Environment | None],
+        keys: list[int],
+    ) -> list[int]:
+        """Episode ``e`` continued as ``factor`` episodes (itself first); their indices."""
+        self.close_segment(e, episodes[e])
+        base = self.paths[e]
+        self.paths[e] = base + (0,)
+        derived = derive(derive(torch.tensor([keys[e]]), -1 - turn), torch.arange(factor))
+        children = [e]
+        for j in range(1, factor):
+            children.append(len(episodes))
+            episodes.append(copy.deepcopy(episodes[e]))
+            envs.append(_forked(envs[e]))
+            keys.append(int(derived[j]))
+            self.owner.append(self.owner[e])
+            self.paths.append(base + (j,))
+            self.labels.append(list(self.labels[e]))
+        return children
+
+    def finish(self, episodes: list[Episode]) -> list[Episode]:
+        """The episodes with their groups and segments, by problem and depth-first."""
+        for e, episode in enumerate(episodes):
+            if len(self.labels[e]) < len(episode.completion_ids) or not self.labels[e]:
+                self.close_segment(e, episode)
+            episode.group, episode.segments = self.owner[e], self.labels[e]
+        order = sorted(range(len(episodes)), key=lambda e: (self.owner[e], self.paths[e]))
+        return [episodes[e] for e in order]
+
+
+@dataclass(frozen=True)
 class EpisodeContext:
     """What every episode of one batch shares, whichever engine plays it (:func:`run_episodes`:
     rlvr's turn loop over an environment; :func:`rlvr.envs.harness.play_recorded`: an agent
@@ -455,6 +542,7 @@ class EpisodeContext:
         decode: sampled ids -> an action's text.
         budget: turn and token budgets.
         faults: the time limit of a call into the environment, and what a fault does.
+        branching: tree rollouts at turn boundaries (:class:`TurnBranching`), or None.
     """
 
     problems: list[Problem]
@@ -466,6 +554,7 @@ class EpisodeContext:
     decode: Callable[[list[int]], str]
     budget: Budget
     faults: Faults = Faults()
+    branching: TurnBranching | None = None
 
 
 def run_episodes(
@@ -482,6 +571,11 @@ def run_episodes(
     renderer, decode, budget, faults = ctx.renderer, ctx.decode, ctx.budget, ctx.faults
     envs, episodes, prompts = start_episodes(make_env, renderer, problems, n, ctx.seeds, faults)
     log = _FaultLog()
+    count = len(episodes)
+    forest = _Forest(
+        [e // n for e in range(count)], [(e,) for e in range(count)], [[] for _ in range(count)]
+    )
+    key_list = [int(k) for k in keys.tolist()]
     try:
         session = open_session(prompts, n)
         live = list(range(len(episodes)))
@@ -493,7 +587,7 @@ def run_episodes(
                 )
                 for e in live
             ]
-            turn_keys = keys[torch.tensor(live)]
+            turn_keys = torch.tensor([key_list[e] for e in live], dtype=torch.long)
             if turn > 0:  # the first turn samples from the episode's own stream, as a completion
                 turn_keys = derive(turn_keys, turn)
             out = session.sample(sampling, turn_keys, budgets)
@@ -505,9 +599,11 @@ def run_episodes(
                 episode.messages.append({"role": "assistant", "content": decode(ids)})
                 if envs[e] is None:  # its reset faulted: the group's prompt, one action
                     _end_with_fault(episode, episode.fault or "")
-            stepped = [row for row, e in enumerate(live) if envs[e] is not None]
-            for p, group in groupby(stepped, key=lambda row: live[row] // n):
-                rows = list(group)
+            by_problem: dict[int, list[int]] = {}  # the stepped rows of each problem, in order
+            for row, e in enumerate(live):
+                if envs[e] is not None:
+                    by_problem.setdefault(forest.owner[e], []).append(row)
+            for p, rows in by_problem.items():
                 calls = [
                     partial(
                         _checked_step,
@@ -537,6 +633,16 @@ def run_episodes(
             live = [live[row] for row in keep]
             if not live:
                 break
+            if ctx.branching is not None and turn < ctx.branching.depth:  # a branch point
+                rows, obs_rows, children = [], [], []
+                for row, obs, e in zip(keep, observations, live, strict=True):
+                    for child in forest.fork(
+                        e, ctx.branching.branch_factor, turn, episodes, envs, key_list
+                    ):
+                        rows.append(row)
+                        obs_rows.append(obs)
+                        children.append(child)
+                keep, observations, live = rows, obs_rows, children
             session.extend(keep, observations)
         session.close()  # the engine's caches are not kept while the learner trains
     finally:
@@ -546,4 +652,6 @@ def run_episodes(
             f"every episode of this batch ({len(episodes)}) ended in an environment fault; the "
             f"first: {episodes[0].fault}"
         )
+    if ctx.branching is not None:
+        episodes = forest.finish(episodes)
     return prompts, episodes

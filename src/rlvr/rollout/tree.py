@@ -65,7 +65,8 @@ class BranchRule:
 
 
 BRANCHING: Registry[BranchRule] = Registry("branching rule")
-"""The branching rules of tree rollouts by name (``fixed``, ``entropy``), users' included."""
+"""The branching rules of tree rollouts by name (``fixed``, ``entropy`` while decoding;
+``turns`` at agent turn boundaries), users' included."""
 
 
 def register_branching(
@@ -131,6 +132,18 @@ def entropy(
             used[view.tree[b]] = used.get(view.tree[b], 0) + 1
             children[b] = branch_factor
     return children
+
+
+@register_branching(
+    "turns",
+    lambda branch_factor=2, depth=1: branch_factor**depth,
+    'Tree-GRPO (Ji et al. 2025, "Tree Search for LLM Agent Reinforcement Learning")',
+)
+def turns(view: BranchView, branch_factor: int = 2, depth: int = 1) -> list[int]:
+    """Agent episodes branch at turn boundaries, not while decoding (the episode loop forks
+    them: :class:`rlvr.envs.episodes.TurnBranching`): after each of its first ``depth`` turns,
+    an episode that goes on continues as ``branch_factor`` episodes."""
+    return [1] * len(view.tree)
 
 
 @dataclass(frozen=True)

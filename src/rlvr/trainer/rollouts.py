@@ -317,12 +317,14 @@ class MultiTurn:
         returns = [e.reward for e in episodes]
         breakdown = RewardBreakdown.single("env", returns)
         sampled = sum(sum(e.action_mask) for e in episodes)
+        trees = self.agent.branching is not None  # turn-level trees: groups of leaves
+        groups = torch.tensor([e.group for e in episodes]) if trees else _groups_of(problems, n)
         columns = {
             "completion_ids": [e.completion_ids for e in episodes],
             "sampler_logprobs": [e.logprobs for e in episodes],
             "finished": [e.finished for e in episodes],
             "texts": [e.last_action for e in episodes],
-            "group_ids": _groups_of(problems, n),
+            "group_ids": groups,
             "breakdown": breakdown,
             "action_mask": [e.action_mask for e in episodes],
             "turn_rewards": [e.turn_rewards for e in episodes],
@@ -331,6 +333,8 @@ class MultiTurn:
             "infos": [[plain(info) for info in e.infos] for e in episodes],
             "faults": [e.fault for e in episodes],
         }
+        if trees:
+            columns["tree_segments"] = [e.segments for e in episodes]
         info = {
             "seconds": seconds,
             "tokens_per_s": sampled / max(seconds, 1e-9),
