@@ -331,6 +331,33 @@ def test_compare_groups_runs_by_config_and_reports_statistics(tmp_path) -> None:
     assert "fewer than 6 runs per method cannot support 95% intervals" in result.flat
 
 
+def test_compare_reports_each_methods_budget_per_step(tmp_path) -> None:
+    """Generated / trained tokens, leaves and branch points, seconds: each run's mean over its
+    training steps (evaluation rows skipped), then the mean over the method's runs."""
+    runs = {"grpo": [], "dapo": []}
+    for preset, tokens, leaves in (("grpo", (100, 300), None), ("dapo", (50, 70), 8.0)):
+        for seed in range(2):
+            run_dir = _fake_run(tmp_path, f"{preset}-s{seed}", preset, seed, 0.3 + 0.1 * seed)
+            rows = [
+                {"step": step, "policy/loss": 0.0, "tokens/generated": t + seed, "time/step": 2.0}
+                | ({"tree/leaves_per_prompt": leaves} if leaves else {})
+                for step, t in enumerate(tokens, start=1)
+            ]
+            with (run_dir / "metrics.jsonl").open("a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            runs[preset].append(run_dir)
+    numbers = tmp_path / "cmp.json"
+    result = run(
+        "compare", *map(str, runs["grpo"] + runs["dapo"]), "--json", str(numbers), "--reps", "100"
+    )
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "budget per training step" in result.flat
+    methods = json.loads(numbers.read_text())["methods"]
+    assert methods["grpo"]["budget"] == {"tokens/generated": 200.5, "time/step": 2.0}
+    assert methods["dapo"]["budget"]["tokens/generated"] == 60.5
+    assert methods["dapo"]["budget"]["tree/leaves_per_prompt"] == 8.0
+
+
 def test_compare_labels_differing_configs_and_eval_dirs(tmp_path) -> None:
     a = _fake_run(tmp_path, "a", "grpo", 0, 0.5)
     b = _fake_run(tmp_path, "b", "grpo", 1, 0.7)

@@ -117,6 +117,8 @@ def test_a_tree_run_logs_its_trees_and_resumes_exactly(tmp_path, tree_reference)
         assert row["tree/leaves_per_prompt"] == 8 and row["tree/branch_points"] == 6
         assert row["tokens/completions"] == 2 * 8 * 12
         assert row["tokens/generated"] == 4 * (3 + 2 * 3 + 4 * 6)
+        # the tree forward trains each segment once (trees that start alike share more)
+        assert 0 < row["tokens/trained"] <= row["tokens/generated"] < row["tokens/completions"]
         assert row["policy/grad_norm"] > 0 and row["advantages/abs_mean"] > 0
     run_dir = tmp_path / "run"
     train(_tree_config(run_dir, 2))

@@ -562,12 +562,13 @@ def compare(
       rlvr compare runs/* --metric eval/greedy_accuracy --plot cmp.png --json cmp.json
     """
     from rlvr.evaluation.compare import (
-        compare as compare_groups,
-    )
-    from rlvr.evaluation.compare import (
+        BUDGET,
         compare_figure,
         group_sources,
         parse_method_option,
+    )
+    from rlvr.evaluation.compare import (
+        compare as compare_groups,
     )
     from rlvr.evaluation.harness import EvalError
 
@@ -602,6 +603,16 @@ def compare(
         table.caption, table.caption_justify = short, "left"
     console.print(table)
     console.print(f"tasks: {', '.join(result['tasks'])}")
+    budgets = {name: e["budget"] for name, e in result["methods"].items() if e["budget"]}
+    if budgets:  # what each method spent per step
+        keys = [k for k in BUDGET if any(k in b for b in budgets.values())]
+        spent = Table(title="budget per training step (mean over the steps of each run, then runs)")
+        spent.add_column("method")
+        for key in keys:
+            spent.add_column(key, justify="right")
+        for name, budget in budgets.items():
+            spent.add_row(name, *(f"{budget[k]:.4g}" if k in budget else "-" for k in keys))
+        console.print(spent)
     if result["improvement"]:
         poi = Table(title=f"probability of improvement ({level}% CI)")
         poi.add_column("X")

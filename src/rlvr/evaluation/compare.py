@@ -63,6 +63,36 @@ class Source:
     """task key -> {problem id: the metric on that problem}, for eval dirs with samples."""
     problem_hashes: dict[str, str] = field(default_factory=dict)
     """task key -> the summary's ``problems.sha256`` (ids, prompts as rendered, answers)."""
+    budget: dict[str, float] = field(default_factory=dict)
+    """A run's cost per step (:func:`run_budget`); empty for an evaluation outside a run."""
+
+
+BUDGET = (
+    "tokens/generated",
+    "tokens/trained",
+    "tokens/completions",
+    "tree/leaves_per_prompt",
+    "tree/branch_points",
+    "time/step",
+)
+"""The metrics.jsonl keys a run's budget reports, each as its mean over the run's steps: the
+tokens sampled (a tree's shared segments once), trained and in the completions, the leaves per
+prompt and branch points of tree rollouts, and the seconds per step."""
+
+
+def run_budget(run_dir: Path) -> dict[str, float]:
+    """The mean per step of each :data:`BUDGET` key that ``run_dir``'s metrics.jsonl logs."""
+    from rlvr.logging import read_metrics
+
+    values: dict[str, list[float]] = {}
+    for row in read_metrics(run_dir):
+        if "policy/loss" not in row:
+            continue  # an evaluation's row
+        for key in BUDGET:
+            v = row.get(key)
+            if isinstance(v, int | float) and math.isfinite(v):
+                values.setdefault(key, []).append(float(v))
+    return {key: sum(v) / len(v) for key, v in values.items() if v}
 
 
 def task_key(task: dict[str, Any]) -> str:
@@ -237,7 +267,10 @@ def load_source(path: Path, metric: str) -> Source:
         summary = evals[0][1]
         model = str(summary.get("model") or summary.get("model_path"))
         group_key, label = f"model:{model}", str(summary.get("tag") or model)
-    return Source(path, scores, group_key, label, config, per_problem, _problem_hashes(evals))
+    budget = run_budget(run_dir) if run_dir is not None else {}
+    return Source(
+        path, scores, group_key, label, config, per_problem, _problem_hashes(evals), budget
+    )
 
 
 def _disambiguate(groups: dict[str, list[Source]]) -> dict[str, list[Source]]:
@@ -407,7 +440,8 @@ def compare(
     two-sided ``confidence`` over seeds: :func:`rlvr.evaluation.stats.seeds_needed`),
     ``methods`` (per method: ``runs``, ``sources``, ``scores`` [runs][tasks], and
     ``mean``/``median``/``iqm`` each as ``[estimate, low, high]``, ``profile`` with
-    ``low``/``high`` bands, ``supports_level``: runs >= ``seeds_needed``), ``taus``, and
+    ``low``/``high`` bands, ``supports_level``: runs >= ``seeds_needed``, ``budget``: the
+    mean over its runs of :func:`run_budget`, keys every run logged), ``taus``, and
     ``improvement`` (per pair i < j: ``x``, ``y``, ``p`` as ``[estimate, low, high]``,
     ``supports_level`` of both methods), and ``paired`` / ``paired_skipped``
     (:func:`paired_comparisons`) for methods evaluated on the same problems.
@@ -440,6 +474,12 @@ def compare(
         profile, lo, hi = performance_profile_ci(matrix, taus, reps, confidence, seed + i)
         entry["profile"] = {"value": profile.tolist(), "low": lo.tolist(), "high": hi.tolist()}
         entry["supports_level"] = entry["runs"] >= needed
+        budgets = [s.budget for s in groups[name] if s.budget]
+        entry["budget"] = {
+            key: sum(b[key] for b in budgets) / len(budgets)
+            for key in BUDGET
+            if budgets and all(key in b for b in budgets)
+        }
         methods[name] = entry
     names = list(matrices)
     improvement = []

@@ -189,7 +189,12 @@ class Loop:
                 f"({self.guard.streak + 1}/{self.guard.limit} in a row stop the run)"
             )
         metrics = {
-            **step_metrics(data, self.parts.task, self.cfg.eval.reward_threshold),
+            **step_metrics(
+                data,
+                self.parts.task,
+                self.cfg.eval.reward_threshold,
+                tree_forward=self.cfg.rollout.tree is not None and self.cfg.train.shared_prefix,
+            ),
             **sampling_metrics,
             **train_metrics,
             **lag,

@@ -14,6 +14,7 @@ from rlvr.config import Config
 from rlvr.curriculum import per_category
 from rlvr.data import Problem, Task, answer_extractor, data_stats
 from rlvr.grading import answer_entropy_within_groups
+from rlvr.policy import trie_rows
 from rlvr.trainer.batch import Samples
 
 
@@ -26,11 +27,16 @@ def warn(text: str) -> None:
     note(f"warning: {text}")
 
 
-def step_metrics(data: Samples, task: Task, threshold: float) -> dict[str, float]:
+def step_metrics(
+    data: Samples, task: Task, threshold: float, tree_forward: bool = False
+) -> dict[str, float]:
     """Reward, length, group and per-category statistics of one step's samples (answers as the
     task's verifier reads them); a sample is correct (``reward/accuracy``) when its reward is
     at least ``threshold`` (``eval.reward_threshold``, as a held-out sample judged by the
-    reward)."""
+    reward). The token budget: ``tokens/completions`` (the completions' tokens),
+    ``tokens/generated`` (sampled: a tree's shared segment once) and ``tokens/trained`` (the
+    completion tokens the training forward runs: a prompt's prefix trie's nodes under the tree
+    forward, ``tree_forward``), with the trees' counts (:func:`tree_metrics`)."""
     rewards, group_ids = data.rewards, data.group_ids
     if len(data) == 0:  # no group passed the selector: nothing sampled is kept
         return {"rollout/tokens_per_s": data.tokens_per_s}
@@ -51,8 +57,14 @@ def step_metrics(data: Samples, task: Task, threshold: float) -> dict[str, float
     }
     metrics["tokens/completions"] = lengths.sum().item()
     metrics["tokens/generated"] = lengths.sum().item()
+    metrics["tokens/trained"] = lengths.sum().item()
     if data.columns.get("tree_segments") is not None:
         metrics.update(tree_metrics(data.columns["tree_segments"], group_ids))
+    if tree_forward:
+        groups = group_ids.tolist()
+        prompt_len = [len(p) for p in data.prompt_ids]
+        rows, _ = trie_rows(groups, prompt_len, data.completion_ids)
+        metrics["tokens/trained"] = float(sum(len(tokens) for _, tokens, _ in rows))
     right = rewards >= threshold  # as reward/accuracy: lengths of right and wrong answers apart
     for name, rows in (("right", right), ("wrong", ~right)):
         if bool(rows.any()):  # Dr. GRPO: length normalisation lets wrong answers grow
