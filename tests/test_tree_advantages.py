@@ -98,3 +98,17 @@ def test_the_registry_and_its_errors(forest):
         Forest.of([-1, 2, 0], [0, 0, 0])
     with pytest.raises(ValueError, match="earlier segment"):
         Forest.of([-1, 0], [0, 1])  # a child in another prompt
+
+
+def test_branchgrpo_normalises_values_per_depth_of_a_tree_and_prunes(forest):
+    leaf, segment = tree_advantages("branchgrpo", forest, REWARDS)
+    # depths: 0 -> 1; 1, 2 -> 2 (values .5, 1); 3, 4 -> 3 (values 1, 0); 5 and 6 are alone at
+    # depth 1 of their trees: 0. Two values at a depth are +-(1/2 d)/(d/sqrt 2) = +-0.7071
+    close(segment, [0.0, -H, H, H, -H, 0.0, 0.0])
+    close(leaf, [0.0] * 5)
+    _, pruned = tree_advantages("branchgrpo", forest, REWARDS, depth_pruning=(2,))
+    close(pruned, [0.0, 0.0, 0.0, H, -H, 0.0, 0.0])
+    # width 0.5: prompt 0's 3 leaf segments (2: H, 3: H, 4: -H) keep k = 2, the best (2, the
+    # first of the tie) and the worst (4); prompt 1's 2 keep both
+    _, pruned = tree_advantages("branchgrpo", forest, REWARDS, width_pruning=0.5)
+    close(pruned, [0.0, -H, H, 0.0, -H, 0.0, 0.0])

@@ -96,7 +96,8 @@ CONSTANT = {"lr_schedule": "constant", "warmup_steps": 0}  # same LR whatever th
 
 
 def _tree_config(run_dir, steps, advantage="treerpo", train=None, **sections):
-    algorithm = {"preset": "grpo", "kl": {"beta": 0.0}, "advantage": {"name": advantage}}
+    named = advantage if isinstance(advantage, dict) else {"name": advantage}
+    algorithm = {"preset": "grpo", "kl": {"beta": 0.0}, "advantage": named}
     return build_config(
         tiny_config(
             run_dir, steps, rollout=TREE, algorithm=algorithm, train={**CONSTANT, **(train or {})}
@@ -140,7 +141,11 @@ def test_the_tree_forward_trains_as_the_plain_forward(tmp_path, tree_reference):
             assert rows[step][key] == pytest.approx(tree_reference[step][key], rel=1e-4, abs=1e-6)
 
 
-@pytest.mark.parametrize("advantage", ["tree_grpo", "treerl", "leaf_grpo", "grpo"])
+@pytest.mark.parametrize(
+    "advantage",
+    ["tree_grpo", "treerl", "leaf_grpo", "grpo", {"name": "branchgrpo", "width_pruning": 0.5}],
+    ids=str,
+)
 def test_each_tree_estimator_trains_from_the_config(tmp_path, advantage):
     run_dir = tmp_path / "run"
     train(_tree_config(run_dir, 1, advantage))

@@ -132,6 +132,15 @@ class Forest:
                 root[s] = root[p]
         return root
 
+    def depths(self) -> torch.Tensor:
+        """[S] each segment's depth: 1 for a first segment, its parent's + 1 below."""
+        depth = torch.ones(self.num_segments, dtype=torch.long)
+        for s in range(self.num_segments):  # parents come first
+            p = int(self.parents[s])
+            if p >= 0:
+                depth[s] = depth[p] + 1
+        return depth
+
     def leaves_under(self) -> torch.Tensor:
         """[S, L] bool: leaf l lies under segment s (a leaf lies under itself)."""
         below = torch.zeros(self.num_segments, len(self.leaves), dtype=torch.bool)
@@ -171,7 +180,7 @@ class TreeEstimator:
 
 TREE_ADVANTAGES: Registry[TreeEstimator] = Registry("tree advantage estimator")
 """The tree advantage estimators by name (``leaf_grpo``, ``tree_grpo``, ``treerpo``,
-``treerl``), users' included (:func:`register_tree_advantage`)."""
+``treerl``, ``branchgrpo``), users' included (:func:`register_tree_advantage`)."""
 
 
 def register_tree_advantage(
@@ -313,6 +322,57 @@ def treerl(forest: Forest, rewards: torch.Tensor) -> TreeAdvantages:
         forest.parents >= 0, values[forest.parents.clamp_min(0)], torch.zeros_like(values)
     )
     return torch.zeros(len(forest.leaves), dtype=values.dtype), (values - parent) + values
+
+
+@register_tree_advantage("branchgrpo", "BranchGRPO (Li et al. 2025)", True)
+def branchgrpo(
+    forest: Forest,
+    rewards: torch.Tensor,
+    eps: float = 1e-8,
+    depth_pruning: tuple[int, ...] = (),
+    width_pruning: float = 0.0,
+) -> TreeAdvantages:
+    """BranchGRPO's depth-wise advantage with its pruning (Li et al. 2025, "BranchGRPO: Stable
+    and Efficient GRPO with Structured Branching in Diffusion Models"; read in
+    Fredreic1849/BranchGRPO, ``train_branchgrpo_flux.py``: ``compute_node_rewards_from_leaves``,
+    ``compute_hierarchical_advantages_by_depth``, the pruning of the training steps; the
+    paper's method section was not retrievable). Node values are the mean leaf reward under a
+    segment (its default fusion, not the path-probability weighting), normalised among the
+    segments at the same depth of the same tree:
+
+        A_s = (V(s) - mean_D V) / (std_D V + eps),  D = the segments of s's tree at s's depth
+
+    with the unbiased std; a depth of one segment, or of std < 1e-6, gets 0. Pruning cuts what
+    the update trains, not what was sampled, after the advantages are computed over the whole
+    tree: ``depth_pruning`` zeroes the segments at the listed depths (1: the first segments);
+    ``width_pruning`` r > 0 keeps, among each prompt's leaf segments (those after the last
+    branch point, N of them), the best floor(k/2) and the worst k - floor(k/2) by advantage,
+    k = max(2, int(r N)), zeroing the others (the code's mode 2, over one GPU's trees there,
+    one prompt's here). A zeroed segment gets no gradient; it still counts in the
+    aggregation's token count."""
+    forest.check(rewards)
+    values = node_values(forest, rewards)
+    depth = forest.depths()
+    key = forest.roots() * (int(depth.max()) + 1) + depth
+    _, inverse, count, total = _group_sums(values, key)
+    mean = (total / count)[inverse]
+    squares = torch.zeros_like(total).index_add_(0, inverse, (values - mean) ** 2)
+    std = (squares / (count - 1).clamp_min(1)).sqrt()[inverse]
+    segment = (values - mean) / (std + eps)
+    segment = torch.where((count[inverse] > 1) & (std >= 1e-6), segment, torch.zeros_like(segment))
+    keep = ~torch.isin(depth, torch.tensor(list(depth_pruning), dtype=torch.long))
+    if width_pruning > 0:
+        leaf_groups = forest.groups[forest.leaves]
+        for group in leaf_groups.unique().tolist():
+            finals = forest.leaves[leaf_groups == group]
+            k = max(2, int(width_pruning * len(finals)))
+            if len(finals) <= k:
+                continue
+            ranked = finals[torch.sort(-segment[finals], stable=True).indices]
+            kept = torch.cat([ranked[: k // 2], ranked[len(ranked) - (k - k // 2) :]])
+            keep[finals[~torch.isin(finals, kept)]] = False
+    segment = torch.where(keep, segment, torch.zeros_like(segment))
+    return torch.zeros(len(forest.leaves), dtype=segment.dtype), segment
 
 
 def tree_advantages(
