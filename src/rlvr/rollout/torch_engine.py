@@ -184,13 +184,8 @@ class TorchEngine:
         keys = checked_keys(keys, len(prompts) * trees, sampling)
         per_chunk = max(1, self.max_batch // max(1, branching.max_leaves))
         out = self._chunks(prompts, trees, sampling, keys, per_chunk, branching)
-        rollout = tree_rollout(prompts, trees, out, sampling.token_stats)
         seconds = time.perf_counter() - start
-        rollout.stats["rollout/seconds"] = seconds
-        rollout.stats["rollout/tokens_per_s"] = rollout.stats["rollout/generated_tokens"] / max(
-            seconds, 1e-9
-        )
-        return rollout
+        return tree_rollout(prompts, trees, out, sampling.token_stats, seconds)
 
     def _check_stop(self, sampling: SamplingParams) -> None:
         if sampling.stop and self.decode is None:

@@ -239,11 +239,11 @@ class TreeRollout(Rollout):
 
 
 def tree_rollout(
-    prompts: list[list[int]], trees: int, segments: Segments, with_stats: bool
+    prompts: list[list[int]], trees: int, segments: Segments, with_stats: bool, seconds: float
 ) -> TreeRollout:
     """The :class:`TreeRollout` of ``segments`` decoded from ``len(prompts) * trees`` rows (row
-    r a tree of prompt ``r // trees``); ``stats`` holds the tree's counts (throughput is the
-    caller's)."""
+    r a tree of prompt ``r // trees``) in ``seconds``; ``stats`` holds the trees' counts and the
+    throughput in generated tokens (a shared segment once) per second."""
     kids = segments.children()
     completions, logprobs, finished, entropy, certainty = [], [], [], [], []
     groups, token_segments = [], []
@@ -272,8 +272,11 @@ def tree_rollout(
                 entropy.append([x for seg, _ in path for x in segments.entropy[seg]])
                 certainty.append([x for seg, _ in path for x in segments.certainty[seg]])
     leaves = len(completions)
+    generated = float(sum(len(t) for t in segments.tokens))
     stats = {
-        "rollout/generated_tokens": float(sum(len(t) for t in segments.tokens)),
+        "rollout/seconds": seconds,
+        "rollout/tokens_per_s": generated / max(seconds, 1e-9),
+        "rollout/generated_tokens": generated,
         "rollout/leaf_tokens": float(sum(len(c) for c in completions)),
         "rollout/leaves_per_prompt": leaves / max(len(prompts), 1),
         "rollout/branch_points": float(sum(1 for k in kids if k)),

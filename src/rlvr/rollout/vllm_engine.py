@@ -354,7 +354,6 @@ class VLLMEngine:
         total = len(prompts) * trees
         keys = checked_keys(keys, total, sampling)
         out = Segments([], [], [], [], [], [], [], [])
-        seg_keys: list[int] = []
         frontier: list[tuple[int, int, list[int], int, int]] = []  # parent, root, path, key, j
         for r in range(total):
             frontier.append((-1, r, [], int(keys[r]), 0))
@@ -391,7 +390,6 @@ class VLLMEngine:
                     out.parents.append(parent)
                     out.roots.append(root)
                     out.child_index.append(j)
-                    seg_keys.append(key)
                     if out.finished[s] or level == depth or len(ids) < cap or cap == budget:
                         continue
                     position = len(path) + len(ids)
@@ -401,12 +399,7 @@ class VLLMEngine:
                 frontier = grown
         finally:
             self._sleep()
-        rollout = tree_rollout(prompts, trees, out, False)
-        seconds = time.perf_counter() - start
-        rollout.stats["rollout/seconds"] = seconds
-        generated = rollout.stats["rollout/generated_tokens"]
-        rollout.stats["rollout/tokens_per_s"] = generated / max(seconds, 1e-9)
-        return rollout
+        return tree_rollout(prompts, trees, out, False, time.perf_counter() - start)
 
     def close(self) -> None:
         """Shut the engine down and free its memory (the object is unusable afterwards)."""
