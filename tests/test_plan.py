@@ -260,3 +260,12 @@ def test_torchrun_rank_0_holds_the_served_copy_its_engine_samples_from() -> None
     assert got[("served copy", "resident")] == 2 * SMOL_PARAMS
     assert ("engine weights", "resident") not in got
     assert got[("published copy", "resident")] == 4 * SMOL_PARAMS
+
+
+def test_tree_rollouts_plan_for_their_most_leaves() -> None:
+    """2 trees of branch factor 2 and depth 2 per prompt: up to 8 leaves, planned as a group
+    of 8 (the flat config's group_size 8), not of 2."""
+    tree = {"group_size": 2, "tree": {"branching": "fixed", "depth": 2}}
+    assert setup_of(config(rollout=tree)).samples == setup_of(config()).samples == 16
+    assert setup_of(config(rollout=tree)).group == 8
+    assert plan(config(rollout=tree)).peak == plan(config()).peak

@@ -138,6 +138,8 @@ def setup_of(
             reference = "disabled"
     vllm = cfg.rollout.vllm
     evaluates = cfg.eval.before or cfg.eval.after or cfg.eval.every > 0
+    tree = cfg.rollout.tree  # tree rollouts: a group is its trees' leaves, at most
+    leaves = tree.branching_rule().max_leaves if tree is not None else 1
     return Setup(
         model=cfg.model.name,
         device=device,
@@ -156,9 +158,9 @@ def setup_of(
         engine=cfg.rollout.engine,
         backend=backend,
         max_batch=cfg.rollout.max_batch,
-        samples=cfg.rollout.prompts_per_step * cfg.rollout.group_size,
+        samples=cfg.rollout.prompts_per_step * cfg.rollout.group_size * leaves,
         eval_samples=cfg.eval.n_prompts if evaluates else 0,
-        group=cfg.rollout.group_size,
+        group=cfg.rollout.group_size * leaves,
         prompt_tokens=prompt_tokens or cfg.task.max_prompt_tokens or DEFAULT_PROMPT_TOKENS,
         completion_tokens=cfg.max_completion_tokens,
         shared_prefix=cfg.train.shared_prefix and algo.objective.samples != "data",
