@@ -42,6 +42,8 @@ def test_fixed_schedule_branches_full_segments_above_the_depth():
     # 4 tokens at depth 0: branch; 3 tokens: not yet; depth 1 at 5: branch; depth 2: the last
     assert rule(view) == [3, 1, 3, 1, 1]
     assert rule.max_leaves == 9
+    # 20 tokens: 4 + 3 * 4 + 9 * 12; 6 tokens: 4 + 3 * 2 (the length runs out at level 1)
+    assert rule.max_tokens(20) == 4 + 12 + 108 and rule.max_tokens(6) == 10
 
 
 def test_entropy_rule_branches_the_most_uncertain_rows_within_each_trees_budget():
@@ -56,6 +58,7 @@ def test_entropy_rule_branches_the_most_uncertain_rows_within_each_trees_budget(
     # tree 1 has used 1 of its 2 branch points: its highest-entropy row (4) branches, not 5
     assert rule(view) == [2, 2, 1, 1, 2, 1]
     assert rule.max_leaves == 3
+    assert rule.max_tokens(10) == 10 + 2 * 8  # each branch point adds at most 10 - 2 tokens
     assert math.isclose(math.log(4), 1.3862943611198906)
 
 

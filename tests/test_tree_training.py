@@ -169,3 +169,12 @@ def test_tree_settings_are_checked_before_a_run():
         config(rollout={"tree": {"branching": "mcts"}})
     # one tree of 4 leaves is a group GRPO can compare: group_size 1 is allowed
     config(rollout={"group_size": 1, "tree": {"branching": "fixed", "depth": 2}})
+
+
+def test_a_tree_run_states_its_token_budget():
+    from rlvr.trainer.run import tree_budget
+
+    line = tree_budget(_tree_config(Path("/tmp/unused"), 1))
+    # 2 trees x (3 + 2 * 3 + 4 * 6) tokens of 12-token leaves; flat: 8 x 12
+    assert "at most 8 leaves and 66 generated tokens per prompt" in line
+    assert "flat sampling of 8 completions: 96" in line

@@ -57,11 +57,14 @@ class BranchView:
 class BranchRule:
     """A registered branching rule: ``fn(view, **params) -> children per row``, the most leaves
     a tree can have under ``params`` (``max_leaves(**params)``: the engine decodes as many trees
-    at once as ``max_batch`` holds), and the paper it follows."""
+    at once as ``max_batch`` holds), the most tokens a tree can generate
+    (``max_tokens(length, **params)``, completions of at most ``length`` tokens) and the paper
+    it follows."""
 
     fn: Callable[..., list[int]]
     max_leaves: Callable[..., int]
     paper: str
+    max_tokens: Callable[..., int]
 
 
 BRANCHING: Registry[BranchRule] = Registry("branching rule")
@@ -70,21 +73,46 @@ BRANCHING: Registry[BranchRule] = Registry("branching rule")
 
 
 def register_branching(
-    name: str, max_leaves: Callable[..., int], paper: str
+    name: str,
+    max_leaves: Callable[..., int],
+    paper: str,
+    max_tokens: Callable[..., int] | None = None,
 ) -> Callable[[Callable[..., list[int]]], Callable[..., list[int]]]:
-    """Decorator: add ``fn(view: BranchView, **params) -> list[int]`` as the rule ``name``."""
+    """Decorator: add ``fn(view: BranchView, **params) -> list[int]`` as the rule ``name``
+    (``max_tokens(length, **params)``: the most tokens a tree generates; by default every leaf
+    a whole completion of its own, ``max_leaves * length``)."""
+
+    def most(length: int, **params: float) -> int:
+        return int(max_leaves(**params)) * length
 
     def decorator(fn: Callable[..., list[int]]) -> Callable[..., list[int]]:
-        BRANCHING.add(name, BranchRule(fn, max_leaves, paper))
+        BRANCHING.add(name, BranchRule(fn, max_leaves, paper, max_tokens or most))
         return fn
 
     return decorator
+
+
+def _fixed_tokens(
+    length: int, branch_factor: int = 2, depth: int = 1, segment_tokens: int = 16
+) -> int:
+    """A fixed-schedule tree's tokens when every segment runs full: level d < depth has
+    branch_factor**d segments of ``segment_tokens`` (while the length lasts), the last level
+    branch_factor**depth leaves of the rest."""
+    total, used = 0, 0
+    for level in range(depth + 1):
+        if used >= length:
+            break
+        size = length - used if level == depth else min(segment_tokens, length - used)
+        total += branch_factor**level * size
+        used += size
+    return total
 
 
 @register_branching(
     "fixed",
     lambda branch_factor=2, depth=1, segment_tokens=16: branch_factor**depth,
     "TreeRPO (Yang et al. 2025); BranchGRPO (Li et al. 2025)",
+    _fixed_tokens,
 )
 def fixed(
     view: BranchView, branch_factor: int = 2, depth: int = 1, segment_tokens: int = 16
@@ -105,6 +133,9 @@ def fixed(
         1 + max_branch_points * (branch_factor - 1)
     ),
     "TreeRL (Hou et al. 2025), EPTree's entropy-guided forking",
+    lambda length, branch_factor=2, max_branch_points=4, threshold=1.0, min_segment_tokens=4: (
+        length + max_branch_points * (branch_factor - 1) * max(0, length - min_segment_tokens)
+    ),
 )
 def entropy(
     view: BranchView,
@@ -178,6 +209,10 @@ class Branching:
     def max_leaves(self) -> int:
         """The most leaves one tree can have."""
         return int(BRANCHING.get_or_raise(self.name).max_leaves(**self.params))
+
+    def max_tokens(self, length: int) -> int:
+        """The most tokens one tree can generate with completions of at most ``length``."""
+        return int(BRANCHING.get_or_raise(self.name).max_tokens(length, **self.params))
 
     def __call__(self, view: BranchView) -> list[int]:
         """Children of each live row; segments of no tokens never branch."""

@@ -66,6 +66,19 @@ def probe_judges(cfg: Config, task: Any, run_dir: Path) -> None:
     )
 
 
+def tree_budget(cfg: Config) -> str:
+    """One line: a tree run's most leaves and generated tokens per prompt, against flat
+    sampling's for the same leaves."""
+    rule, rollout = cfg.rollout.tree.branching_rule(), cfg.rollout
+    length, trees = cfg.max_completion_tokens, rollout.group_size
+    leaves = trees * rule.max_leaves
+    return (
+        f"tree rollouts: {trees} tree(s) per prompt, {rule.name} branching: at most {leaves} "
+        f"leaves and {trees * rule.max_tokens(length)} generated tokens per prompt (flat "
+        f"sampling of {leaves} completions: {leaves * length}); tokens/generated logs each step's"
+    )
+
+
 def train(
     cfg: Config,
     resume: str | Path | None = None,
@@ -198,6 +211,8 @@ def _run(
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     note(check_plan(cfg).summary())  # PlanError before any model loads when it cannot fit
+    if cfg.rollout.tree is not None:  # the token budget a tree run stands against
+        note(tree_budget(cfg))
     torch.manual_seed(cfg.train.seed)
     parts = build_parts(cfg, user_reward, cleanup)
     sizes = functools.partial(learner_bytes, parts.learners, cfg)
