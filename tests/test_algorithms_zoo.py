@@ -243,6 +243,7 @@ def test_compute_advantages_uniform_convention() -> None:
         reference_rewards=torch.zeros(4, dtype=torch.float64),
         reward_terms=rewards[:, None],
         term_weights=torch.ones(1, dtype=torch.float64),
+        tree_segments=torch.tensor([[0, 0], [1, 1], [0, 0], [1, 1]]),  # one-segment trees
     )
     for name, estimator in ADVANTAGES.items():
         out = compute_advantages(name, inputs)

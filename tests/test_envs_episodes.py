@@ -3,6 +3,7 @@ episodes in the trainer (one-turn episodes == today's GRPO, credit across turns,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -572,7 +573,7 @@ class Locked(Script):
         return super().reset(problem, seed)
 
 
-def test_an_environment_that_cannot_be_copied_is_named_at_the_branch_point(smol_tok):
+def test_an_environment_that_cannot_be_copied_is_a_fault_at_the_branch_point(smol_tok):
     from rlvr.envs.episodes import TurnBranching
 
     session = ScriptedSession([[[5, 6], [7, 8]]])
@@ -588,8 +589,19 @@ def test_an_environment_that_cannot_be_copied_is_named_at_the_branch_point(smol_
         DEFAULT_BUDGET,
         branching=TurnBranching(2, 1),
     )
-    with pytest.raises(EnvError, match="Locked could not be copied.*fork"):
-        run_episodes(ctx, lambda p, k: session, lambda: Locked(turns=3))
+    with pytest.raises(EnvError, match="Locked.*fork.*raised TypeError.*give it a fork"):
+        run_episodes(
+            dataclasses.replace(ctx, faults=Faults(on_error="raise")),
+            lambda p, k: session,
+            lambda: Locked(turns=3),
+        )
+    # on_error: end_episode (the default): the copy's episode plays one action and ends with
+    # the fault, rewarded 0; the original goes on
+    session = ScriptedSession([[[5, 6], [7, 8], [9, 10]]])
+    _, episodes = run_episodes(ctx, lambda p, k: session, lambda: Locked(turns=3))
+    assert [e.fault is None for e in episodes] == [True, False]
+    assert "fork()/deepcopy raised TypeError" in episodes[1].fault
+    assert episodes[0].turn_rewards == [1.0, 2.0, 3.0] and episodes[1].turn_rewards == [1.0, 0.0]
 
 
 def test_a_turn_level_tree_run_trains_and_resumes_exactly(tmp_path):

@@ -52,8 +52,9 @@ def test_leaf_grpo_is_grpo_over_a_prompts_leaves(forest):
 def test_tree_grpo_adds_the_intra_tree_and_the_inter_tree_terms(forest):
     leaf, _ = tree_advantages("tree_grpo", forest, REWARDS)
     s = math.sqrt(1 / 3)
-    # prompt 0 is one tree: intra = inter; prompt 1's trees are single leaves: intra = reward
-    close(leaf, [2 * (1 / 3) / s, 2 * (1 / 3) / s, 2 * (-2 / 3) / s, 1 + H, 0 - H])
+    # prompt 0 is one tree: intra = inter; prompt 1's trees are single leaves: no branches to
+    # compare, intra = 0
+    close(leaf, [2 * (1 / 3) / s, 2 * (1 / 3) / s, 2 * (-2 / 3) / s, H, -H])
 
 
 def test_treerpo_compares_siblings_values(forest):

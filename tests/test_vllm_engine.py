@@ -194,6 +194,35 @@ def test_agent_episodes_on_vllm_equal_the_torch_engine_turn_for_turn(smollm, eng
         assert a.logprobs == pytest.approx(b.logprobs, abs=LOGPROB_TOL)
 
 
+def test_tree_rollouts_on_vllm_share_segments_and_carry_the_trainers_logprobs(smollm, engine):
+    """generate_tree under the fixed schedule: one level of segments at a time, each a request
+    continuing its path; leaves share their ancestors' tokens, carry the teacher-forced
+    log-probs, and depend on their streams only."""
+    model, _, prompts = smollm
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, stop_token_ids=())
+    rule = Branching.of("fixed", branch_factor=2, depth=2, segment_tokens=3)
+    keys = group_keys(stream_key(5), 2, 2)
+    tree = engine.generate_tree(prompts[:2], 2, sampling, rule, keys)
+    assert tree.groups == [0] * 8 + [1] * 8 and all(len(c) == 10 for c in tree.completion_ids)
+    assert tree.segment_parents[0] == [-1, 0, 1, 1, 0, 4, 4, -1, 7, 8, 8, 7, 11, 11]
+    assert tree.token_segments[0] == [0] * 3 + [1] * 3 + [2] * 4
+    for t in range(4):
+        leaves = tree.completion_ids[4 * t : 4 * t + 4]
+        assert len({tuple(c[:3]) for c in leaves}) == 1 and len({tuple(c) for c in leaves}) == 4
+        assert leaves[0][:6] == leaves[1][:6] and leaves[2][:6] == leaves[3][:6]
+    assert tree.stats["rollout/generated_tokens"] == 4 * (3 + 2 * 3 + 4 * 4)
+    worst = 0.0
+    for ids, logprobs, group in zip(tree.completion_ids, tree.logprobs, tree.groups, strict=True):
+        logits = teacher_forced(model, prompts[group], ids, 1.0)
+        want = logits.log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+        worst = max(worst, (want - torch.tensor(logprobs)).abs().max().item())
+    assert worst < LOGPROB_TOL
+    alone = engine.generate_tree(prompts[1:2], 2, sampling, rule, keys[2:])
+    assert alone.completion_ids == tree.completion_ids[8:]
+    with pytest.raises(ValueError, match="fixed schedule only"):
+        engine.generate_tree(prompts[:1], 1, sampling, Branching.of("entropy"), keys[:1])
+
+
 def test_update_weights_serves_the_new_policy_like_a_fresh_engine_from_its_checkpoint(
     smollm, engine, tmp_path
 ):
@@ -257,32 +286,3 @@ def test_a_judge_decoded_by_vllm_replies_as_the_torch_judge(smollm):
         )
     finally:
         on_vllm.engine.close()
-
-
-def test_tree_rollouts_on_vllm_share_segments_and_carry_the_trainers_logprobs(smollm, engine):
-    """generate_tree under the fixed schedule: one level of segments at a time, each a request
-    continuing its path; leaves share their ancestors' tokens, carry the teacher-forced
-    log-probs, and depend on their streams only."""
-    model, _, prompts = smollm
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=10, stop_token_ids=())
-    rule = Branching.of("fixed", branch_factor=2, depth=2, segment_tokens=3)
-    keys = group_keys(stream_key(5), 2, 2)
-    tree = engine.generate_tree(prompts[:2], 2, sampling, rule, keys)
-    assert tree.groups == [0] * 8 + [1] * 8 and all(len(c) == 10 for c in tree.completion_ids)
-    assert tree.segment_parents[0] == [-1, 0, 1, 1, 0, 4, 4, -1, 7, 8, 8, 7, 11, 11]
-    assert tree.token_segments[0] == [0] * 3 + [1] * 3 + [2] * 4
-    for t in range(4):
-        leaves = tree.completion_ids[4 * t : 4 * t + 4]
-        assert len({tuple(c[:3]) for c in leaves}) == 1 and len({tuple(c) for c in leaves}) == 4
-        assert leaves[0][:6] == leaves[1][:6] and leaves[2][:6] == leaves[3][:6]
-    assert tree.stats["rollout/generated_tokens"] == 4 * (3 + 2 * 3 + 4 * 4)
-    worst = 0.0
-    for ids, logprobs, group in zip(tree.completion_ids, tree.logprobs, tree.groups, strict=True):
-        logits = teacher_forced(model, prompts[group], ids, 1.0)
-        want = logits.log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
-        worst = max(worst, (want - torch.tensor(logprobs)).abs().max().item())
-    assert worst < LOGPROB_TOL
-    alone = engine.generate_tree(prompts[1:2], 2, sampling, rule, keys[2:])
-    assert alone.completion_ids == tree.completion_ids[8:]
-    with pytest.raises(ValueError, match="fixed schedule only"):
-        engine.generate_tree(prompts[:1], 1, sampling, Branching.of("entropy"), keys[:1])

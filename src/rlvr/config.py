@@ -369,6 +369,10 @@ class VLLMConfig(Section):
     )
 
 
+TREELESS_STAGES = ("hints", "group_filter", "replay")
+"""Draw stages that do not run with tree rollouts (:meth:`Config._check_tree`)."""
+
+
 class TreeConfig(BaseModel):
     """Tree rollouts (docs/algorithms.md, "Tree rollouts"): ``rollout.group_size`` trees per
     prompt, each branching by a registered rule (:data:`rlvr.rollout.tree.BRANCHING`); the
@@ -1277,8 +1281,10 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _check_tree(self) -> Config:
-        """Tree rollouts run where they are built (the torch engine, one-step tasks, sampled
-        completions), and the tree estimators have trees to read."""
+        """Tree rollouts run where they are built (every rule on the torch engine, ``fixed``
+        and ``turns`` on vLLM; ``turns`` for agent episodes, the others for one-step tasks;
+        sampled completions; no draw stage that counts a group's samples as its episodes), and
+        the tree estimators have trees to read."""
         from rlvr import algorithms
 
         algo = self.algorithm.resolve()
@@ -1291,7 +1297,7 @@ class Config(Section):
                     "choose a flat estimator"
                 )
             return self
-        if self.rollout.engine == "vllm" and self.rollout.tree.branching != "fixed":
+        if self.rollout.engine == "vllm" and self.rollout.tree.branching not in ("fixed", "turns"):
             raise ValueError(
                 f"rollout.tree.branching: {self.rollout.tree.branching} needs each token's "
                 "distribution, which the vLLM engine does not give; use rollout.engine: torch, "
@@ -1301,6 +1307,14 @@ class Config(Section):
             raise ValueError(
                 "rollout.tree: tree rollouts sample the policy; algorithm.objective.samples: "
                 "data trains on the data's completions (remove one of them)"
+            )
+        counted = [stage.name for stage in algo.stages if stage.name in TREELESS_STAGES]
+        if counted:
+            raise ValueError(
+                f"algorithm.stages: {', '.join(counted)} count a group's samples as its "
+                "episodes (hints refill groups of G samples, group_filter keeps G of them, "
+                "replay adds samples to groups); with rollout.tree a group is its trees' leaves: "
+                "remove one of them"
             )
         turns = self.rollout.tree.branching == "turns"
         if turns != (self.env.name is not None):

@@ -263,12 +263,18 @@ def tree_grpo(forest: Forest, rewards: torch.Tensor, eps: float = 1e-6) -> TreeA
 
         A_l = GRPO(r_l; the leaves of l's tree) + GRPO(r_l; the leaves of l's prompt)
 
-    each term (r - mean) / (std + eps) with the unbiased std, a group of one giving its reward
-    (as their ``compute_grpo_outcome_advantage`` and :func:`rlvr.algorithms.grpo`). The
-    intra-tree term is a step-level preference between the branches of one tree (the paper's
-    equivalence to step-level DPO), the inter-tree term GRPO across the prompt's trees."""
+    each term (r - mean) / (std + eps) with the unbiased std (their
+    ``compute_grpo_outcome_advantage``, :func:`rlvr.algorithms.grpo`). The intra-tree term is a
+    step-level preference between the branches of one tree (the paper's equivalence to
+    step-level DPO), the inter-tree term GRPO across the prompt's trees. A tree of one leaf
+    (one that ended before its first branch point) has no branches to compare: its intra-tree
+    term is 0 (their code, whose trees always branch, would give a group of one its reward,
+    favouring completions that end early)."""
     forest.check(rewards)
-    intra = grpo(rewards, forest.roots()[forest.leaves], eps)
+    trees = forest.roots()[forest.leaves]
+    intra = grpo(rewards, trees, eps)
+    _, inverse, count, _ = _group_sums(rewards, trees)
+    intra = torch.where(count[inverse] > 1, intra, torch.zeros_like(intra))
     inter = grpo(rewards, forest.groups[forest.leaves], eps)
     return intra + inter, torch.zeros(forest.num_segments, dtype=intra.dtype)
 
@@ -345,8 +351,9 @@ def branchgrpo(
     with the unbiased std; a depth of one segment, or of std < 1e-6, gets 0. Pruning cuts what
     the update trains, not what was sampled, after the advantages are computed over the whole
     tree: ``depth_pruning`` zeroes the segments at the listed depths (1: the first segments);
-    ``width_pruning`` r > 0 keeps, among each prompt's leaf segments (those after the last
-    branch point, N of them), the best floor(k/2) and the worst k - floor(k/2) by advantage,
+    ``width_pruning`` r > 0 keeps, among each prompt's leaf segments (each leaf's last segment,
+    N of them; with a fixed schedule those after the last branch point, and the last segment of
+    a tree that ended early), the best floor(k/2) and the worst k - floor(k/2) by advantage,
     k = max(2, int(r N)), zeroing the others (the code's mode 2, over one GPU's trees there,
     one prompt's here). A zeroed segment gets no gradient; it still counts in the
     aggregation's token count."""

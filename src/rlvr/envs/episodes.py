@@ -457,19 +457,10 @@ class TurnBranching:
     depth: int = 1
 
 
-def _forked(env: Environment | None) -> Environment | None:
+def _copy(env: Environment) -> Environment:
     """A copy of ``env`` that goes on independently: ``env.fork()``, else a deep copy."""
-    if env is None:
-        return None
     fork = getattr(env, "fork", None)
-    try:
-        return fork() if callable(fork) else copy.deepcopy(env)
-    except Exception as err:
-        raise EnvError(
-            f"tree rollouts at turn boundaries copy each environment at a branch point; "
-            f"{type(env).__name__} could not be copied ({_one_line(err)}): give it a fork() "
-            "method returning an independent copy, or remove rollout.tree"
-        ) from err
+    return fork() if callable(fork) else copy.deepcopy(env)
 
 
 @dataclass
@@ -499,8 +490,12 @@ class _Forest:
         episodes: list[Episode],
         envs: list[Environment | None],
         keys: list[int],
+        faults: Faults,
     ) -> list[int]:
-        """Episode ``e`` continued as ``factor`` episodes (itself first); their indices."""
+        """Episode ``e`` continued as ``factor`` episodes (itself first); their indices. Each
+        copy of the environment is a call into it (:func:`_copy` under the time limit): one that
+        fails is an environment fault, raised (``on_error: raise``, with how to make it
+        copyable) or ending that child after its next action, as a failed reset does."""
         self.close_segment(e, episodes[e])
         base = self.paths[e]
         self.paths[e] = base + (0,)
@@ -509,7 +504,18 @@ class _Forest:
         for j in range(1, factor):
             children.append(len(episodes))
             episodes.append(copy.deepcopy(episodes[e]))
-            envs.append(_forked(envs[e]))
+            env, where = envs[e], f"env {type(envs[e]).__name__}, turn {turn + 1}"
+            try:
+                envs.append(_guarded(partial(_copy, env), where, "fork()/deepcopy", faults))
+            except EnvFault as fault:
+                if faults.on_error == "raise":
+                    raise EnvFault(
+                        f"{fault}; tree rollouts at turn boundaries copy each environment at a "
+                        "branch point: give it a fork() method returning an independent copy, "
+                        "or remove rollout.tree"
+                    ) from fault
+                envs.append(None)  # the child plays one action, then ends with the fault
+                episodes[-1].fault = str(fault)
             keys.append(int(derived[j]))
             self.owner.append(self.owner[e])
             self.paths.append(base + (j,))
@@ -637,7 +643,7 @@ def run_episodes(
                 rows, obs_rows, children = [], [], []
                 for row, obs, e in zip(keep, observations, live, strict=True):
                     for child in forest.fork(
-                        e, ctx.branching.branch_factor, turn, episodes, envs, key_list
+                        e, ctx.branching.branch_factor, turn, episodes, envs, key_list, faults
                     ):
                         rows.append(row)
                         obs_rows.append(obs)

@@ -207,21 +207,17 @@ class TorchEngine:
         ``keys[r]``), ``rows`` rows at a time, as one :class:`Segments` (roots and parents
         numbered over the whole call)."""
         total = len(prompts) * n
-        out: Segments | None = None
+        out = Segments([], [], [], [], [], [], [], [])  # no prompts or n = 0: no samples
         for lo in range(0, total, rows):
             owner = torch.arange(lo, min(total, lo + rows)) // n
             part = self._generate_chunk(
                 prompts, owner, sampling, keys[lo : lo + len(owner)], branching
             )
-            if out is None:
-                out = part
-                continue
             offset = len(out.tokens)
             out.parents += [p + offset if p >= 0 else -1 for p in part.parents]
             out.roots += [r + lo for r in part.roots]
             for name in ("tokens", "logprobs", "finished", "entropy", "certainty", "child_index"):
                 getattr(out, name).extend(getattr(part, name))
-        assert out is not None
         return out
 
     def _hits_stop_string(self, ids: list[int], stops: tuple[str, ...], window: int) -> bool:

@@ -10,9 +10,11 @@ TreeRPO's (Yang et al. 2025, fixed segments and branch factor), BranchGRPO's (Li
 branching rollouts with pruning), TreeRL's (Hou et al. 2025, EPTree: branching at high-entropy
 tokens) and Tree-GRPO's (Ji et al. 2025, agent turns as nodes).
 
-Random streams: the first child of a branch point keeps its parent's stream and the others take
-derived ones (``derive(derive(key, position), j)``), so a tree with branch factor 1 samples
-exactly the flat completion of its key, and no two segments of a run share a stream.
+Random streams (the torch engine): the first child of a branch point continues its parent's
+stream (at the positions after the parent's) and child j > 0 takes the derived stream
+``derive(derive(key, position), j)``, so a tree with branch factor 1 samples exactly the flat
+completion of its key, and no two rows draw the same uniform at the same position. (The vLLM
+engine seeds each segment's request with a stream of its own: see its ``generate_tree``.)
 
 Branching rules are registered functions (:data:`BRANCHING`, :func:`register_branching`):
 ``fn(view: BranchView, **params) -> list[int]``, the number of children of each live row at

@@ -33,7 +33,7 @@ from rlvr.rollout import SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer import signals
 from rlvr.trainer.batch import SIGNAL, Samples
-from rlvr.trainer.metrics import warn
+from rlvr.trainer.metrics import generated_tokens, warn
 from rlvr.trainer.protocols import Rollouts, Weights
 from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.signals import Draw
@@ -74,6 +74,7 @@ class Collector:
     version: int = 0
     _reward_metrics: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     _reward_seconds: float = 0.0
+    _generated: float = 0.0  # tokens sampled this step, kept or not (tokens/generated)
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
     replay: ReplayBuffer | None = None
     stages: list[tuple[Stage, Any]] = dataclasses.field(default_factory=list)
@@ -114,6 +115,7 @@ class Collector:
         """``n`` episodes of each problem played and scored by the rollouts (episode i from the
         stream ``keys[i]``); their episode counts added to the step's."""
         played = self.rollouts.run(problems, n, self.sampling, keys)
+        self._generated += generated_tokens(played)
         for key, value in (played.info.get("episode_counts") or {}).items():
             self._episode_counts[key] = self._episode_counts.get(key, 0.0) + value
         return played
@@ -237,8 +239,9 @@ class Collector:
             self._episode_counts.clear()
         metrics.update(self.rollouts.worker_stats())
         metrics["time/reward"] = self._reward_seconds
+        metrics["tokens/generated"] = self._generated
         self._reward_metrics.clear()
-        self._reward_seconds = 0.0
+        self._reward_seconds, self._generated = 0.0, 0.0
         batch = Samples.concat(
             parts,
             tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),

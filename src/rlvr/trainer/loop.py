@@ -193,7 +193,9 @@ class Loop:
                 data,
                 self.parts.task,
                 self.cfg.eval.reward_threshold,
-                tree_forward=self.cfg.rollout.tree is not None and self.cfg.train.shared_prefix,
+                tree_forward=self.cfg.rollout.tree is not None
+                and self.cfg.train.shared_prefix
+                and not self.cfg.train.packing,
             ),
             **sampling_metrics,
             **train_metrics,

@@ -33,10 +33,12 @@ def step_metrics(
     """Reward, length, group and per-category statistics of one step's samples (answers as the
     task's verifier reads them); a sample is correct (``reward/accuracy``) when its reward is
     at least ``threshold`` (``eval.reward_threshold``, as a held-out sample judged by the
-    reward). The token budget: ``tokens/completions`` (the completions' tokens),
-    ``tokens/generated`` (sampled: a tree's shared segment once) and ``tokens/trained`` (the
-    completion tokens the training forward runs: a prompt's prefix trie's nodes under the tree
-    forward, ``tree_forward``), with the trees' counts (:func:`tree_metrics`)."""
+    reward). The batch's tokens: ``tokens/completions`` (the completions' tokens) and
+    ``tokens/trained`` (the completion tokens the training forward runs: under the tree forward,
+    ``tree_forward``, the nodes of each prompt's prefix trie, as many as it runs when a
+    prompt's leaves share a micro-batch; split across micro-batches a shared segment runs once
+    in each), with the trees' counts (:func:`tree_metrics`). What was sampled, kept or not,
+    is the collector's ``tokens/generated`` (:func:`generated_tokens`)."""
     rewards, group_ids = data.rewards, data.group_ids
     if len(data) == 0:  # no group passed the selector: nothing sampled is kept
         return {"rollout/tokens_per_s": data.tokens_per_s}
@@ -56,7 +58,6 @@ def step_metrics(
         "rollout/tokens_per_s": data.tokens_per_s,
     }
     metrics["tokens/completions"] = lengths.sum().item()
-    metrics["tokens/generated"] = lengths.sum().item()
     metrics["tokens/trained"] = lengths.sum().item()
     if data.columns.get("tree_segments") is not None:
         metrics.update(tree_metrics(data.columns["tree_segments"], group_ids))
@@ -78,24 +79,35 @@ def step_metrics(
 
 def tree_metrics(token_segments: list[list[int]], group_ids: torch.Tensor) -> dict[str, float]:
     """A batch's tree rollouts (``tree_segments``: each completion token's segment label):
-    ``tokens/generated`` (each segment's tokens once: what the engine sampled for these
-    leaves), ``tree/leaves_per_prompt`` and ``tree/branch_points`` (segments with two children
-    or more, per prompt)."""
+    ``tree/leaves_per_prompt`` and ``tree/branch_points`` (segments with two children or
+    more, per prompt)."""
     groups = group_ids.tolist()
-    length: dict[tuple[int, int], int] = {}
     children: dict[tuple[int, int], set[int]] = {}
     for labels, g in zip(token_segments, groups, strict=True):
         path = list(dict.fromkeys(labels))
-        for label in path:
-            length[(g, label)] = labels.count(label)
         for parent, child in zip(path, path[1:], strict=False):
             children.setdefault((g, parent), set()).add(child)
     prompts = max(len(set(groups)), 1)
     return {
-        "tokens/generated": float(sum(length.values())),
         "tree/leaves_per_prompt": len(groups) / prompts,
         "tree/branch_points": sum(len(c) > 1 for c in children.values()) / prompts,
     }
+
+
+def generated_tokens(table: Samples) -> float:
+    """The tokens the engine sampled for a played table: each completion's sampled tokens (an
+    episode's actions, not its observations), a tree's shared segment once."""
+    masks = table.action_mask or [[1] * len(c) for c in table.completion_ids]
+    segments = table.columns.get("tree_segments")
+    if segments is None:
+        return float(sum(sum(m) for m in masks))
+    sampled: dict[tuple[int, int], int] = {}  # (group, segment) -> its sampled tokens
+    for labels, mask, g in zip(segments, masks, table.group_ids.tolist(), strict=True):
+        counts: dict[int, int] = {}
+        for label, m in zip(labels, mask, strict=True):
+            counts[label] = counts.get(label, 0) + m
+        sampled.update({(g, label): n for label, n in counts.items()})
+    return float(sum(sampled.values()))
 
 
 def sample_rows(data: Samples, limit: int) -> list[dict[str, Any]]:

@@ -47,7 +47,7 @@ class Forward:
             chunk_tokens=cfg.train.logprob_chunk_tokens,
             packed=samples == "data" if packing is None else packing,
             micro_batch_size=cfg.train.micro_batch_size,
-            tree=cfg.rollout.tree is not None and cfg.train.shared_prefix,
+            tree=cfg.rollout.tree is not None and cfg.train.shared_prefix and not packing,
         )
 
     def autocast(self, device: torch.device) -> torch.autocast:
