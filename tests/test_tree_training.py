@@ -167,6 +167,19 @@ def test_tree_settings_are_checked_before_a_run():
         config(rollout={"tree": {"branching": "entropy", "depth": 2}})
     with pytest.raises(ConfigError, match="unknown branching rule"):
         config(rollout={"tree": {"branching": "mcts"}})
+    with pytest.raises(ConfigError, match="group_filter count a group's samples"):
+        config(
+            rollout={"tree": {"branching": "fixed"}},
+            algorithm={"stages": [{"name": "group_filter"}]},
+        )
+    with pytest.raises(ConfigError, match="needs env.name"):
+        config(rollout={"tree": {"branching": "turns"}})
+    with pytest.raises(ConfigError, match="agent episodes .env.name. branch at turn boundaries"):
+        config(
+            rollout={"tree": {"branching": "fixed"}},
+            env={"name": "envs_for_tests:CountdownEnv"},
+            reward={"function": None},
+        )
     # one tree of 4 leaves is a group GRPO can compare: group_size 1 is allowed
     config(rollout={"group_size": 1, "tree": {"branching": "fixed", "depth": 2}})
 
