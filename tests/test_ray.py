@@ -156,41 +156,33 @@ def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     assert local[3]["policy/loss"] != local[1]["policy/loss"]
 
 
-def test_a_lora_run_on_ray_equals_one_process_and_sends_only_the_adapter(cluster, tmp_path_factory):
-    """LoRA (beta > 0: the reference is the adapter switched off) on a rollout worker fed by
-    the broadcast group: the same steps as one process; each publication carries the
-    adapter's tensors only (rank 4 on 7 layers x 2 blocks of the tiny model, fp32)."""
+def test_a_lora_tree_run_on_ray_equals_one_process_and_sends_only_the_adapter(
+    cluster, tmp_path_factory
+):
+    """LoRA (beta > 0: the reference is the adapter switched off) with tree rollouts (2 trees
+    of 4 leaves per prompt, TreeRPO's step-level advantages) on two rollout workers fed by the
+    broadcast group, each growing the trees of its prompts: the same steps as one process;
+    each publication carries the adapter's tensors only (rank 4 on 7 layers x 2 blocks of the
+    tiny model, fp32)."""
     lora = {"name": "tiny-random-llama", "lora": {"rank": 4, "alpha": 8}}
-    settings = {"model": lora, "algorithm": {"beta": 0.04}, "train": {"lr": 1e-2}}
+    tree = {"group_size": 2, "tree": {"branching": "fixed", "depth": 2, "segment_tokens": 3}}
+    settings = {
+        "model": lora,
+        "rollout": tree,
+        "algorithm": {"beta": 0.04, "advantage": {"name": "treerpo"}},
+        "train": {"lr": 1e-2},
+    }
     local = run_once("lora-local", local_config(Path("unused"), **settings), tmp_path_factory)
     run_dir = tmp_path_factory.mktemp("lora-ray") / "run"
-    train(build_config(ray_config(run_dir, 1, **settings)))
+    train(build_config(ray_config(run_dir, 2, **settings)))
     rows = step_rows(run_dir)
     assert comparable(rows) == local
     assert local[3]["policy/kl_ref"] > 0 and local[3]["rollout/publish_check_diff"] < 1e-5
+    assert local[1]["tree/leaves_per_prompt"] == 8 and local[3]["advantages/abs_mean"] > 0
     hidden, inter = 64, 128
     shapes = [(hidden, hidden)] * 2 + [(hidden, 32)] * 2 + [(hidden, inter)] * 2 + [(inter, hidden)]
     adapter = 2 * sum(4 * (i + o) for i, o in shapes) * 4  # A [r, in] + B [out, r], 2 layers
     assert {r["rollout/publish_bytes"] for r in rows.values()} == {adapter}
-
-
-def test_a_lora_tree_run_on_two_workers_equals_one_process(cluster, tmp_path_factory):
-    """Tree rollouts (2 trees of 4 leaves per prompt, TreeRPO's step-level advantages) of a
-    LoRA policy on two rollout workers: each worker grows the trees of its prompts, and the
-    steps are one process's."""
-    tree = {"branching": "fixed", "depth": 2, "segment_tokens": 3}
-    settings = {
-        "model": {"name": "tiny-random-llama", "lora": {"rank": 4, "alpha": 8}},
-        "rollout": {"group_size": 2, "tree": tree},
-        "algorithm": {"advantage": {"name": "treerpo"}},
-        "train": {"lr": 1e-2},
-    }
-    local_cfg = local_config(Path("unused"), steps=2, **settings)
-    local = run_once("tree-local", local_cfg, tmp_path_factory)
-    run_dir = tmp_path_factory.mktemp("tree-ray") / "run"
-    train(build_config(ray_config(run_dir, 2, steps=2, **settings)))
-    assert comparable(step_rows(run_dir)) == local
-    assert local[1]["tree/leaves_per_prompt"] == 8 and local[2]["policy/grad_norm"] > 0
 
 
 @pytest.mark.parametrize(
