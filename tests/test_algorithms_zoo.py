@@ -632,6 +632,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "sft",
         "rft",
         "dpo",
+        "rpo",
         "ipo",
         "online_dpo",
         "semi_online_dpo",

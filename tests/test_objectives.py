@@ -238,7 +238,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
     del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
-    if preset in ("sft", "dpo", "ipo"):
+    if preset in ("sft", "dpo", "ipo", "rpo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
         if preset == "sft":
             task["completion_column"] = "completion"
@@ -348,6 +348,24 @@ def test_offline_dpo_raises_the_chosen_minus_rejected_margin(tmp_path):
     assert sum(b > a for a, b in zip(*margins, strict=True)) == len(lines)
 
 
+def test_rpo_adds_the_chosen_completions_nll_per_token_to_dpo(tmp_path):
+    """RPO (Pang et al. 2024): DPO + alpha * NLL(chosen) / |chosen|. At step 1 the policy is
+    its reference, so DPO's loss is log 2 on every pair and the logged loss is log 2 plus
+    alpha times the chosen NLL; training lowers that NLL, which plain DPO need not."""
+    rows = {}
+    for preset in ("rpo", "dpo"):
+        run_dir = tmp_path / preset
+        cfg = objective_config(run_dir, preset, steps=4)
+        cfg["train"].update(lr=1e-2, lr_schedule="constant", warmup_steps=0)
+        train(build_config(cfg))
+        rows[preset] = step_rows(run_dir)
+    rpo = rows["rpo"]
+    assert rpo[1]["policy/loss"] == pytest.approx(math.log(2) + rpo[1]["preference/chosen_nll"])
+    assert rpo[4]["preference/chosen_nll"] < rpo[1]["preference/chosen_nll"]
+    assert "preference/chosen_nll" not in rows["dpo"][1]
+    assert rows["dpo"][1]["policy/loss"] == pytest.approx(math.log(2))
+
+
 def test_dpo_with_lora_takes_the_disabled_adapter_as_its_reference(tmp_path):
     cfg = objective_config(tmp_path / "run", "dpo", steps=2)
     cfg["model"]["lora"] = {"rank": 4, "alpha": 8}
@@ -451,7 +469,7 @@ def test_data_presets_need_the_datas_completions(tmp_path):
     with pytest.raises(ConfigError, match="samples: data"):
         build_config(bad)
     with pytest.raises(ConfigError, match="sft_coef"):
-        build_config(tiny_config(tmp_path / "y", algorithm={"preset": "dpo", "sft_coef": 1.0}))
+        build_config(tiny_config(tmp_path / "y", algorithm={"preset": "sft", "sft_coef": 1.0}))
 
 
 RESUMED = ("sft", "dpo", "rft", "online_dpo", "semi_online_dpo", "rebel", "on_policy_distillation")

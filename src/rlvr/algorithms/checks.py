@@ -130,9 +130,12 @@ def _objective(a: Algorithm) -> list[str]:
         found.append(f"objective.sync_every must be >= 1, got {o.sync_every}")
     if o.sft_coef < 0:
         found.append(f"objective.sft_coef must be >= 0, got {o.sft_coef}")
-    if o.sft_coef > 0 and (kind != "policy_gradient" or o.samples != "policy"):
+    if o.sft_coef > 0 and not (
+        (kind == "policy_gradient" and o.samples == "policy") or kind == "pairs"
+    ):
         found.append(
-            "objective.sft_coef adds an SFT term to a policy-gradient objective on sampled groups"
+            "objective.sft_coef adds an SFT term to a policy-gradient objective on sampled "
+            "groups, or the chosen completion's NLL to a pair objective (RPO)"
         )
     if kind != "policy_gradient":
         if a.kl.beta > 0:

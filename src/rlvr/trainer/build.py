@@ -412,7 +412,8 @@ def build_player(
         )
     stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
     demonstration = None
-    if algo.objective.sft_coef > 0:  # an SFT term on each problem's demonstration
+    kind = algorithms.OBJECTIVES[algo.objective.name].kind
+    if algo.objective.sft_coef > 0 and kind == "policy_gradient":  # SFT on demonstrations
         system = cfg.model.system_prompt
         demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)
     sampled = OneStep(

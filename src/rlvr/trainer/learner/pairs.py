@@ -6,7 +6,11 @@ are shuffled into minibatches instead of samples, and
     J(theta) = -mean_pairs l(log pi(y_c), log pi(y_r), log pi_ref(.), log pi_old(.), r_c - r_r)
 
 with sequence log-probs ``log pi(y | x) = sum_t log pi(y_t | x, y_<t)`` over each completion's
-trained tokens, l the objective's registered pair loss.
+trained tokens, l the objective's registered pair loss. With ``objective.sft_coef`` alpha > 0,
+each pair's loss adds the chosen completion's length-normalised NLL (RPO: Pang et al. 2024,
+"Iterative Reasoning Preference Optimization", arXiv:2404.19733, eq. 2):
+
+    l_RPO = l + alpha * (-log pi(y_c | x) / |y_c|)
 """
 
 from __future__ import annotations
@@ -130,6 +134,11 @@ class PairObjective(ObjectiveKind):
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
         loss_pairs, info = objective.fn(logps, **learner.algo.objective.params)
+        alpha = learner.algo.objective.sft_coef
+        if alpha > 0:  # RPO: the chosen completion's NLL per token
+            nll = -seq[:n] / mask[:n].sum(-1).clamp_min(1.0)
+            loss_pairs = loss_pairs + alpha * nll
+            averages.add("preference/chosen_nll", nll.detach().mean().item(), n)
         loss = loss_pairs.sum() / total_pairs
         learner.finite(loss, "loss", "policy/loss")
         averages.add("policy/loss", loss_pairs.mean().item(), n)
