@@ -267,8 +267,7 @@ for _preset in (
         name="rpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="dpo", samples="data", sft_coef=1.0),
-        citation="Pang et al. 2024, Iterative Reasoning Preference Optimization, "
-        "arXiv:2404.19733",
+        citation="Pang et al. 2024, Iterative Reasoning Preference Optimization, arXiv:2404.19733",
         summary="Offline DPO plus the chosen completion's length-normalised NLL (alpha = 1, "
         "objective.sft_coef): -log sigmoid(beta h) - alpha log pi(y_c | x) / |y_c|.",
     ),
