@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from test_trainer import tiny_config
 
@@ -376,3 +377,38 @@ def test_a_failed_run_is_reported_and_the_others_go_on(tmp_path):
     assert (folder / "results" / "trained" / "seed1.json").is_file()  # the other arm ran
     assert not (folder / "results" / "frozen").exists()
     assert "pending (0 of 1 seeds)" in (claims_dir / "RESULTS.md").read_text()
+
+
+def test_an_arm_trains_after_another_from_its_exported_policy(tmp_path):
+    """SFT-then-RL as two arms: ``after: trained`` starts each seed from the policy the trained
+    arm's run of that seed exported (``policy/``), which differs from the config's model."""
+    from rlvr.config import load_config
+    from rlvr.models import load_model
+
+    claims_dir, root = tmp_path / "repro", tmp_path / "runs"
+    folder = _claim(
+        claims_dir / "chain",
+        arms={
+            "trained": {"config": "trained.yaml"},
+            "then": {"config": "frozen.yaml", "after": "trained"},
+        },
+        compare=["then", "trained"],
+        seeds=[1],
+    )
+    claim = load_claim(folder)
+    assert pending_runs(claim) == [("trained", 1), ("then", 1)]
+    assert run_claims([claim], root, say=lambda text: None) == []
+    policy = root / "chain" / "trained" / "seed1" / "policy"
+    then = load_config(root / "chain" / "then" / "seed1" / "config.yaml")
+    assert then.model.name == str(policy)
+    trained, base = load_model(str(policy)), load_model("tiny-random-llama")
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(trained.state_dict().values(), base.state_dict().values(), strict=True)
+    ]
+    assert any(moved)  # the trained arm's policy, not the config's model
+    (folder / "claim.yaml").write_text(
+        (folder / "claim.yaml").read_text().replace("after: trained", "after: nobody")
+    )
+    with pytest.raises(ReproError, match="trains after 'nobody'"):
+        load_claim(folder)

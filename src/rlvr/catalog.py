@@ -35,6 +35,18 @@ for _name, _target, _about in (
         "reach a target with + - * / using each given number once, levels 1-3 (CountdownTask)",
     ),
     (
+        "judge",
+        "rlvr.reward_models.judge_task:JudgeTask",
+        "verdicts (Yes/No, or A/B) on right and wrong answers to arithmetic, to train a judge "
+        "by RL (JudgeTask)",
+    ),
+    (
+        "search_qa",
+        "rlvr.data.search_qa:SearchQATask",
+        "multi-hop questions about a generated world, levels 1-3 (hops), for env search "
+        "(SearchQATask)",
+    ),
+    (
         "guess_number",
         "rlvr.data.guess_number:GuessNumberTask",
         "hidden numbers in 1..max_value for env guess_number (GuessNumberTask)",
@@ -50,6 +62,11 @@ for _name, _target, _about in (
         "calculator",
         "rlvr.envs.calculator:CalculatorEnv",
         "arithmetic with a calc(expression) tool (pair with task arithmetic, level 7 or 8)",
+    ),
+    (
+        "search",
+        "rlvr.envs.search:SearchEnv",
+        "answer questions with a BM25 search(query) tool over a local corpus (task search_qa)",
     ),
     (
         "guess_number",

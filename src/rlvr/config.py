@@ -106,6 +106,10 @@ class ModelConfig(Section):
     )
 
 
+DATASET_KWARGS_TASKS = ("guess_number", "search_qa", "judge")
+"""Built-in tasks besides reasoning-gym's that take ``task.dataset_kwargs``."""
+
+
 class TaskConfig(Section):
     """Where prompts and reference answers come from (``rlvr tasks`` lists them)."""
 
@@ -120,7 +124,8 @@ class TaskConfig(Section):
         ge=1,
         le=8,
         description="difficulty: arithmetic 1 (one-digit +) to 8 (products of three- and "
-        "two-digit numbers, for the calculator environment), countdown 1 to 3",
+        "two-digit numbers, for the calculator environment), countdown 1 to 3, search_qa 1 to "
+        "3 (the documents a question chains), judge 1 to 8 (its base arithmetic level)",
     )
     levels: list[int] | None = Field(
         None,
@@ -232,20 +237,24 @@ class TaskConfig(Section):
                 f"{', '.join(families)} (reasoning_gym:NAME with NAME a reasoning-gym dataset, "
                 f"e.g. reasoning_gym:chain_sum); got {self.name!r}"
             )
-        if self.name == "countdown" and self.level > 3:
-            raise ValueError(f"task.level must be 1 to 3 for countdown, got {self.level}")
+        if self.name in ("countdown", "search_qa") and self.level > 3:
+            raise ValueError(f"task.level must be 1 to 3 for {self.name}, got {self.level}")
         if self.levels is not None:
-            top = {"arithmetic": 8, "countdown": 3}.get(self.name)
+            top = {"arithmetic": 8, "countdown": 3, "search_qa": 3, "judge": 8}.get(self.name)
             if top is None:
-                raise ValueError("task.levels only applies to the arithmetic and countdown tasks")
+                raise ValueError(
+                    "task.levels only applies to the arithmetic, countdown, search_qa and judge "
+                    "tasks"
+                )
             if not self.levels or len(set(self.levels)) != len(self.levels):
                 raise ValueError(f"task.levels must be distinct levels, got {self.levels}")
             if not all(1 <= level <= top for level in self.levels):
                 raise ValueError(f"task.levels must be within 1..{top} for {self.name}")
-        if self.dataset_kwargs and not rg and self.name != "guess_number":
+        if self.dataset_kwargs and not rg and self.name not in DATASET_KWARGS_TASKS:
             raise ValueError(
-                "task.dataset_kwargs only applies to reasoning_gym:NAME tasks and guess_number "
-                "({max_value: N})"
+                "task.dataset_kwargs only applies to reasoning_gym:NAME tasks, guess_number "
+                "({max_value: N}), search_qa ({path: FOLDER, world_seed: N}) and judge "
+                "({format: pointwise | pairwise | mixed})"
             )
         reserved = sorted(
             {"name", "seed", "size", "n_eval", "prompt_template"} & set(self.dataset_kwargs)
@@ -370,7 +379,8 @@ class VLLMConfig(Section):
 
 
 TREELESS_STAGES = ("hints", "group_filter", "replay")
-"""Draw stages that do not run with tree rollouts (:meth:`Config._check_tree`)."""
+"""Draw stages that read groups of ``group_size`` samples: not with tree rollouts
+(:meth:`Config._check_tree`) or expert traces (:meth:`Config._check_expert`)."""
 
 
 class TreeConfig(BaseModel):
@@ -847,6 +857,23 @@ class OverlongConfig(Section):
     )
 
 
+class ExpertConfig(Part):
+    """Expert traces inside the groups (LUFFY); other keys are the shaping's arguments
+    (gamma)."""
+
+    traces: int | None = Field(
+        None,
+        ge=0,
+        description="each problem's first N demonstrations (worked solutions) added to its "
+        "group, scored by the reward and trained off-policy (0: none)",
+    )
+    shaping: str | None = Field(
+        None,
+        description="the off-policy rows' shaping of pi_theta / 1 (luffy: p / (p + gamma); "
+        "ratio: p)",
+    )
+
+
 class AlgorithmConfig(Section):
     """Policy optimisation, by part (docs/algorithms.md): ``preset`` names a
     :data:`rlvr.algorithms.PRESETS` entry, each part's keys set here replace the preset's
@@ -870,6 +897,7 @@ class AlgorithmConfig(Section):
     credit: CreditConfig = Field(default_factory=CreditConfig)
     select: SelectConfig = Field(default_factory=SelectConfig)
     overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    expert: ExpertConfig = Field(default_factory=ExpertConfig)
     stages: list[dict[str, Any]] | None = Field(
         None,
         description="draw stages, in order, each {name, ...settings}: hints (GHPO), "
@@ -1220,7 +1248,23 @@ class Config(Section):
             )
         if any(stage.name == "replay" for stage in algo.stages):
             self._check_replay(algo)
+        if algo.expert.traces:
+            self._check_expert(algo)
         return self
+
+    def _check_expert(self, algo: Any) -> None:
+        """Expert traces join one-step groups of the policy's samples."""
+        if self.env.name is not None or self.rollout.tree is not None:
+            raise ValueError(
+                "algorithm.expert.traces adds worked solutions to one-step groups; an "
+                "environment's episodes and tree rollouts have none"
+            )
+        stages = [s.name for s in algo.stages if s.name in TREELESS_STAGES]
+        if stages:
+            raise ValueError(
+                f"algorithm.expert.traces makes groups of group_size + traces rows; the stages "
+                f"{stages} read groups of group_size"
+            )
 
     def _check_replay(self, algo: Any) -> None:
         """RePO's replay needs a correction for a replayed sample's age: TIS
@@ -1553,6 +1597,7 @@ REGISTERED: dict[str, str] = {
     "algorithm.kl.estimator": "rlvr.algorithms:KL_ESTIMATORS",
     "algorithm.select.name": "rlvr.algorithms:GROUP_SELECTORS",
     "algorithm.credit.name": "rlvr.algorithms:CREDIT",
+    "algorithm.expert.shaping": "rlvr.algorithms:EXPERT_SHAPINGS",
     "env.name": "rlvr.catalog:ENVS",
     "distributed.backend": "rlvr.catalog:BACKENDS",
 }

@@ -10,6 +10,8 @@ A claim folder holds ``claim.yaml`` and the configs of its arms::
     arms:
       rl: {config: rl.yaml}                           # trained: rlvr train, then evaluated
       base: {model: smollm2-135m-instruct, like: rl}  # not trained: evaluated like arm rl's runs
+      sft_rl: {config: rl.yaml, after: sft}           # trained from arm sft's trained policy
+                                                      # of the same seed (its exported model)
     eval: {n: 16, k: [1, 16]}      # rlvr eval of every run (omit: the metric comes from the
                                    # run's metrics.jsonl, its last logged value)
     compare: [rl, base]            # the paired difference a - b, seed by seed
@@ -81,14 +83,21 @@ class ReproError(RlvrError, ValueError):
 
 @dataclass
 class Arm:
-    """One arm of a claim: a config to train (``config``), or a model evaluated like another
-    arm's runs (``model`` and ``like``)."""
+    """One arm of a claim: a config to train (``config``; with ``after``, from the policy that
+    arm ``after``'s run of the same seed trained: ``model.name`` is that run's exported
+    model, ``POLICY`` in its run directory), or a model evaluated like another arm's runs
+    (``model`` and ``like``)."""
 
     name: str
     config: Path | None = None
     model: str | None = None
     like: str | None = None
+    after: str | None = None
     overrides: list[str] = field(default_factory=list)
+
+
+POLICY = "policy"
+"""The exported trained policy in the run directory of an arm that another arm starts from."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +160,7 @@ def load_claim(folder: Path) -> Claim:
     for name, spec in data["arms"].items():
         arm = Arm(name, overrides=list(spec.get("set", [])))
         if "config" in spec:
+            arm.after = spec.get("after")
             arm.config = Path(folder) / spec["config"]
             if not arm.config.is_file():
                 raise ReproError(f"{path}: arm {name}'s config {arm.config} does not exist")
@@ -163,6 +173,14 @@ def load_claim(folder: Path) -> Claim:
         if arm.like is not None and (arm.like not in arms or arms[arm.like].config is None):
             raise ReproError(
                 f"{path}: arm {arm.name} is evaluated like {arm.like!r}, a trained arm"
+            )
+        after = arms.get(arm.after) if arm.after is not None else None
+        if arm.after is not None and (
+            after is None or after.config is None or after.after is not None
+        ):
+            raise ReproError(
+                f"{path}: arm {arm.name} trains after {arm.after!r}, which must be a trained "
+                "arm that starts from its config's model"
             )
     pair = tuple(data["compare"])  # the tests' arms unless a test names its own
     if len(pair) != 2 or any(a not in arms for a in pair):
@@ -213,8 +231,9 @@ def find_claims(directory: Path, name: str = "all") -> list[Claim]:
 
 
 def pending_runs(claim: Claim) -> list[tuple[str, int]]:
-    """The (arm, seed) runs of ``claim`` not finished yet, trained arms first."""
-    order = sorted(claim.arms.values(), key=lambda arm: arm.config is None)
+    """The (arm, seed) runs of ``claim`` not finished yet, trained arms first (those that
+    start from another arm's policy after it)."""
+    order = sorted(claim.arms.values(), key=lambda arm: (arm.config is None, arm.after is not None))
     return [
         (arm.name, seed)
         for arm in order
@@ -295,6 +314,14 @@ def run_one(
         from rlvr.trainer import train
 
         sets = [*arm.overrides, f"train.seed={seed}", f"logging.run_dir={run_dir}"]
+        if arm.after is not None:  # from the policy arm `after` trained with this seed
+            policy = claim.run_dir(root, arm.after, seed) / POLICY
+            if claim.finished(arm.after, seed) is None or not policy.is_dir():
+                raise ReproError(
+                    f"arm {arm_name} trains after {arm.after}'s seed {seed}, whose trained "
+                    f"policy {policy} is not there: run that arm first (its record removed)"
+                )
+            sets.append(f"model.name={policy}")
         cfg = load_config(arm.config, sets)
         resume = run_dir if (run_dir / "config.yaml").is_file() else None
         if resume is not None:
@@ -343,6 +370,10 @@ def run_one(
         record["curve"] = [
             [r["step"], r[claim.figure]] for r in read_metrics(run_dir) if claim.figure in r
         ]
+    if any(other.after == arm_name for other in claim.arms.values()):
+        from rlvr.export import export  # another arm trains from this run's policy
+
+        export(run_dir, run_dir / POLICY, merge=True, overwrite=True)
     path = claim.record(arm_name, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")

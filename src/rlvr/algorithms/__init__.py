@@ -39,6 +39,13 @@ from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
 from rlvr.algorithms.entropy_control import EntropyController, adapt_entropy_coef
 from rlvr.algorithms.entropy_cov import clip_cov_policy_loss, kl_cov_policy_loss, token_covariance
+from rlvr.algorithms.expert import (
+    EXPERT_SHAPINGS,
+    expert_loss,
+    plain_ratio,
+    policy_shaping,
+    register_expert_shaping,
+)
 from rlvr.algorithms.filters import (
     GROUP_FILTERS,
     GROUP_SELECTORS,
@@ -126,6 +133,7 @@ from rlvr.algorithms.schema import (
     CorrectionPart,
     CreditPart,
     EntropyPart,
+    ExpertPart,
     KLPart,
     ObjectivePart,
     OverlongPart,
@@ -165,6 +173,12 @@ __all__ = [
     "CreditPart",
     "SelectPart",
     "OverlongPart",
+    "ExpertPart",
+    "EXPERT_SHAPINGS",
+    "expert_loss",
+    "plain_ratio",
+    "policy_shaping",
+    "register_expert_shaping",
     "StageEntry",
     "Algorithm",
     "as_overrides",

@@ -9,6 +9,7 @@ from typing import Any
 
 from rlvr.algorithms.advantages import ADVANTAGES
 from rlvr.algorithms.credit import CREDIT
+from rlvr.algorithms.expert import EXPERT_SHAPINGS
 from rlvr.algorithms.filters import GROUP_SELECTORS
 from rlvr.algorithms.kl import KL_ESTIMATORS
 from rlvr.algorithms.losses import AGGREGATIONS, POLICY_LOSSES
@@ -40,6 +41,7 @@ ARGUMENTS_FILLED = {
     "kl": ("logp", "ref_logp"),
     "select": ("rewards", "group_ids"),
     "objective": ("pairs",),
+    "expert": ("logp",),
 }
 """The parts with ``params``, with the arguments rlvr fills itself (the advantage's beta is
 the KL's, when the KL is in the reward)."""
@@ -52,6 +54,7 @@ NAMED: dict[str, tuple[str, Registry[Any]]] = {
     "kl": ("estimator", KL_ESTIMATORS),
     "select": ("name", GROUP_SELECTORS),
     "credit": ("name", CREDIT),
+    "expert": ("shaping", EXPERT_SHAPINGS),
 }
 """The parts that name a registered function: the field holding the name, its registry."""
 
@@ -110,7 +113,17 @@ def problems(a: Algorithm) -> list[str]:
             found.append(f"{key} must be one of {accepted}, got {value!r}")
     if found:
         return found  # the checks below look the names up
-    for check in (_objective, _clipping, _kl, _advantage, _entropy, _draws, _value, _correction):
+    for check in (
+        _objective,
+        _clipping,
+        _kl,
+        _advantage,
+        _entropy,
+        _draws,
+        _value,
+        _correction,
+        _expert,
+    ):
         found += check(a)
     return found + _params(a)
 
@@ -288,6 +301,34 @@ def _draws(a: Algorithm) -> list[str]:
     names = [stage.name for stage in a.stages]
     if len(set(names)) < len(names):
         found.append(f"stages: each stage is named once, got {names}")
+    return found
+
+
+def _expert(a: Algorithm) -> list[str]:
+    """Expert traces (LUFFY) join the policy's groups of a group-relative policy gradient."""
+    e = a.expert
+    if e.traces < 0:
+        return [f"expert.traces must be >= 0, got {e.traces}"]
+    if e.traces == 0:
+        return []
+    found = []
+    kind = OBJECTIVES[a.objective.name].kind
+    if kind != "policy_gradient" or a.objective.samples != "policy":
+        found.append(
+            "expert.traces adds worked solutions to the groups of a policy-gradient objective "
+            f"on sampled groups, not to objective {a.objective.name!r} with samples "
+            f"{a.objective.samples!r}"
+        )
+    elif not ADVANTAGES[a.advantage.name].group_relative:
+        found.append(
+            f"expert.traces joins each trace to its group's baseline, but advantage "
+            f"{a.advantage.name!r} is not group-relative (use grpo, rloo, dr_grpo, ...)"
+        )
+    if a.objective.name != "policy_gradient":
+        found.append(
+            f"expert.traces trains on the traces with the policy loss; objective "
+            f"{a.objective.name!r} reads other log-probs"
+        )
     return found
 
 

@@ -30,6 +30,7 @@ from rlvr.algorithms.schema import (
     AdvantagePart,
     AggregationPart,
     Algorithm,
+    ExpertPart,
     KLPart,
     ObjectivePart,
     OverlongPart,
@@ -270,6 +271,18 @@ for _preset in (
         citation="Pang et al. 2024, Iterative Reasoning Preference Optimization, arXiv:2404.19733",
         summary="Offline DPO plus the chosen completion's length-normalised NLL (alpha = 1, "
         "objective.sft_coef): -log sigmoid(beta h) - alpha log pi(y_c | x) / |y_c|.",
+    ),
+    Algorithm(
+        name="luffy",
+        advantage=AdvantagePart(name="grpo"),
+        aggregation=AggregationPart(name="token-mean"),
+        expert=ExpertPart(traces=1, shaping="luffy", params={"gamma": 0.1}),
+        citation="Yan et al. 2025, Learning to Reason under Off-Policy Guidance (LUFFY), "
+        "arXiv:2504.14945",
+        summary="Mixed-policy GRPO: each group holds the policy's samples and one worked "
+        "solution of its problem (expert.traces), advantages normalised over the whole group; "
+        "the samples' PPO clip 0.2, the traces' -A p / (p + 0.1) unclipped (policy shaping, "
+        "pi_phi = 1); token mean over all tokens; no KL.",
     ),
     Algorithm(
         name="ipo",

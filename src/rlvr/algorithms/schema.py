@@ -243,6 +243,23 @@ class OverlongPart:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExpertPart:
+    """Expert traces inside the groups (LUFFY, :mod:`rlvr.algorithms.expert`).
+
+    Attributes:
+        traces: each problem's first ``traces`` demonstrations (its worked solutions) added to
+            its group of sampled completions, scored by the run's reward; 0: none.
+        shaping: how the off-policy rows' ratio pi_theta / 1 is shaped
+            (:data:`~rlvr.algorithms.expert.EXPERT_SHAPINGS`: luffy, ratio, or a user's).
+        params: the shaping's keyword arguments (luffy's gamma).
+    """
+
+    traces: int = 0
+    shaping: str = "luffy"
+    params: Mapping[str, Any] = _params()
+
+
+@dataclass(frozen=True, kw_only=True)
 class StageEntry:
     """A draw stage (``rlvr.trainer.stages``): a named transform of a draw's samples.
 
@@ -295,6 +312,7 @@ class Algorithm:
     credit: CreditPart = CreditPart()
     select: SelectPart = SelectPart()
     overlong: OverlongPart = OverlongPart()
+    expert: ExpertPart = ExpertPart()
     stages: tuple[StageEntry, ...] = ()
     ppo_epochs: int = 1
     minibatches: int = 1
@@ -315,6 +333,7 @@ PARTS: dict[str, type] = {
     "credit": CreditPart,
     "select": SelectPart,
     "overlong": OverlongPart,
+    "expert": ExpertPart,
 }
 """The nested parts of :class:`Algorithm`, by key."""
 

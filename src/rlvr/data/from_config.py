@@ -33,10 +33,13 @@ def _build(t: TaskConfig) -> Task:
     kwargs: dict[str, Any] = {"seed": t.seed, "n_eval": t.n_eval}
     if t.prompt_template is not None:
         kwargs["prompt_template"] = t.prompt_template
-    if t.name in ("arithmetic", "countdown") and t.levels:
+    leveled = ("arithmetic", "countdown", "search_qa", "judge")
+    if t.name in ("search_qa", "judge"):
+        kwargs.update(t.dataset_kwargs)
+    if t.name in leveled and t.levels:
         tasks = [make_task(t.name, level=level, **kwargs) for level in t.levels]
         return MixtureTask(tasks, [f"L{level}" for level in t.levels], name=t.name)
-    if t.name in ("arithmetic", "countdown"):
+    if t.name in leveled:
         return make_task(t.name, level=t.level, **kwargs)
     if t.name.startswith("reasoning_gym:"):
         return make_task(t.name, size=t.size, **t.dataset_kwargs, **kwargs)

@@ -15,6 +15,8 @@ from rlvr.data.countdown import LEVELS as COUNTDOWN_LEVELS
 LEVELS: dict[str, tuple[int, int]] = {
     "arithmetic": (1, 8),
     "countdown": (min(COUNTDOWN_LEVELS), max(COUNTDOWN_LEVELS)),
+    "search_qa": (1, 3),
+    "judge": (1, 8),
 }
 """Difficulty levels per task; a task not listed here takes no ``level``."""
 

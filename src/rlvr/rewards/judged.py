@@ -37,6 +37,7 @@ from typing import Any
 
 from rlvr.data.base import Problem
 from rlvr.reward_models.judges import Judge, Usage, get_judge
+from rlvr.reward_models.questions import GENRM_TEMPLATE, POINTWISE_TEMPLATE
 from rlvr.reward_models.verdicts import (
     expected_value,
     parse_boxed,
@@ -47,26 +48,6 @@ from rlvr.reward_models.verdicts import (
 from rlvr.rewards.protocol import RewardConfigError, Score
 from rlvr.rewards.registry import register_reward
 from rlvr.templates import template_fields
-
-POINTWISE_TEMPLATE = (
-    "Here is a question and a response to it.\n\n"
-    "Question:\n{prompt}\n\n"
-    "Reference answer: {reference}\n\n"
-    "Response:\n{completion}\n\n"
-    "Is the response correct and does it answer the question? Answer Yes or No."
-)
-"""The default ``judge_score`` question (fields ``{prompt}``, ``{completion}``, ``{reference}``:
-``problem.prompt``, the completion, ``problem.answer``)."""
-
-GENRM_TEMPLATE = (
-    "Here is a question and a response to it.\n\n"
-    "Question:\n{prompt}\n\n"
-    "Reference answer: {reference}\n\n"
-    "Response:\n{completion}\n\n"
-    "Think step by step about whether the response is correct. Then end with one line: "
-    '"Verdict: Yes" if it is correct, "Verdict: No" if it is not.'
-)
-"""The default ``judge_genrm`` question: reasoning first, then the verdict."""
 
 TEMPLATE_FIELDS = frozenset({"prompt", "completion", "reference"})
 

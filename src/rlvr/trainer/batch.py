@@ -83,7 +83,8 @@ class Samples:
             ``signal/<name>`` (a produced signal), ``action_mask`` / ``turn_rewards`` /
             ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes),
             ``tree_segments`` (tree rollouts: each completion token's segment label, unique
-            within its group; the completions are the trees' leaves).
+            within its group; the completions are the trees' leaves), ``expert`` (bool tensor:
+            a worked solution added to its group, ``algorithm.expert.traces``; not sampled).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the
@@ -111,6 +112,7 @@ class Samples:
     transcripts = Column[list[list[dict[str, Any]]] | None]()
     infos = Column[list[list[dict[str, Any]]] | None]()
     faults = Column[list[str | None] | None]()
+    expert = Column[torch.Tensor | None]()
 
     REQUIRED = (
         "completion_ids",
@@ -167,6 +169,12 @@ class Samples:
         """The reason each reward term gave sample ``i`` (a judge's reply, a failed test), by
         label; terms that gave none are left out."""
         return {k: r[i] for k, r in self.breakdown.reasons.items() if r[i] is not None}
+
+    def sampled(self) -> Samples:
+        """The policy's own samples: the table without its expert traces (``expert``)."""
+        if self.expert is None or not bool(self.expert.any()):
+            return self
+        return self.select(torch.nonzero(~self.expert).flatten())
 
     @property
     def demonstration_ids(self) -> list[list[int]] | None:

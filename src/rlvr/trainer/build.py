@@ -425,6 +425,8 @@ def build_player(
         partial(decode_tokens, tokenizer),
         demonstration,
         cfg.rollout.tree.branching_rule() if cfg.rollout.tree is not None else None,
+        algo.expert.traces,
+        partial(demonstration_tokens, tokenizer, cfg.model.system_prompt, stops, budget),
     )
     if algo.objective.samples == "data":
         return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)

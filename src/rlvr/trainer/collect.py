@@ -138,7 +138,8 @@ class Collector:
             return Draw(self, t.problems, sizes, n, t.group_ids, base)
 
         produced = signals.produce(wanted, moment(table), before_update=True)
-        self.sampler.update(table.problems, table.rewards, table.group_ids)  # before any filter
+        own = table.sampled()  # the sampler hears how the policy did, not the expert traces
+        self.sampler.update(own.problems, own.rewards, own.group_ids)  # before any filter
         state = DrawState(self, table, torch.arange(len(table)), n, base)
         for stage, settings in self.stages:
             if not stage.after_select:

@@ -274,7 +274,7 @@ class Loop:
         self.guard.observe(step, bad)
         if self.guard.tripped:  # the update before the first bad step may have diverged too
             raise NonFiniteError(self.guard.message() + self._set_aside(self.guard.first_step))
-        if warning := self.collapse.observe(step, metrics, data.sampler_logprobs):
+        if warning := self.collapse.observe(step, metrics, data.sampled().sampler_logprobs):
             self.progress.warn(warning)
         if self.collapse.tripped:  # the update before its first step made the collapsed weights
             first = self.collapse.first_step

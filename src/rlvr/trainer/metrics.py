@@ -38,7 +38,15 @@ def step_metrics(
     ``tree_forward``, the nodes of each prompt's prefix trie, as many as it runs when a
     prompt's leaves share a micro-batch; split across micro-batches a shared segment runs once
     in each), with the trees' counts (:func:`tree_metrics`). What was sampled, kept or not,
-    is the collector's ``tokens/generated`` (:func:`generated_tokens`)."""
+    is the collector's ``tokens/generated`` (:func:`generated_tokens`). With expert traces
+    (``algorithm.expert``) these describe the policy's samples, and ``expert/*`` the traces."""
+    expert: dict[str, float] = {}
+    if data.expert is not None:  # LUFFY's traces: their own metrics; the rest is the policy's
+        traces = data.select(torch.nonzero(data.expert).flatten())
+        expert["expert/traces"] = float(len(traces))
+        if len(traces):
+            expert["expert/reward_mean"] = traces.rewards.mean().item()
+        data = data.sampled()
     rewards, group_ids = data.rewards, data.group_ids
     if len(data) == 0:  # no group passed the selector: nothing sampled is kept
         return {"rollout/tokens_per_s": data.tokens_per_s}
@@ -74,7 +82,7 @@ def step_metrics(
         if category:  # a task with categories: what each one gets and scores
             metrics[f"category/{category}/reward"] = sum(values) / len(values)
             metrics[f"category/{category}/samples_frac"] = len(values) / len(rewards)
-    return metrics
+    return {**metrics, **expert}
 
 
 def tree_metrics(token_segments: list[list[int]], group_ids: torch.Tensor) -> dict[str, float]:
@@ -97,6 +105,7 @@ def tree_metrics(token_segments: list[list[int]], group_ids: torch.Tensor) -> di
 def generated_tokens(table: Samples) -> float:
     """The tokens the engine sampled for a played table: each completion's sampled tokens (an
     episode's actions, not its observations), a tree's shared segment once."""
+    table = table.sampled()  # expert traces were not sampled
     masks = table.action_mask or [[1] * len(c) for c in table.completion_ids]
     segments = table.columns.get("tree_segments")
     if segments is None:

@@ -122,7 +122,10 @@ class OneStep:
     template, ``encode``), one sampled completion per episode, and the reward of the group
     (:class:`~rlvr.rewards.combined.CombinedReward`; a group reward reads the whole group);
     with ``demonstration`` (:func:`demonstration_tokens` of a problem) each problem's
-    demonstration for an SFT term beside the RL loss (``sft_coef``)."""
+    demonstration for an SFT term beside the RL loss (``sft_coef``); with ``expert_traces`` > 0
+    each group also holds its problem's first ``expert_traces`` demonstrations (``trace``:
+    :func:`demonstration_tokens`), after its samples, scored with them (LUFFY's mixed groups,
+    :mod:`rlvr.algorithms.expert`; :func:`with_expert_traces`)."""
 
     reward: CombinedReward
     reference_scorer: ReferenceScorer | None
@@ -132,6 +135,8 @@ class OneStep:
     decode: Callable[[list[int]], str]
     demonstration: Callable[[Problem], tuple[list[int], list[int], list[int], bool]] | None = None
     branching: Branching | None = None
+    expert_traces: int = 0
+    trace: Callable[[Problem, int], tuple[list[int], list[int], list[int], bool]] | None = None
 
     def play(
         self,
@@ -146,11 +151,28 @@ class OneStep:
             rollout = engine.generate(prompt_ids, n, sampling, keys)
         else:  # n trees per problem, their leaves the group (rollout.tree)
             rollout = engine.generate_tree(prompt_ids, n, sampling, self.branching, keys)
-        texts = [self.decode(c) for c in rollout.completion_ids]
-        start = time.perf_counter()
+        rows = {
+            "completion_ids": rollout.completion_ids,
+            "sampler_logprobs": rollout.logprobs,
+            "finished": rollout.finished,
+        }
         ids = rollout.group_ids.tolist()
+        if self.expert_traces:  # LUFFY: each group's worked solutions join its samples
+            if rollout.token_entropy or self.reference_scorer is not None:
+                raise ValueError(
+                    "algorithm.expert.traces: a reward read from the sampler's token "
+                    "statistics or the reference answer's probability has no value for a "
+                    "worked solution; use a reward on the completion's text"
+                )
+            assert self.trace is not None
+            rows, ids = with_expert_traces(
+                rows, ids, problems, prompt_ids, self.expert_traces, self.trace
+            )
+        completions = rows["completion_ids"]
+        texts = [self.decode(c) for c in completions]
+        start = time.perf_counter()
         owners = [problems[i] for i in ids]
-        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in rollout.completion_ids]}
+        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in completions]}
         if rollout.token_entropy:  # mean over each completion's tokens
             fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
             fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
@@ -158,9 +180,7 @@ class OneStep:
             fields.update(self.reference_scorer(rollout, texts, owners))
         breakdown = self.reward(texts, owners, group_ids=ids, **fields)
         columns = {
-            "completion_ids": rollout.completion_ids,
-            "sampler_logprobs": rollout.logprobs,
-            "finished": rollout.finished,
+            **rows,
             "texts": texts,
             "group_ids": torch.tensor(ids, dtype=torch.long),
             "breakdown": breakdown,
@@ -203,6 +223,52 @@ class OneStep:
             self.judge,
             first,
         )
+
+
+def with_expert_traces(
+    rows: dict[str, list[Any]],
+    group_ids: list[int],
+    problems: list[Problem],
+    prompt_ids: list[list[int]],
+    traces: int,
+    trace: Callable[[Problem, int], tuple[list[int], list[int], list[int], bool]],
+) -> tuple[dict[str, Any], list[int]]:
+    """Sampled rows (``completion_ids``, ``sampler_logprobs``, ``finished`` [N], groups
+    contiguous) with each problem's first ``traces`` demonstrations after its group's samples
+    (LUFFY, Yan et al. 2025, arXiv:2504.14945): their tokens as the chat template writes them,
+    sampler log-probs 0 (pi_phi = 1, the paper's convention for an expert whose probabilities
+    are unknown), the ``action_mask`` (all ones for a sample) and the ``expert`` flag [N'].
+    Returns the rows and their group ids [N'] (N' = N + P * traces). A DataError names a problem
+    with fewer demonstrations; a ValueError, one whose demonstration's prompt is not the prompt
+    its samples had (``prompt_ids`` [P])."""
+    out: dict[str, list[Any]] = {name: [] for name in (*rows, "action_mask", "expert")}
+    ids: list[int] = []
+    by_group: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        by_group.setdefault(g, []).append(i)
+    for g, problem in enumerate(problems):
+        for i in by_group.get(g, []):
+            for name, column in rows.items():
+                out[name].append(column[i])
+            out["action_mask"].append([1] * len(rows["completion_ids"][i]))
+            out["expert"].append(False)
+            ids.append(g)
+        for k in range(traces):
+            prompt, completion, mask, fits = trace(problem, k)
+            if prompt != prompt_ids[g]:
+                raise ValueError(
+                    f"problem {problem.id}: its demonstration's prompt tokens differ from the "
+                    "prompt its samples had, so it cannot join their group"
+                )
+            out["completion_ids"].append(completion)
+            out["sampler_logprobs"].append([0.0] * len(completion))
+            out["finished"].append(fits)
+            out["action_mask"].append(mask)
+            out["expert"].append(True)
+            ids.append(g)
+    columns: dict[str, Any] = dict(out)
+    columns["expert"] = torch.tensor(out["expert"], dtype=torch.bool)
+    return columns, ids
 
 
 def demonstration_tokens(

@@ -80,6 +80,7 @@ class SampleTensors(Prepared):
             aggregation's normalisers.
         skippable: whether rows outside ``trained`` were skipped (their fraction is logged).
         demonstrations: [P] each group's demonstration (``sft_coef``), or None.
+        expert: [N] bool, the expert traces of mixed groups (``algorithm.expert``), or None.
     """
 
     batch: Batch
@@ -94,6 +95,7 @@ class SampleTensors(Prepared):
     trained: torch.Tensor
     skippable: bool
     demonstrations: Batch | None
+    expert: torch.Tensor | None = None
 
 
 @register_objective_kind("policy_gradient")
@@ -152,6 +154,7 @@ class PolicyGradient(ObjectiveKind):
             trained=nonzero.cpu(),  # indexes the CPU row orders of the shuffle
             skippable=skippable,
             demonstrations=self.demonstrations(learner, data),
+            expert=None if data.expert is None else data.expert.to(mask.device),
         )
 
     def trained_tokens(self, train_mask: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
@@ -285,9 +288,20 @@ class PolicyGradient(ObjectiveKind):
         adv = p.advantages[rows]
         adv = adv[:, :width] if adv.dim() == 2 else adv
         sampler_logp = p.sampler_logp[rows, :width]
+        expert = None if p.expert is None else p.expert[rows][:, None]  # [n, 1]
+        if expert is not None:  # a trace has no sampler to correct: pi_old stands for it
+            sampler_logp = torch.where(expert, old, sampler_logp)
         surrogate, info = self.surrogate(
             learner, logp, old, sampler_logp, adv, action, int(rows[0])
         )
+        if expert is not None:  # LUFFY: -A f(pi_theta) on the traces, unclipped
+            shaped = algorithms.expert_loss(algo.expert.shaping, logp, adv, **algo.expert.params)
+            surrogate = torch.where(expert, shaped, surrogate)
+            on_trace = action * expert
+            if bool(on_trace.any()):
+                prob = algorithms.masked_mean(logp.detach().exp(), on_trace).item()
+                averages.add("expert/token_prob", prob, float(on_trace.sum()))
+            action = action * ~expert  # the surrogate's statistics: the policy's samples
         w: torch.Tensor | float = 1.0  # (3): the data's completions have no sampler to correct
         keep: torch.Tensor | float = 1.0
         if learner.sampled:
