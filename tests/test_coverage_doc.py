@@ -1,5 +1,6 @@
-"""docs/coverage.md stays true: every test it names exists, and every registered name it gives
-(`algorithm.advantage: x`, `curriculum.name: y`, `reward.terms: z`, ...) is registered."""
+"""docs/coverage.md stays true: every test it names exists and exercises what its row names (an
+AST check of the test's code), and every registered name it gives (`algorithm.advantage: x`,
+`curriculum.name: y`, `reward.terms: z`, ...) is registered."""
 
 from __future__ import annotations
 
@@ -77,3 +78,79 @@ def test_the_counts_add_up(status):
     total = next(r for r in _rows() if r[0] == "**total**")
     column = {"full": 1, "part": 3, "not built": 4}[status]
     assert int(total[column].strip("*")) == counted
+
+
+def _names_used(path: str, test: str) -> set[str]:
+    """The names a test's code touches (identifiers, attributes, keyword arguments, string
+    constants and their dotted / colon parts, its parametrize cases), with those of the
+    module's own functions and fixtures it calls or takes and of the module's constants it
+    reads, one level down."""
+    import ast
+
+    tree = ast.parse((ROOT / path).read_text())
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+    def names(node: ast.AST) -> set[str]:
+        out: set[str] = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                out.add(sub.id)
+            elif isinstance(sub, ast.Attribute):
+                out.add(sub.attr)
+            elif isinstance(sub, ast.keyword) and sub.arg:
+                out.add(sub.arg)
+            elif isinstance(sub, ast.arg):
+                out.add(sub.arg)
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                out.add(sub.value)
+                out.update(p for p in re.split(r"[^\w]+", sub.value) if p)
+        return out
+
+    constants = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    test_node = functions[test]
+    used = names(test_node)
+    for decorator in test_node.decorator_list:  # parametrize's cases
+        used |= names(decorator)
+    for helper in sorted(used & set(functions) - {test}):
+        used |= names(functions[helper])
+    for constant in sorted(used & set(constants)):
+        used |= names(constants[constant])
+    return used
+
+
+def _row_names(cell: str) -> set[str]:
+    """What a row's rlvr-name cell names: each backticked key's value(s) after ``key:``, else
+    the backticked identifier and its dotted parts' last component."""
+    out: set[str] = set()
+    for chunk in re.findall(r"`([^`]+)`", cell):
+        if ": " in chunk:
+            value = chunk.split(": ", 1)[1]
+            out.update(w for w in re.split(r"[^\w]+", value) if w and not w.isdigit())
+            out.add(chunk.split(": ", 1)[0].split(".")[-1])
+        else:
+            words = [w for w in re.split(r"[^\w]+", chunk) if w]
+            out.update(words[-1:])
+            out.add(chunk.strip())
+    return out - {"name", "params", "true", "false", "null"}
+
+
+def test_each_rows_tests_touch_what_the_row_names():
+    """A row's test must exercise its method: at least one named test's code (or a helper of its
+    module it calls) names the registered name, function or config key the row gives."""
+    unchecked = []
+    for row in _rows():
+        if len(row) != 5 or row[3].split()[0] not in ("full", "part"):
+            continue
+        refs, wanted = _test_refs(row[4]), {w.lower() for w in _row_names(row[2])}
+        if not refs or not wanted:
+            continue
+        used = [{u.lower() for u in _names_used(path, name)} for path, name in refs]
+        if not any(wanted & names for names in used):
+            unchecked.append(f"{row[0]}: {sorted(wanted)} in none of {row[4]}")
+    assert not unchecked, "\n".join(unchecked)
