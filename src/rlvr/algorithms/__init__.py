@@ -125,6 +125,7 @@ from rlvr.algorithms.presets import (
     resolve,
     validate,
 )
+from rlvr.algorithms.process import process_grpo, step_spans, transform_steps
 from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.schema import (
     AdvantagePart,
@@ -179,6 +180,9 @@ __all__ = [
     "plain_ratio",
     "policy_shaping",
     "register_expert_shaping",
+    "process_grpo",
+    "step_spans",
+    "transform_steps",
     "StageEntry",
     "Algorithm",
     "as_overrides",

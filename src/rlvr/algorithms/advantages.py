@@ -406,6 +406,8 @@ INPUT_HINTS = {
     "term_weights": "each reward term's weight, [K] (reward.terms' weights)",
     "tree_segments": "the [N, T] segment of each completion token in its prompt's rollout trees "
     "(-1 on padding): give the run rollout.tree",
+    "step_rewards": "the [N, T] reward of each reasoning step on its last token (NaN elsewhere): "
+    "give the run a process reward, reward.terms: judge_steps or prm_steps",
 }
 """The inputs rlvr computes itself, each with what it is and how a run gets it."""
 
@@ -420,6 +422,7 @@ _PER_TOKEN = (
     "teacher_logp",
     "token_entropy",
     "tree_segments",
+    "step_rewards",
 )
 _PER_SAMPLE = ("greedy_rewards", "baselines", "reference_rewards")
 

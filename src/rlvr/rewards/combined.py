@@ -103,7 +103,8 @@ class RewardBreakdown:
     :attr:`Score.events` name (any term); ``parts`` holds, per ``label/part``, each sample's
     value of that :attr:`Score.parts` entry (a rubric's criteria; None where the sample
     reported none); ``usage`` sums
-    :attr:`Score.usage` (a judge's calls, tokens and seconds).
+    :attr:`Score.usage` (a judge's calls, tokens and seconds); ``steps`` holds, per label of a
+    process reward, each sample's :attr:`Score.steps` (None where it reported none).
     """
 
     total: list[float]
@@ -114,6 +115,7 @@ class RewardBreakdown:
     events: dict[str, int] = field(default_factory=dict)
     parts: dict[str, list[float | None]] = field(default_factory=dict)
     usage: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, list[tuple[tuple[int, float], ...] | None]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.total)
@@ -139,7 +141,22 @@ class RewardBreakdown:
             components={k: [v[i] for i in rows] for k, v in self.components.items()},
             reasons={k: [v[i] for i in rows] for k, v in self.reasons.items()},
             parts={k: [v[i] for i in rows] for k, v in self.parts.items()},
+            steps={k: [v[i] for i in rows] for k, v in self.steps.items()},
         )
+
+    def step_rewards(self) -> list[list[tuple[int, float]]] | None:
+        """Each sample's step rewards ``[(end, value)]`` summed over the process terms with
+        their weights (steps keyed by their end offset), or None when no term scores steps."""
+        if not self.steps:
+            return None
+        out: list[list[tuple[int, float]]] = []
+        for i in range(len(self.total)):
+            summed: dict[int, float] = {}
+            for label, rows in self.steps.items():
+                for end, value in rows[i] or ():
+                    summed[end] = summed.get(end, 0.0) + self.weights[label] * value
+            out.append(sorted(summed.items()))
+        return out
 
     @staticmethod
     def concat(parts: Sequence[RewardBreakdown]) -> RewardBreakdown:
@@ -152,6 +169,11 @@ class RewardBreakdown:
         subscores = {
             name: [x for p in parts for x in p.parts.get(name, [None] * len(p.total))]
             for name in names
+        }
+        stepped = list(dict.fromkeys(name for p in parts for name in p.steps))
+        steps = {
+            name: [x for p in parts for x in p.steps.get(name, [None] * len(p.total))]
+            for name in stepped
         }
         for p in parts:
             for name, count in p.events.items():
@@ -167,6 +189,7 @@ class RewardBreakdown:
             events=events,
             parts=subscores,
             usage=usage,
+            steps=steps,
         )
 
     @property
@@ -359,6 +382,7 @@ class CombinedReward:
         seen: dict[str, set[int]] = {}
         parts: dict[str, list[float | None]] = {}
         usage: dict[str, float] = {}
+        steps: dict[str, list[tuple[tuple[int, float], ...] | None]] = {}
         for call, (status, value) in zip(calls, outcomes, strict=True):
             term = self.terms[call.term]
             try:
@@ -384,13 +408,17 @@ class CombinedReward:
                         parts.setdefault(f"{term.label}/{part}", [None] * n)[i] = float(value)
                     for name, amount in score.usage.items():
                         usage[name] = usage.get(name, 0.0) + float(amount)
+                    if score.steps:
+                        steps.setdefault(term.label, [None] * n)[i] = score.steps
         total = [
             math.fsum(term.weight * components[term.label][i] for term in self.terms)
             for i in range(n)
         ]
         weights = {term.label: term.weight for term in self.terms}
         events = {name: len(samples) for name, samples in seen.items()}
-        return RewardBreakdown(total, components, weights, errors, reasons, events, parts, usage)
+        return RewardBreakdown(
+            total, components, weights, errors, reasons, events, parts, usage, steps
+        )
 
 
 def _task_entry(name: str, task: Task | None) -> RegisteredReward:

@@ -26,7 +26,7 @@ that cannot be used as configured is a :class:`RewardConfigError`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -85,8 +85,10 @@ class Score(float):
     """A reward value (a ``float``) with a ``reason``, e.g. ``"2/3 tests passed; test 1: ..."``,
     ``events``: what was observed while scoring, as metric names (the code rewards report
     e.g. ``"sandbox/killed/memory"``, ``"sandbox/forbidden/syscall"``), ``parts``: named
-    sub-scores of this sample (a rubric's criteria), and ``usage``: amounts the scoring cost,
-    summed over the batch (a judge's ``judge/calls``, ``time/judge``, ...).
+    sub-scores of this sample (a rubric's criteria), ``usage``: amounts the scoring cost,
+    summed over the batch (a judge's ``judge/calls``, ``time/judge``, ...), and ``steps``: a
+    process reward's score of each reasoning step, ``(end, value)`` with ``end`` the character
+    offset in the completion where the step ends (:mod:`rlvr.rewards.process`).
 
     :class:`~rlvr.rewards.combined.CombinedReward` collects the reasons into
     :attr:`~rlvr.rewards.combined.RewardBreakdown.reasons`, counts the samples per event in
@@ -98,6 +100,7 @@ class Score(float):
     events: tuple[str, ...]
     parts: dict[str, float]
     usage: dict[str, float]
+    steps: tuple[tuple[int, float], ...]
 
     def __new__(
         cls,
@@ -106,16 +109,18 @@ class Score(float):
         events: tuple[str, ...] = (),
         parts: dict[str, float] | None = None,
         usage: dict[str, float] | None = None,
+        steps: Sequence[tuple[int, float]] = (),
     ) -> Score:
         obj = super().__new__(cls, value)
         obj.reason = reason
         obj.events = tuple(events)
         obj.parts = dict(parts or {})
         obj.usage = dict(usage or {})
+        obj.steps = tuple((int(end), float(v)) for end, v in steps)
         return obj
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Score, (float(self), self.reason, self.events, self.parts, self.usage))
+        return (Score, (float(self), self.reason, self.events, self.parts, self.usage, self.steps))
 
     def __repr__(self) -> str:
         extra = f", {self.events!r}" if self.events else ""

@@ -34,6 +34,7 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.judged",
     "rlvr.rewards.pairwise",
     "rlvr.rewards.rubric",
+    "rlvr.rewards.process",
 )
 
 # Reward names that mean the task's own verifier (resolved with the task, not the registry).

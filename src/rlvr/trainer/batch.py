@@ -84,7 +84,9 @@ class Samples:
             ``anchors`` / ``transcripts`` / ``infos`` / ``faults`` (multi-turn episodes),
             ``tree_segments`` (tree rollouts: each completion token's segment label, unique
             within its group; the completions are the trees' leaves), ``expert`` (bool tensor:
-            a worked solution added to its group, ``algorithm.expert.traces``; not sampled).
+            a worked solution added to its group, ``algorithm.expert.traces``; not sampled),
+            ``step_rewards`` (a process reward's ``[(token, value)]``: each reasoning step's
+            reward on its last token).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the

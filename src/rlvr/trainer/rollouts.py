@@ -187,6 +187,11 @@ class OneStep:
         }
         if isinstance(rollout, TreeRollout):
             columns["tree_segments"] = rollout.token_segments
+        steps = breakdown.step_rewards()
+        if steps is not None:  # a process reward: each step's reward at its last token
+            columns["step_rewards"] = [
+                step_tokens(self.decode, ids, s) for ids, s in zip(completions, steps, strict=True)
+            ]
         group_columns = {}
         if self.demonstration is not None:  # sft_coef: each problem's demonstration
             demos = [self.demonstration(p) for p in problems]
@@ -223,6 +228,22 @@ class OneStep:
             self.judge,
             first,
         )
+
+
+def step_tokens(
+    decode: Callable[[list[int]], str], ids: list[int], steps: list[tuple[int, float]]
+) -> list[tuple[int, float]]:
+    """Step rewards ``[(end, value)]`` keyed by character offsets in ``decode(ids)`` as
+    ``[(token, value)]``: each step's reward on the first token whose decoded prefix reaches
+    the step's end (a step ending inside a token is that token's)."""
+    reach = [len(decode(ids[: k + 1])) for k in range(len(ids))]
+    out, k = [], 0
+    for end, value in steps:
+        while k < len(ids) - 1 and reach[k] < end:
+            k += 1
+        if ids:
+            out.append((k, value))
+    return out
 
 
 def with_expert_traces(

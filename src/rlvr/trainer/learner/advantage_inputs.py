@@ -60,6 +60,14 @@ def advantage_inputs(
     trees = data.columns.get("tree_segments")  # tree rollouts: each token's segment
     if trees is not None:
         signals["tree_segments"] = padded(trees, mask.shape, -1, torch.long).to(device)
+    steps = data.columns.get("step_rewards")  # a process reward: each step's on its last token
+    if steps is not None:
+        dense = torch.full(mask.shape, float("nan"))
+        for i, row in enumerate(steps):
+            for token, value in row:
+                if token < mask.shape[1]:
+                    dense[i, token] = value
+        signals["step_rewards"] = dense.to(device)
     return algorithms.AdvantageInputs(
         rewards=data.rewards.to(device),
         group_ids=data.group_ids.to(device),
