@@ -5,6 +5,7 @@ model, and the resume of each exact."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -59,6 +60,16 @@ def test_dpo_on_hand_computed_pairs():
         0.8 * _softplus(0.05) + 0.2 * _softplus(-0.05),
     ]
     torch.testing.assert_close(smooth, _t(expected))
+
+
+def test_length_normalised_dpo_on_hand_computed_pairs():
+    """Tulu 3's eq. 6: h_norm = 0.5 / 2 - (-0.5) / 4 = 0.375 and 0 / 1 - 0.5 / 5 = -0.1."""
+    pairs = dataclasses.replace(PAIRS, chosen_tokens=_t([2.0, 1.0]), rejected_tokens=_t([4.0, 5.0]))
+    loss, info = algorithms.dpo_norm_loss(pairs, beta=5.0)
+    torch.testing.assert_close(loss, _t([_softplus(-5 * 0.375), _softplus(5 * 0.1)]))
+    torch.testing.assert_close(info["accuracy"], _t([1.0, 0.0]).float())
+    with pytest.raises(ValueError, match="token counts"):
+        algorithms.dpo_norm_loss(PAIRS)
 
 
 def test_ipo_on_hand_computed_pairs():
@@ -238,7 +249,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
     del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
-    if preset in ("sft", "dpo", "ipo", "rpo"):
+    if preset in ("sft", "dpo", "dpo_norm", "ipo", "rpo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
         if preset == "sft":
             task["completion_column"] = "completion"
@@ -472,7 +483,16 @@ def test_data_presets_need_the_datas_completions(tmp_path):
         build_config(tiny_config(tmp_path / "y", algorithm={"preset": "sft", "sft_coef": 1.0}))
 
 
-RESUMED = ("sft", "dpo", "rft", "online_dpo", "semi_online_dpo", "rebel", "on_policy_distillation")
+RESUMED = (
+    "sft",
+    "dpo",
+    "dpo_norm",
+    "rft",
+    "online_dpo",
+    "semi_online_dpo",
+    "rebel",
+    "on_policy_distillation",
+)
 
 
 @pytest.mark.parametrize("preset", [*RESUMED, "sft_coef"])

@@ -110,6 +110,7 @@ from rlvr.algorithms.passk import passk_advantages
 from rlvr.algorithms.preference import (
     PAIRINGS,
     dpo_loss,
+    dpo_norm_loss,
     ipo_loss,
     preference_pairs,
     rebel_loss,
@@ -234,6 +235,7 @@ __all__ = [
     "clipped_policy_loss",
     "compute_advantages",
     "dpo_loss",
+    "dpo_norm_loss",
     "dr_grpo",
     "entropy_bonus",
     "entropy_threshold",

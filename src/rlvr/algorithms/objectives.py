@@ -46,6 +46,8 @@ class PairLogps:
         old_chosen, old_rejected: [P] under the policy before this update (no gradient): the
             one that sampled them in an on-policy step.
         reward_margin: [P] r(x, y_c) - r(x, y_r) (>= 0: the chosen one is the better).
+        chosen_tokens, rejected_tokens: [P] the completions' trained tokens |y| (the
+            length-normalised objectives'), or None.
     """
 
     chosen: torch.Tensor
@@ -55,6 +57,8 @@ class PairLogps:
     old_chosen: torch.Tensor
     old_rejected: torch.Tensor
     reward_margin: torch.Tensor
+    chosen_tokens: torch.Tensor | None = None
+    rejected_tokens: torch.Tensor | None = None
 
     def reference_margin(self, objective: str) -> torch.Tensor:
         """h = [log pi(y_c) - log pi_ref(y_c)] - [log pi(y_r) - log pi_ref(y_r)] [P]: the

@@ -102,6 +102,39 @@ def dpo_loss(
 
 
 @register_objective(
+    "dpo_norm",
+    needs_reference=True,
+    pairing="best_worst",
+    citation=(
+        "Lambert et al. 2024, Tulu 3: Pushing Frontiers in Open Language Model Post-Training, "
+        "arXiv:2411.15124 (eq. 6, length-normalised DPO)"
+    ),
+    summary="-log sigmoid(beta * h_norm), h_norm = each completion's log-ratio to the "
+    "reference divided by its length, chosen minus rejected",
+)
+def dpo_norm_loss(
+    pairs: PairLogps, beta: float = 5.0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Length-normalised DPO: ``l = -log sigmoid(beta h_norm)`` [P] with
+    ``h_norm = [log pi(y_c) - log pi_ref(y_c)] / |y_c| - [log pi(y_r) - log pi_ref(y_r)] / |y_r|``
+    (Tulu 3, Lambert et al. 2024, eq. 6; beta 5 there), so a longer completion's log-ratio does
+    not weigh more for its length.
+
+    Returns the loss [P] and ``reward_margin`` (beta h_norm), ``accuracy`` (h_norm > 0)."""
+    if beta <= 0:
+        raise ValueError(f"dpo_norm: beta must be > 0, got {beta}")
+    if pairs.chosen_tokens is None or pairs.rejected_tokens is None:
+        raise ValueError("dpo_norm needs the completions' token counts")
+    if pairs.ref_chosen is None or pairs.ref_rejected is None:
+        raise ValueError("objective 'dpo_norm' needs the reference's log-probs")
+    chosen = (pairs.chosen - pairs.ref_chosen) / pairs.chosen_tokens.clamp_min(1)
+    rejected = (pairs.rejected - pairs.ref_rejected) / pairs.rejected_tokens.clamp_min(1)
+    h = chosen - rejected
+    loss = -torch.nn.functional.logsigmoid(beta * h)
+    return loss, {"reward_margin": beta * h.detach(), "accuracy": (h.detach() > 0).float()}
+
+
+@register_objective(
     "ipo",
     needs_reference=True,
     pairing="best_worst",

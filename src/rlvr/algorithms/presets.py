@@ -285,6 +285,15 @@ for _preset in (
         "pi_phi = 1); token mean over all tokens; no KL.",
     ),
     Algorithm(
+        name="dpo_norm",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="dpo_norm", samples="data"),
+        citation="Lambert et al. 2024, Tulu 3: Pushing Frontiers in Open Language Model "
+        "Post-Training, arXiv:2411.15124",
+        summary="Offline length-normalised DPO on the data's preference pairs: -log sigmoid(beta "
+        "(h_c / |y_c| - h_r / |y_r|)), h the log-ratio to the reference, beta = 5.",
+    ),
+    Algorithm(
         name="ipo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="ipo", samples="data"),

@@ -130,6 +130,8 @@ class PairObjective(ObjectiveKind):
             old_chosen=old_seq[:n],
             old_rejected=old_seq[n:],
             reward_margin=rewards[:n] - rewards[n:],
+            chosen_tokens=mask[:n].sum(-1),
+            rejected_tokens=mask[n:].sum(-1),
         )
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
