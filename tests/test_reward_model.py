@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from rlvr.cli import app
 from rlvr.config import build_config
-from rlvr.data.base import Problem
+from rlvr.data.base import Demonstration, Problem
 from rlvr.reward_models import (
     METADATA_FILE,
     RewardModelConfig,
@@ -33,7 +33,11 @@ from rlvr.reward_models import (
     train_reward_model,
 )
 from rlvr.rewards import CombinedReward, get_reward
-from rlvr.rewards.reward_model import normalize_rewards
+from rlvr.rewards.reward_model import (
+    ensemble_reduce,
+    normalize_rewards,
+    preference_as_reward,
+)
 from rlvr.trainer import train
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -329,3 +333,47 @@ def test_cli_rm_errors(tmp_path) -> None:
     result = run_cli("rm", "eval", "--model-dir", str(tmp_path), "--data", str(bad))
     assert result.exit_code == 2 and "row 0" in result.flat
     assert "train" in run_cli("rm", "--help").flat
+
+
+def test_par_and_ensemble_reductions_by_hand():
+    """PAR: mean_m sigmoid(r - r_ref_m); ensembles: mean, WCO (min), UWO (mean - coef var)."""
+    par = preference_as_reward(torch.tensor([0.0, 2.0]), torch.tensor([0.0, 1.0]))
+    sig = [1 / (1 + math.exp(-x)) for x in (0.0, -1.0, 2.0, 1.0)]
+    torch.testing.assert_close(par, torch.tensor([(sig[0] + sig[1]) / 2, (sig[2] + sig[3]) / 2]))
+    scores = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    assert ensemble_reduce(scores, "mean").tolist() == [1.5, 1.5]
+    assert ensemble_reduce(scores, "wco").tolist() == [1.0, 0.0]
+    assert ensemble_reduce(scores, "uwo", coef=2.0).tolist() == [1.0, -3.0]  # var .25, 2.25
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        ensemble_reduce(scores, "max")
+
+
+def test_par_and_an_ensemble_of_trained_reward_models(trained):
+    config, _ = trained
+    problem = Problem(
+        "p",
+        "Write item 1.",
+        "",
+        demonstrations=(Demonstration.of([{"role": "assistant", "content": "abcde"}]),),
+    )
+    texts = ["abcabc", "012345"]
+    plain = get_reward("reward_model").fn(texts, problem, path=config.out)
+    shaped = get_reward("reward_model").fn(texts, problem, path=config.out, shaping="par")
+    reference = get_reward("reward_model").fn(["abcde"], problem, path=config.out)
+    expected = preference_as_reward(torch.tensor(plain), torch.tensor(reference))
+    torch.testing.assert_close(torch.tensor(shaped), expected)
+    with pytest.raises(ValueError, match="no reference response"):
+        get_reward("reward_model").fn(texts, Problem("q", "x", ""), path=config.out, shaping="par")
+    reward = CombinedReward(
+        [
+            {
+                "name": "reward_model_ensemble",
+                "params": {"paths": [config.out, config.out], "reduce": "uwo", "coef": 3.0},
+            }
+        ]
+    )
+    two = reward(texts, [problem, problem]).total  # identical members: no variance
+    one = get_reward("reward_model").fn(texts, problem, path=config.out, normalize="standard")
+    torch.testing.assert_close(torch.tensor(two), torch.tensor(one))
+    with pytest.raises(ValueError, match="two or more"):
+        get_reward("reward_model_ensemble").fn(texts, problem, paths=[config.out])
