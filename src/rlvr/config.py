@@ -465,7 +465,7 @@ class RolloutConfig(Section):
         None,
         gt=0,
         description="largest mean |log-prob difference| per probe token the check accepts; "
-        "None: 1e-3 where engine and learner compute in fp32, else 0.12, or twice the "
+        "None: 1e-3 where engine and learner compute in fp32, else 0.25, or twice the "
         "difference measured on equal weights before training where that is larger; a first "
         "probe over it is confirmed on 3 more probe streams",
     )

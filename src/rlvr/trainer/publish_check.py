@@ -20,14 +20,20 @@ logged as ``rollout/publish_check_diff``.
 The default tolerance is calibrated on the run itself: before the first update, engine and
 learner hold the same weights, so the difference they show on the probe then is rounding alone
 (:func:`rounding_floor`, over all ``PROBE_STREAMS`` streams). The tolerance is the larger of a
-fixed floor (1e-3 where both compute in fp32, 0.12 where either runs in bf16/fp16) and twice
-that measured rounding. Rounding depends on the kernels: SmolLM2-135M on an H100 (bf16 engine,
+fixed floor (1e-3 where both compute in fp32, 0.25 where either runs in bf16/fp16: as much as
+rounding may show on equal weights, ``MAX_ROUNDING``) and twice that measured rounding. Rounding depends on the kernels: SmolLM2-135M on an H100 (bf16 engine,
 bf16-autocast learner) differed by 0.051 per token after the first publish and fell below 1e-3
 as the policy sharpened; on an AMD EPYC CPU with bf16 on both sides, single probes of in-sync
 runs reached 0.083 per token over 8-16 tokens (the floor was 0.05 until they stopped six runs);
 on an Intel Xeon with AMX (bf16 engine, fp32 learner) an in-sync run's mean over all four
 streams (64 tokens) reached 0.081 at policy version 9, 2.9x its 0.028 measured on equal weights
-(the floor was 0.08 until it stopped that run: repro/expert_traces, luffy seed 3).
+(the floor was 0.08 until it stopped that run: repro/expert_traces, luffy seed 3), and SFT runs
+on SmolLM2's worked solutions there (bf16 engine, fp32 learner, 0.02-0.03 on equal weights)
+reached 0.088-0.169 per token at versions 1-4, then fell to 0.002-0.005 once the policy was
+confident: with an fp32 engine the same runs differed by at most 8e-6, so the engine was in
+sync and bf16 rounding, which grows while the policy's distribution moves, made the rest. A
+bf16 engine's check therefore catches only a gross mismatch (an engine serving another model
+drifts further every update); the fp32 check, 1e-3, catches a single stale publish.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ PROBE_STREAMS = 4
 """Streams of the probe: the first after every publish, all of them to measure the rounding and
 to confirm a difference over the tolerance."""
 FP32_TOLERANCE = 1e-3
-LOW_PRECISION_TOLERANCE = 0.12
+LOW_PRECISION_TOLERANCE = 0.25
 ROUNDING_MARGIN = 2.0
 """The default tolerance is at least this multiple of the rounding measured before training."""
 MAX_ROUNDING = 0.25
