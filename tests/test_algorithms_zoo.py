@@ -244,6 +244,7 @@ def test_compute_advantages_uniform_convention() -> None:
         reward_terms=rewards[:, None],
         term_weights=torch.ones(1, dtype=torch.float64),
         tree_segments=torch.tensor([[0, 0], [1, 1], [0, 0], [1, 1]]),  # one-segment trees
+        step_rewards=torch.tensor([[float("nan"), 1.0]] * 4, dtype=torch.float64),  # one step
     )
     for name, estimator in ADVANTAGES.items():
         out = compute_advantages(name, inputs)
@@ -640,8 +641,15 @@ def test_every_preset_validates_and_is_documented() -> None:
         "on_policy_distillation",
         "sapo",
         "aapo",
+        "luffy",
+        "dpo_norm",
     }
     assert set(PRESETS) == expected
+    luffy = PRESETS["luffy"].expert
+    assert (luffy.traces, luffy.shaping, dict(luffy.params)) == (1, "luffy", {"gamma": 0.1})
+    assert PRESETS["dpo_norm"].objective.params == {} and PRESETS["dpo_norm"].objective.name == (
+        "dpo_norm"
+    )
     for name, preset in PRESETS.items():
         validate(preset)
         assert preset.name == name
