@@ -559,3 +559,14 @@ def test_shards_of_the_datas_completions_merge_with_their_groups_offset():
     merged = merge_shards([shard(2, [0, 0, 1, 1], [1, 0, 1, 0]), shard(1, [0, 0], [1, 0])])
     assert merged.group_ids.tolist() == [0, 0, 1, 1, 2, 2]
     assert merged.breakdown.total == [1, 0, 1, 0, 1, 0] and len(merged.prompt_ids) == 3
+
+
+def test_an_sft_run_with_groups_of_one_is_evaluated(tmp_path):
+    """rlvr eval keeps the run's algorithm: an SFT run's rollout.group_size 1 is valid for it."""
+    from rlvr.evaluation import evaluate
+
+    cfg = objective_config(tmp_path / "run", "sft", steps=1)
+    cfg["rollout"]["group_size"] = 1
+    train(build_config(cfg))
+    summary = evaluate(tmp_path / "run", n=1, out=tmp_path / "eval", progress=False)
+    assert summary["n_prompts"] > 0 and summary["metrics"]["pass@1"] >= 0

@@ -171,7 +171,9 @@ def _with_overrides(data: dict[str, Any], overrides: Sequence[str]) -> Config:
     data = {
         key: value
         for key, value in data.items()
-        if key in ("model", "task", "reward", "eval", "rollout", "env")
+        # the run's algorithm too: evaluation reads none of it, but a rollout section valid for
+        # it (an SFT run's group_size 1) is checked against it, not against grpo's
+        if key in ("model", "task", "reward", "eval", "rollout", "env", "algorithm")
     }
     if names and names[-1] != (data.get("task") or {}).get("name", TaskConfig().name):
         data["task"] = {}
