@@ -6,8 +6,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
+# Before torch loads libgomp (here, in every pytest-xdist worker, and inherited by the CLI
+# subprocesses and Ray actors the tests start): OpenMP threads sleep as soon as a parallel
+# region ends instead of spinning. Three workers of 2 threads each on CI's 2 cores otherwise
+# burn the cores in spin-waits; on a 2-core Intel Xeon, where a PAUSE takes ~140 cycles, 3
+# processes doing small matmuls took 20-25 s instead of 5-6 s (2.6 s alone either way), and the
+# suite 1040 s instead of ~600 s (the Ray group 3x its time alone).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # A cache shared by the whole test session (tiny models are built once, SmolLM2 converted once).
 # Its writes are atomic (save under a temporary name, then rename), so xdist workers can share it.

@@ -196,7 +196,9 @@ def test_config_levels_and_curriculum_errors():
         build_config({"curriculum": {"name": "sec"}})
     with pytest.raises(ConfigError, match="within 1..3"):
         build_config({"task": {"name": "countdown", "levels": [1, 4]}})
-    with pytest.raises(ConfigError, match="only applies to the arithmetic, countdown, search_qa and judge"):
+    with pytest.raises(
+        ConfigError, match="only applies to the arithmetic, countdown, search_qa and judge"
+    ):
         build_config({"task": {"name": "file", "path": "x.jsonl", "levels": [1, 2]}})
     from rlvr.registries import check_config  # names above the config's layer: at start
 

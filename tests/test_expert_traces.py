@@ -118,7 +118,7 @@ def test_expert_traces_are_refused_where_they_have_no_meaning(tmp_path):
         build_config(
             tiny_config(tmp_path / "b", algorithm={"preset": "rft", "expert": {"traces": 1}})
         )
-    with pytest.raises(ConfigError, match="read groups of group_size"):
+    with pytest.raises(ConfigError, match=r"hints count a group.s samples.*group_size \+ traces"):
         build_config(luffy_config(tmp_path / "c", stages=[{"name": "hints", "fractions": [0.5]}]))
     with pytest.raises(ConfigError, match="unknown expert-trace shaping"):
         build_config(luffy_config(tmp_path / "d", expert={"shaping": "nope"}))

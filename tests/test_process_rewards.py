@@ -46,6 +46,13 @@ def test_process_grpo_on_a_hand_computed_group():
     up, down = (1 / 3) / math.sqrt(1 / 3), (-2 / 3) / math.sqrt(1 / 3)
     expected = torch.tensor([[up + down, up + down, down, down], [up, up, up, 0.0]])
     assert torch.allclose(adv, expected, atol=1e-6)
+    # batched with other groups (ids need not be 0..K-1): a group of one step reward gets 0, a
+    # group without any gets 0, and the first group's advantages are unchanged
+    more = torch.tensor([[nan, nan, 3.0, nan], [nan, nan, nan, nan]])
+    both = algorithms.process_grpo(
+        torch.cat([steps, more]), torch.tensor([7, 7, 2, 9]), torch.cat([mask, mask]), eps=0.0
+    )
+    assert torch.allclose(both[:2], expected, atol=1e-6) and not both[2:].any()
     # through the registry, with the outcome advantage added at weight 0.5
     inputs = algorithms.AdvantageInputs(
         torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), mask=mask, step_rewards=steps
@@ -108,13 +115,19 @@ def test_step_rewards_land_on_the_tokens_where_their_steps_end():
     text = "4 * 7 = 28\n3 + 28 = 31\nAnswer: 31"
     ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
 
+    calls = []
+
     def decode(x):
+        calls.append(len(x))
         return tok.decode(x, skip_special_tokens=True)
 
-    placed = step_tokens(decode, ids, [(10, 1.0), (22, 0.5), (33, 0.25)])
+    placed = step_tokens(decode, ids, [(10, 1.0), (22, 0.5), (33, 0.25), (99, 0.0)])
+    assert len(calls) <= 3 * math.ceil(math.log2(len(ids)))  # a binary search per step
     for (token, _), end in zip(placed, (10, 22, 33), strict=True):
         assert len(decode(ids[: token + 1])) >= end > len(decode(ids[:token]))
-    assert [v for _, v in placed] == [1.0, 0.5, 0.25]
+    assert placed[3] == (len(ids) - 1, 0.0)  # a step ending past the text: the last token
+    assert [v for _, v in placed] == [1.0, 0.5, 0.25, 0.0]
+    assert step_tokens(decode, [], [(3, 1.0)]) == []
     # summed over the process terms with their weights, through the breakdown
     judge, _ = scripted_judge(probs=lambda q, c: [0.5, 0.5])
     reward = CombinedReward(

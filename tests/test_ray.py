@@ -313,6 +313,18 @@ def test_starting_ray_prints_no_token_authentication_notice(cluster):
     assert not any("Token authentication" in m for m in cluster), cluster
 
 
+def test_the_instance_rlvr_starts_runs_its_workers_at_the_drivers_priority(cluster):
+    """Ray's workers run at niceness 15 unless told otherwise; those of an instance rlvr
+    starts run at the driver's (rlvr's actors are the run: at 15 any busy process beside them
+    starves them)."""
+
+    @ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == 0
+
+
 def test_impossible_resources_fail_fast_naming_the_resource(cluster, tmp_path):
     from rlvr.trainer.backends.ray import InfeasibleResources
 

@@ -22,7 +22,9 @@ ray = pytest.importorskip("ray", reason="distributed.backend: ray needs Ray (rlv
 def two_nodes():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    # the workers at the driver's priority, as rlvr's own instances (test_ray's cluster)
+    head = {"num_cpus": 1, "_system_config": {"worker_niceness": 0}}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     node = cluster.add_node(num_cpus=1)
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
     ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": path}})

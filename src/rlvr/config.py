@@ -383,6 +383,18 @@ TREELESS_STAGES = ("hints", "group_filter", "replay")
 (:meth:`Config._check_tree`) or expert traces (:meth:`Config._check_expert`)."""
 
 
+def _refuse_group_size_stages(algo: Any, why: str) -> None:
+    """Refuse the :data:`TREELESS_STAGES` of ``algo`` for a run whose groups are not
+    ``group_size`` samples; ``why`` says how the run's groups differ."""
+    counted = [stage.name for stage in algo.stages if stage.name in TREELESS_STAGES]
+    if counted:
+        raise ValueError(
+            f"algorithm.stages: {', '.join(counted)} count a group's samples as its "
+            "episodes (hints refill groups of group_size samples, group_filter keeps group_size "
+            f"of them, replay adds samples to groups); {why}: remove one of them"
+        )
+
+
 class TreeConfig(BaseModel):
     """Tree rollouts (docs/algorithms.md, "Tree rollouts"): ``rollout.group_size`` trees per
     prompt, each branching by a registered rule (:data:`rlvr.rollout.tree.BRANCHING`); the
@@ -1259,12 +1271,9 @@ class Config(Section):
                 "algorithm.expert.traces adds worked solutions to one-step groups; an "
                 "environment's episodes and tree rollouts have none"
             )
-        stages = [s.name for s in algo.stages if s.name in TREELESS_STAGES]
-        if stages:
-            raise ValueError(
-                f"algorithm.expert.traces makes groups of group_size + traces rows; the stages "
-                f"{stages} read groups of group_size"
-            )
+        _refuse_group_size_stages(
+            algo, "algorithm.expert.traces makes groups of group_size + traces rows"
+        )
 
     def _check_replay(self, algo: Any) -> None:
         """RePO's replay needs a correction for a replayed sample's age: TIS
@@ -1352,14 +1361,7 @@ class Config(Section):
                 "rollout.tree: tree rollouts sample the policy; algorithm.objective.samples: "
                 "data trains on the data's completions (remove one of them)"
             )
-        counted = [stage.name for stage in algo.stages if stage.name in TREELESS_STAGES]
-        if counted:
-            raise ValueError(
-                f"algorithm.stages: {', '.join(counted)} count a group's samples as its "
-                "episodes (hints refill groups of G samples, group_filter keeps G of them, "
-                "replay adds samples to groups); with rollout.tree a group is its trees' leaves: "
-                "remove one of them"
-            )
+        _refuse_group_size_stages(algo, "with rollout.tree a group is its trees' leaves")
         turns = self.rollout.tree.branching == "turns"
         if turns != (self.env.name is not None):
             raise ValueError(

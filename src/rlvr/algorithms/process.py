@@ -26,6 +26,8 @@ import torch
 from rlvr.algorithms.advantages import (
     AdvantageInputs,
     AdvantageOutput,
+    _group_std,
+    _group_sums,
     _need,
     grpo,
     register_advantage,
@@ -65,16 +67,13 @@ def process_grpo(
             f"{tuple(mask.shape)} must be [N, T], group_ids [N]"
         )
     ends = ~torch.isnan(step_rewards) & mask.bool()
-    values = torch.where(ends, step_rewards, torch.zeros_like(step_rewards))
-    normalised = torch.zeros_like(values)
-    for g in group_ids.unique():
-        rows = group_ids == g
-        r = values[rows][ends[rows]]  # R: every step reward of the group's outputs
-        if r.numel() == 0:
-            continue
-        std = r.std() if r.numel() > 1 else torch.ones((), dtype=r.dtype, device=r.device)
-        scaled = (values[rows] - r.mean()) / (std + eps)
-        normalised[rows] = torch.where(ends[rows], scaled, torch.zeros_like(scaled))
+    rows, _ = ends.nonzero(as_tuple=True)
+    # R per group: every step reward of the group's outputs, normalised together; a group with
+    # one step reward gets 0 (scale 1), a group with none gets nothing
+    r, inverse, count, total = _group_sums(step_rewards[ends], group_ids[rows])
+    std = torch.where(count > 1, _group_std(r, inverse, count, total), torch.ones_like(count))
+    normalised = torch.zeros_like(step_rewards)
+    normalised[ends] = (r - (total / count)[inverse]) / (std[inverse] + eps)
     # A_{i,t} = sum_{index(j) >= t} r~: a reversed cumulative sum over the positions
     advantages = normalised.flip(-1).cumsum(-1).flip(-1)
     return advantages * mask
@@ -101,11 +100,12 @@ def transform_steps(step_rewards: torch.Tensor, transform: str, eta: float = 0.0
         return step_rewards
     if transform == "clip":
         return torch.clamp(step_rewards - eta, max=0.0)  # NaN stays NaN
+    ends = ~torch.isnan(step_rewards)
+    rows, cols = ends.nonzero(as_tuple=True)  # row-major: a row's steps in order, then the next
+    values = step_rewards[rows, cols]
+    following = rows[1:] == rows[:-1]  # step k has a step k + 1 in the same completion
     out = step_rewards.clone()
-    for i in range(step_rewards.shape[0]):
-        at = torch.nonzero(~torch.isnan(step_rewards[i])).flatten()
-        if at.numel() > 1:
-            out[i, at[:-1]] = step_rewards[i, at[:-1]] - step_rewards[i, at[1:]]
+    out[rows[:-1][following], cols[:-1][following]] = values[:-1][following] - values[1:][following]
     return out
 
 

@@ -233,16 +233,31 @@ class OneStep:
 def step_tokens(
     decode: Callable[[list[int]], str], ids: list[int], steps: list[tuple[int, float]]
 ) -> list[tuple[int, float]]:
-    """Step rewards ``[(end, value)]`` keyed by character offsets in ``decode(ids)`` as
-    ``[(token, value)]``: each step's reward on the first token whose decoded prefix reaches
-    the step's end (a step ending inside a token is that token's)."""
-    reach = [len(decode(ids[: k + 1])) for k in range(len(ids))]
-    out, k = [], 0
+    """Step rewards ``[(end, value)]`` keyed by character offsets in ``decode(ids)`` (ends in
+    order) as ``[(token, value)]``: each step's reward on the first token whose decoded prefix
+    reaches the step's end (a step ending inside a token is that token's; past the text, the
+    last token's). The prefix length only grows with k (but across a multi-byte character split
+    between tokens, where any of its tokens may be found), so each step is a binary search from
+    the previous step's token: O(steps x log T) decodes, not T."""
+    if not ids:
+        return []
+    reach: dict[int, int] = {}
+
+    def reached(k: int) -> int:  # the length of the decoded prefix ids[: k + 1]
+        if k not in reach:
+            reach[k] = len(decode(ids[: k + 1]))
+        return reach[k]
+
+    out, low = [], 0
     for end, value in steps:
-        while k < len(ids) - 1 and reach[k] < end:
-            k += 1
-        if ids:
-            out.append((k, value))
+        high = len(ids) - 1  # the last token takes a step that ends past the text
+        while low < high:
+            middle = (low + high) // 2
+            if reached(middle) < end:
+                low = middle + 1
+            else:
+                high = middle
+        out.append((low, value))
     return out
 
 

@@ -62,11 +62,11 @@ def advantage_inputs(
         signals["tree_segments"] = padded(trees, mask.shape, -1, torch.long).to(device)
     steps = data.columns.get("step_rewards")  # a process reward: each step's on its last token
     if steps is not None:
+        placed = [(i, t, v) for i, row in enumerate(steps) for t, v in row if t < mask.shape[1]]
         dense = torch.full(mask.shape, float("nan"))
-        for i, row in enumerate(steps):
-            for token, value in row:
-                if token < mask.shape[1]:
-                    dense[i, token] = value
+        if placed:
+            rows, tokens, values = zip(*placed, strict=True)
+            dense[list(rows), list(tokens)] = torch.tensor(values, dtype=dense.dtype)
         signals["step_rewards"] = dense.to(device)
     return algorithms.AdvantageInputs(
         rewards=data.rewards.to(device),
