@@ -80,6 +80,34 @@ def test_the_counts_add_up(status):
     assert int(total[column].strip("*")) == counted
 
 
+def test_each_sections_counts_are_its_rows():
+    """The counts table's row of each seed section (000-004) counts that section's rows:
+    full, of which combo, part, not built, all of them, and the dup rows (status "-")."""
+    counted: dict[str, list[int]] = {}
+    section = None
+    for line in DOC.read_text().splitlines():
+        if line.startswith("## "):
+            match = re.match(r"## (\d{3}) ", line)
+            section = match.group(1) if match else None
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if section is None or not line.startswith("| ") or len(cells) != 5:
+            continue
+        if cells[0] == "paper" or set(cells[0]) <= {"-"}:
+            continue
+        status = cells[3]
+        dup = not status.startswith(("full", "part", "not built"))
+        n = counted.setdefault(section, [0] * 6)
+        n[0] += status.startswith("full")
+        n[1] += status.startswith("full") and "combo" in status
+        n[2] += status.startswith("part")
+        n[3] += status.startswith("not built")
+        n[4] += not dup
+        n[5] += dup
+    table = {r[0]: [int(c) for c in r[1:]] for r in _rows() if re.fullmatch(r"\d{3}", r[0])}
+    assert table == counted
+
+
 def _names_used(path: str, test: str) -> set[str]:
     """The names a test's code touches (identifiers, attributes, keyword arguments, string
     constants and their dotted / colon parts, its parametrize cases), with those of the
