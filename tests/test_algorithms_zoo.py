@@ -643,6 +643,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "aapo",
         "luffy",
         "dpo_norm",
+        "exo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

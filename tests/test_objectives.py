@@ -72,6 +72,39 @@ def test_length_normalised_dpo_on_hand_computed_pairs():
         algorithms.dpo_norm_loss(PAIRS)
 
 
+def test_exo_on_hand_computed_pairs():
+    """EXO eq. 16 at beta 0.1, e = 1e-3: h = 1 gives p = sigmoid(0.1) = 0.52498, so
+    l = p log(p / 0.999) + (1 - p) log((1 - p) / 0.001); h = -0.5 gives p = sigmoid(-0.05)."""
+
+    def exo(x: float, e: float) -> float:
+        p = 1 / (1 + math.exp(-x))
+        return p * math.log(p / (1 - e)) + (1 - p) * math.log((1 - p) / e)
+
+    loss, info = algorithms.exo_loss(PAIRS, beta=0.1)
+    torch.testing.assert_close(loss, _t([exo(0.1, 1e-3), exo(-0.05, 1e-3)]))
+    assert loss[0].item() == pytest.approx(
+        0.52498 * math.log(0.52498 / 0.999) + 0.47502 * math.log(475.02), rel=1e-4
+    )
+    torch.testing.assert_close(info["accuracy"], _t([1.0, 0.0]).float())
+    # the reverse KL is 0 where the policy's pair distribution is the labels' (1 - e, e)
+    e = 0.2
+    h = math.log((1 - e) / e) / 0.1  # sigmoid(beta h) = 1 - e
+    chosen = PAIRS.ref_chosen + (PAIRS.rejected - PAIRS.ref_rejected) + h
+    at_labels = dataclasses.replace(PAIRS, chosen=chosen)
+    zero, _ = algorithms.exo_loss(at_labels, beta=0.1, label_smoothing=e)
+    assert abs(zero[0].item()) < 1e-5
+    # its gradient on h: p (1 - p) beta [log(p / (1 - e)) - log((1 - p) / e)], negative below
+    h = torch.tensor([1.0], requires_grad=True)
+    zeros = {f: _t([0.0]) for f in ("rejected", "ref_chosen", "ref_rejected", "old_chosen")}
+    one = PairLogps(chosen=h, old_rejected=_t([0.0]), reward_margin=_t([1.0]), **zeros)
+    algorithms.exo_loss(one, beta=0.1)[0].sum().backward()
+    p = 1 / (1 + math.exp(-0.1))
+    expected = p * (1 - p) * 0.1 * (math.log(p / 0.999) - math.log((1 - p) / 1e-3))
+    assert h.grad.item() == pytest.approx(expected, rel=1e-5) and h.grad.item() < 0
+    with pytest.raises(ValueError, match="label_smoothing"):
+        algorithms.exo_loss(PAIRS, label_smoothing=0.0)
+
+
 def test_ipo_on_hand_computed_pairs():
     loss, info = algorithms.ipo_loss(PAIRS, tau=0.1)
     torch.testing.assert_close(loss, _t([(1.0 - 5.0) ** 2, (-0.5 - 5.0) ** 2]))  # (h - 1/(2 tau))^2
@@ -249,7 +282,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
     del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
-    if preset in ("sft", "dpo", "dpo_norm", "ipo", "rpo"):
+    if preset in ("sft", "dpo", "dpo_norm", "exo", "ipo", "rpo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
         if preset == "sft":
             task["completion_column"] = "completion"
@@ -487,6 +520,7 @@ RESUMED = (
     "sft",
     "dpo",
     "dpo_norm",
+    "exo",
     "rft",
     "online_dpo",
     "semi_online_dpo",

@@ -1,4 +1,4 @@
-"""Preference objectives on pairs of completions of one prompt: DPO, IPO, REBEL, and the pairs
+"""Preference objectives on pairs of completions of one prompt: DPO, EXO, IPO, REBEL, and the pairs
 a group of samples gives (:func:`preference_pairs`).
 
 Notation: prompt x, chosen completion y_c, rejected y_r, sequence log-probs
@@ -13,7 +13,10 @@ refreshed every s steps (semi-online DPO, Lanchantin et al. 2025: ``sync_every``
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 from rlvr.algorithms.objectives import PairLogps, register_objective
 
@@ -132,6 +135,46 @@ def dpo_norm_loss(
     h = chosen - rejected
     loss = -torch.nn.functional.logsigmoid(beta * h)
     return loss, {"reward_margin": beta * h.detach(), "accuracy": (h.detach() > 0).float()}
+
+
+@register_objective(
+    "exo",
+    needs_reference=True,
+    pairing="best_worst",
+    citation=(
+        "Ji et al. 2024, Towards Efficient Exact Optimization of Language Model Alignment, "
+        "arXiv:2402.00856 (EXO, eq. 16: the pairwise-preference form)"
+    ),
+    summary="reverse KL from the policy's pair distribution sigmoid(+-beta h) to the labels' "
+    "(1 - eps, eps): sigmoid(beta h) [log sigmoid(beta h) - log(1 - eps)] + sigmoid(-beta h) "
+    "[log sigmoid(-beta h) - log eps]",
+)
+def exo_loss(
+    pairs: PairLogps, beta: float = 0.1, label_smoothing: float = 1e-3
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """EXO on preference pairs (Ji et al. 2024, eq. 16): the policy's distribution over the
+    pair, ``p = (sigmoid(beta h), sigmoid(-beta h))`` with DPO's log-ratio margin h, is pulled
+    towards the labels' ``(1 - e, e)`` by the reverse KL
+    ``l = sigmoid(beta h) [log sigmoid(beta h) - log(1 - e)]
+    + sigmoid(-beta h) [log sigmoid(-beta h) - log e]`` [P]
+    (e = ``label_smoothing``, 1e-3 in the paper's experiments; e > 0, since the label
+    distribution must give the rejected completion some mass). DPO minimises the forward KL
+    between the same two distributions (at e = 0); the reverse KL is mode-seeking: it stops
+    pushing a pair once p matches the labels, where DPO keeps widening the margin.
+
+    Returns the loss [P] (0 where p equals the labels) and ``reward_margin`` (beta h),
+    ``accuracy`` (h > 0) per pair."""
+    if beta <= 0:
+        raise ValueError(f"exo: beta must be > 0, got {beta}")
+    if not 0 < label_smoothing < 0.5:
+        raise ValueError(f"exo: label_smoothing must be in (0, 0.5), got {label_smoothing}")
+    h = pairs.reference_margin("exo")
+    logits = beta * h
+    chosen, rejected = F.logsigmoid(logits), F.logsigmoid(-logits)  # log p, log (1 - p)
+    loss = chosen.exp() * (chosen - math.log(1 - label_smoothing)) + rejected.exp() * (
+        rejected - math.log(label_smoothing)
+    )
+    return loss, {"reward_margin": logits.detach(), "accuracy": (h.detach() > 0).float()}
 
 
 @register_objective(

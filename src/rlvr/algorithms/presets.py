@@ -265,6 +265,16 @@ for _preset in (
         "reference (the initial policy) of the chosen minus the rejected.",
     ),
     Algorithm(
+        name="exo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="exo", samples="data"),
+        citation="Ji et al. 2024, Towards Efficient Exact Optimization of Language Model "
+        "Alignment, arXiv:2402.00856",
+        summary="Offline EXO on the data's preference pairs: the reverse KL from the policy's "
+        "pair distribution sigmoid(+-beta h) to the labels' (1 - eps, eps), beta = 0.1, "
+        "eps = 1e-3 (objective.label_smoothing); DPO is the forward KL.",
+    ),
+    Algorithm(
         name="rpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="dpo", samples="data", sft_coef=1.0),
