@@ -80,6 +80,7 @@ from rlvr.algorithms.kl import (
     should_reset_reference,
     soft_update,
 )
+from rlvr.algorithms.lead import difficulty_weight, lead_advantages
 from rlvr.algorithms.losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
@@ -238,6 +239,8 @@ __all__ = [
     "dpo_loss",
     "dpo_norm_loss",
     "exo_loss",
+    "difficulty_weight",
+    "lead_advantages",
     "dr_grpo",
     "entropy_bonus",
     "entropy_threshold",

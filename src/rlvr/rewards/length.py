@@ -1,4 +1,5 @@
-"""Length rewards: DAPO's soft overlong punishment and DLER's truncation penalty.
+"""Length rewards: DAPO's soft overlong punishment, DLER's truncation penalty and GRPO-LEAD's
+length-dependent accuracy reward.
 
 Both need the completion's length in tokens, passed as the per-sample field ``num_tokens``
 (the rollout engine knows it; counting characters would be a different reward).
@@ -6,8 +7,9 @@ Both need the completion's length in tokens, passed as the per-sample field ``nu
 
 from __future__ import annotations
 
+import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -69,9 +71,26 @@ def length_truncation(
     accepts them."""
     if int(num_tokens) > int(max_tokens):
         return truncation_penalty(0.0, int(num_tokens), int(max_tokens))
+    value = _inner(
+        "length_truncation", reward, reward_params, completion, problem, num_tokens, fields
+    )
+    return truncation_penalty(value, int(num_tokens), int(max_tokens))
+
+
+def _inner(
+    who: str,
+    reward: str,
+    reward_params: Mapping[str, Any] | None,
+    completion: str,
+    problem: Problem,
+    num_tokens: int,
+    fields: Mapping[str, Any],
+) -> float:
+    """The per-sample reward ``reward`` (a registered name, with ``reward_params``) of one
+    completion, given the fields it accepts (``num_tokens`` among them)."""
     inner = get_reward(reward)
     if inner.kind != "sample":
-        raise ValueError(f"length_truncation: reward {reward!r} is a group reward")
+        raise ValueError(f"{who}: reward {reward!r} is a group reward")
     signature = RewardSignature.of(inner.fn)
     params = dict(reward_params or {})
     passed = {k: v for k, v in fields.items() if signature.accepts(k) and k not in params}
@@ -79,5 +98,76 @@ def length_truncation(
         passed["num_tokens"] = num_tokens
     value = inner.fn(completion, problem, **params, **passed)
     if not isinstance(value, numbers.Real):
-        raise TypeError(f"length_truncation: reward {reward!r} returned {type(value).__name__}")
-    return truncation_penalty(float(value), int(num_tokens), int(max_tokens))
+        raise TypeError(f"{who}: reward {reward!r} returned {type(value).__name__}")
+    return float(value)
+
+
+def lead_accuracy_rewards(
+    correct: Sequence[bool],
+    lengths: Sequence[int],
+    alpha: float = 0.05,
+    eps: float = 1e-6,
+    penalty: float = -1.0,
+    min_shortest: float = 0.0,
+) -> list[float]:
+    """GRPO-LEAD's length-dependent accuracy reward with its explicit penalty (Zhang & Zuo 2025,
+    "GRPO-LEAD", arXiv:2504.09696, Sec. 3.1-3.2; read in the paper and in the authors'
+    ``RewardManager.get_reweight_rewards``): over the group's correct completions only, their
+    lengths' mean mu and unbiased std sigma (1 with fewer than two correct),
+    ``z = (|o| - mu) / (sigma + eps)``; a correct completion scores ``exp(-alpha z)`` (above 1
+    when shorter than its correct peers), an incorrect one ``penalty`` (-1: Sec. 3.2's explicit
+    penalty; 0 is Sec. 3.1's reward alone). The authors' code shapes a group only when its three
+    shortest completions average more than 4000 tokens (their long-reasoning regime), else its
+    correct completions score 1: ``min_shortest`` (0: every group is shaped).
+
+    Args:
+        correct: [G] whether each completion of one prompt is right.
+        lengths: [G] their lengths in tokens.
+    Returns:
+        [G] rewards."""
+    if alpha < 0 or eps <= 0:
+        raise ValueError(f"lead_accuracy: need alpha >= 0 and eps > 0, got {alpha}, {eps}")
+    right = [float(n) for n, ok in zip(lengths, correct, strict=True) if ok]
+    shortest = sorted(float(n) for n in lengths)[:3]
+    if not right or sum(shortest) / len(shortest) <= min_shortest:
+        return [1.0 if ok else penalty for ok in correct]
+    mu = sum(right) / len(right)
+    sigma = (sum((n - mu) ** 2 for n in right) / (len(right) - 1)) ** 0.5 if len(right) > 1 else 1.0
+    return [
+        math.exp(-alpha * (n - mu) / (sigma + eps)) if ok else penalty
+        for n, ok in zip(lengths, correct, strict=True)
+    ]
+
+
+@register_reward("lead_accuracy", kind="group")
+def lead_accuracy(
+    completions: list[str],
+    problem: Problem,
+    num_tokens: list[int],
+    alpha: float = 0.05,
+    penalty: float = -1.0,
+    eps: float = 1e-6,
+    min_shortest: float = 0.0,
+    threshold: float = 1.0,
+    reward: str = "math",
+    reward_params: Mapping[str, Any] | None = None,
+    **fields: list[Any],
+) -> list[float]:
+    """GRPO-LEAD's reward of one group (:func:`lead_accuracy_rewards`): a completion is correct
+    when the per-sample reward ``reward`` (a registered name, with ``reward_params``; its other
+    fields passed on) reaches ``threshold``."""
+    correct = [
+        _inner(
+            "lead_accuracy",
+            reward,
+            reward_params,
+            text,
+            problem,
+            num_tokens[i],
+            {k: v[i] for k, v in fields.items()},
+        )
+        >= threshold
+        for i, text in enumerate(completions)
+    ]
+    lengths = [int(n) for n in num_tokens]
+    return lead_accuracy_rewards(correct, lengths, alpha, eps, penalty, min_shortest)
