@@ -644,6 +644,8 @@ def test_every_preset_validates_and_is_documented() -> None:
         "luffy",
         "dpo_norm",
         "exo",
+        "copg",
+        "tpo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -119,6 +119,46 @@ def test_rebel_on_hand_computed_pairs():
     torch.testing.assert_close(halved, _t([(0.2 - 1.0) ** 2, (0.05 - 0.5) ** 2]))
 
 
+def test_copg_on_hand_computed_pairs():
+    """CoPG's (r - r' - beta h)^2 at beta 0.1: (1 - 0.1)^2 and (0.5 + 0.05)^2; with a reward
+    difference of 1/2 it is beta^2 x IPO at tau = beta; its gradient pushes h towards
+    (r - r') / beta."""
+    loss, info = algorithms.copg_loss(PAIRS, beta=0.1)
+    torch.testing.assert_close(loss, _t([(1.0 - 0.1) ** 2, (0.5 + 0.05) ** 2]))
+    torch.testing.assert_close(info["reward_margin"], _t([0.1, -0.05]))
+    half = dataclasses.replace(PAIRS, reward_margin=_t([0.5, 0.5]))
+    ipo, _ = algorithms.ipo_loss(half, tau=0.1)
+    torch.testing.assert_close(algorithms.copg_loss(half, beta=0.1)[0], 0.01 * ipo)
+    chosen = _t([-1.0]).requires_grad_()
+    one = dataclasses.replace(
+        PAIRS, **{k: getattr(PAIRS, k)[:1] for k in ("rejected", "ref_chosen", "ref_rejected")}
+    )
+    one = dataclasses.replace(one, chosen=chosen, reward_margin=_t([1.0]))
+    algorithms.copg_loss(one, beta=0.1)[0].sum().backward()
+    assert chosen.grad.item() == pytest.approx(2 * (1.0 - 0.1) * -0.1)  # descent raises log pi(y_c)
+    with pytest.raises(ValueError, match="reference"):
+        algorithms.copg_loss(PairLogps(**{**PAIRS.__dict__, "ref_chosen": None}))
+
+
+def test_tpo_on_hand_computed_pairs():
+    """TPO at beta 0.1, alpha 0.5: margins 0.1 (-1 + 3) = 0.2 and 0.1 (-2 + 1) = -0.1 on the
+    policy's own log-probs (no reference), plus 0.5 x the chosen's NLL per token (1/2, 2/4)."""
+    pairs = dataclasses.replace(
+        PAIRS, ref_chosen=None, ref_rejected=None, chosen_tokens=_t([2.0, 4.0])
+    )
+    loss, info = algorithms.tpo_loss(pairs, beta=0.1, alpha=0.5)
+    torch.testing.assert_close(loss, _t([_softplus(-0.2) + 0.25, _softplus(0.1) + 0.25]))
+    torch.testing.assert_close(info["reward_margin"], _t([0.2, -0.1]))
+    torch.testing.assert_close(info["gold_nll"], _t([0.5, 0.5]))
+    torch.testing.assert_close(info["accuracy"], _t([1.0, 0.0]).float())
+    no_gold, _ = algorithms.tpo_loss(pairs, beta=0.1, alpha=0.0)
+    torch.testing.assert_close(no_gold, _t([_softplus(-0.2), _softplus(0.1)]))
+    with pytest.raises(ValueError, match="token counts"):
+        algorithms.tpo_loss(PAIRS)
+    with pytest.raises(ValueError, match="alpha"):
+        algorithms.tpo_loss(pairs, alpha=-1.0)
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):
@@ -282,7 +322,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
     del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
-    if preset in ("sft", "dpo", "dpo_norm", "exo", "ipo", "rpo"):
+    if preset in ("sft", "dpo", "dpo_norm", "exo", "ipo", "rpo", "tpo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
         if preset == "sft":
             task["completion_column"] = "completion"
@@ -521,10 +561,12 @@ RESUMED = (
     "dpo",
     "dpo_norm",
     "exo",
+    "tpo",
     "rft",
     "online_dpo",
     "semi_online_dpo",
     "rebel",
+    "copg",
     "on_policy_distillation",
 )
 

@@ -110,12 +110,14 @@ from rlvr.algorithms.objectives import (
 from rlvr.algorithms.passk import passk_advantages
 from rlvr.algorithms.preference import (
     PAIRINGS,
+    copg_loss,
     dpo_loss,
     dpo_norm_loss,
     exo_loss,
     ipo_loss,
     preference_pairs,
     rebel_loss,
+    tpo_loss,
 )
 from rlvr.algorithms.presets import (
     PRESETS,
@@ -236,6 +238,7 @@ __all__ = [
     "token_covariance",
     "clipped_policy_loss",
     "compute_advantages",
+    "copg_loss",
     "dpo_loss",
     "dpo_norm_loss",
     "exo_loss",
@@ -284,6 +287,7 @@ __all__ = [
     "register_policy_loss",
     "register_preset",
     "rebel_loss",
+    "tpo_loss",
     "reinforce",
     "reinforce_policy_loss",
     "reinforce_pp",

@@ -1,5 +1,5 @@
-"""Preference objectives on pairs of completions of one prompt: DPO, EXO, IPO, REBEL, and the pairs
-a group of samples gives (:func:`preference_pairs`).
+"""Preference objectives on pairs of completions of one prompt: DPO, EXO, IPO, REBEL, CoPG, TPO, and
+the pairs a group of samples gives (:func:`preference_pairs`).
 
 Notation: prompt x, chosen completion y_c, rejected y_r, sequence log-probs
 ``log pi(y | x) = sum_t log pi(y_t | x, y_<t)`` of the policy pi_theta, the reference pi_ref and
@@ -221,3 +221,76 @@ def rebel_loss(pairs: PairLogps, eta: float = 1.0) -> tuple[torch.Tensor, dict[s
     delta = (pairs.chosen - pairs.old_chosen) - (pairs.rejected - pairs.old_rejected)
     loss = (delta / eta - pairs.reward_margin) ** 2
     return loss, {"log_ratio_margin": delta.detach()}
+
+
+@register_objective(
+    "copg",
+    needs_reference=True,
+    pairing="adjacent",
+    citation=(
+        "Flet-Berliac et al. 2024, Contrastive Policy Gradient: Aligning LLMs on sequence-level "
+        "scores in a supervised-friendly fashion, arXiv:2406.19185 (the CoPG sample loss)"
+    ),
+    summary="regress beta x the difference of log-ratios to the reference on the reward "
+    "difference of two completions: (r - r' - beta [log-ratio(y) - log-ratio(y')])^2",
+)
+def copg_loss(pairs: PairLogps, beta: float = 0.1) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """CoPG (Flet-Berliac et al. 2024): with the regularised reward
+    ``R_beta(y) = r(y) - beta log(pi(y) / pi_ref(y))``, the sample loss of two completions y, y'
+    of one prompt is ``l = (R_beta(y) - R_beta(y'))^2 = (r - r' - beta h)^2`` [P], h the
+    difference of their log-ratios to the reference (DPO's margin). Its gradient is
+    ``-2 beta (R_beta(y) - R_beta(y')) grad log(pi(y) / pi(y'))``: a policy gradient whose
+    baseline is the other completion's regularised reward, so off-policy pairs need no
+    importance weights, and its minimum is pi_ref exp(r / beta), the KL-regularised optimum.
+    With r - r' = 1/2 it is beta^2 (h - 1 / (2 beta))^2: IPO (:func:`ipo_loss`). Pairs are
+    two samples each (``adjacent``), ties included, like REBEL, which regresses the same
+    reward difference on log-ratios to the sampling policy instead of the reference.
+
+    Returns the loss [P] and ``reward_margin`` (beta h) per pair."""
+    if beta <= 0:
+        raise ValueError(f"copg: beta must be > 0, got {beta}")
+    h = pairs.reference_margin("copg")
+    loss = (pairs.reward_margin - beta * h) ** 2
+    return loss, {"reward_margin": beta * h.detach()}
+
+
+@register_objective(
+    "tpo",
+    needs_reference=False,
+    pairing="best_worst",
+    citation=(
+        "Saeidi et al. 2024, Triple Preference Optimization: Achieving Better Alignment using a "
+        "Single Step Optimization, arXiv:2405.16681 (TPO; the authors' TPOTrainer.tpo_loss)"
+    ),
+    summary="-log sigmoid(beta [log pi(y_c) - log pi(y_r)]) + alpha x the gold completion's "
+    "NLL per token, no reference (the gold is the chosen completion)",
+)
+def tpo_loss(
+    pairs: PairLogps, beta: float = 0.1, alpha: float = 0.5
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TPO (Saeidi et al. 2024), as the authors' ``TPOTrainer`` computes it: a reference-free
+    preference term on the policy's own sequence log-probs plus the gold response's NLL,
+
+        ``l = -log sigmoid(beta [log pi(y_c) - log pi(y_r)]) + alpha (-log pi(y_gold) / |y_gold|)``
+
+    [P] (beta 0.1, alpha 0.5 in the authors' run script), in one step, without SFT first and
+    without a reference model. The gold response here is the chosen one (a pairs file has no
+    third completion), and its NLL is each pair's token mean (the authors average over the
+    batch's gold tokens: the same when the golds are of equal length).
+
+    Returns the loss [P] and ``reward_margin`` (beta [log pi(y_c) - log pi(y_r)]),
+    ``accuracy`` (the margin > 0), ``gold_nll`` per pair."""
+    if beta <= 0:
+        raise ValueError(f"tpo: beta must be > 0, got {beta}")
+    if alpha < 0:
+        raise ValueError(f"tpo: alpha must be >= 0, got {alpha}")
+    if pairs.chosen_tokens is None:
+        raise ValueError("tpo needs the completions' token counts")
+    margin = beta * (pairs.chosen - pairs.rejected)
+    gold_nll = -pairs.chosen / pairs.chosen_tokens.clamp_min(1)
+    loss = -F.logsigmoid(margin) + alpha * gold_nll
+    return loss, {
+        "reward_margin": margin.detach(),
+        "accuracy": (margin.detach() > 0).float(),
+        "gold_nll": gold_nll.detach(),
+    }

@@ -275,6 +275,16 @@ for _preset in (
         "eps = 1e-3 (objective.label_smoothing); DPO is the forward KL.",
     ),
     Algorithm(
+        name="tpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="tpo", samples="data"),
+        citation="Saeidi et al. 2024, Triple Preference Optimization: Achieving Better "
+        "Alignment using a Single Step Optimization, arXiv:2405.16681",
+        summary="Offline TPO on the data's preference pairs, in one step and without a "
+        "reference: -log sigmoid(beta [log pi(y_c) - log pi(y_r)]) + alpha x the chosen "
+        "(gold) completion's NLL per token, beta = 0.1, alpha = 0.5 (objective.alpha).",
+    ),
+    Algorithm(
         name="rpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="dpo", samples="data", sft_coef=1.0),
@@ -341,6 +351,16 @@ for _preset in (
         summary="Least-squares regression of reward differences on differences of log-ratios to "
         "the sampling policy, (1/eta) [log-ratio(y) - log-ratio(y')] ~ r(y) - r(y'), on "
         "adjacent pairs of each group, eta = 1 (objective.eta); no reference, no clip.",
+    ),
+    Algorithm(
+        name="copg",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="copg", pairing="adjacent"),
+        citation="Flet-Berliac et al. 2024, Contrastive Policy Gradient: Aligning LLMs on "
+        "sequence-level scores in a supervised-friendly fashion, arXiv:2406.19185",
+        summary="Contrastive policy gradient on adjacent pairs of each group: (r(y) - r(y') - "
+        "beta [log-ratio(y) - log-ratio(y')])^2 with log-ratios to the reference (the "
+        "initial policy), beta = 0.1 (objective.beta); no importance weights, no clip.",
     ),
     Algorithm(
         name="on_policy_distillation",
