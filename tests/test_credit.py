@@ -30,6 +30,8 @@ from rlvr.algorithms.credit import (
     episode_returns,
     gate_turn_rewards,
     gigpo_credit,
+    igpo_credit,
+    information_gain_rewards,
     token_advantages,
     turn_discounted_credit,
 )
@@ -196,6 +198,34 @@ def test_gated_credit_zeroes_failed_intermediate_rewards():
     assert_ragged(ungated, turn_discounted_credit(REWARDS, GROUPS, grpo_like, 0.5))
 
 
+def test_information_gain_rewards_add_each_turns_gain_and_keep_the_outcome():
+    """P = [0.1, 0.4, 0.3]: turn 0 gained 0.3, turn 1 lost 0.1, the last turn keeps its
+    outcome 1; the environment's intermediate 0.5 is kept beside the gain 0.4."""
+    got = information_gain_rewards(
+        [[0.0, 0.0, 1.0], [0.5, 0.0], [1.0]], [[0.1, 0.4, 0.3], [0.2, 0.6], [0.9]]
+    )
+    assert_ragged(got, [[0.3, -0.1, 1.0], [0.9, 0.0], [1.0]])
+    with pytest.raises(ValueError, match=r"answer_probs\[0\] must hold 3"):
+        information_gain_rewards([[0.0, 0.0, 1.0]], [[0.1, 0.4]])
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        information_gain_rewards([[0.0, 1.0]], [[0.1, 1.5]])
+
+
+def test_igpo_credit_normalises_a_groups_turns_together_then_sums_to_the_end():
+    # mean baseline over all turns of a group: group 7's six turns [0, 1, 1, 0.5, 0, 0.5]
+    # (mean 0.5) -> [-0.5, 0.5], [0.5, 0, -0.5], [0]; group 3's five [1, 2, 0, 1, 0] (mean 0.8)
+    # -> [0.2, 1.2], [-0.8, 0.2, -0.8]; then G_k = r~_k + 0.5 G_{k+1}
+    expected = [[-0.25, 0.5], [0.375, -0.25, -0.5], [0.0], [0.8, 1.2], [-0.9, -0.2, -0.8]]
+    assert_ragged(igpo_credit(REWARDS, GROUPS, mean_baseline, 0.5), expected)
+    got = assign_credit("igpo", REWARDS, None, GROUPS, mean_baseline, gamma=0.5)
+    assert_ragged(got, expected)
+    # an outcome tie (every episode 1) still credits the turn that raised the answer's probability
+    tie = information_gain_rewards([[0.0, 1.0], [0.0, 1.0]], [[0.2, 0.6], [0.2, 0.1]])
+    advantages = igpo_credit(tie, [0, 0], grpo, 1.0)
+    assert advantages[0][0] > 0 > advantages[1][0]
+    assert broadcast_credit(tie, [0, 0], grpo) != advantages
+
+
 @pytest.mark.parametrize("estimator", [grpo_like, mean_baseline, grpo])
 def test_one_turn_episodes_every_rule_is_broadcast(estimator):
     # one turn per episode, gamma 1, all anchors equal: the depth-0 sets and the step groups
@@ -215,7 +245,7 @@ def test_one_turn_episodes_every_rule_is_broadcast(estimator):
 
 
 def test_assign_credit_dispatches_with_the_given_parameters():
-    assert sorted(CREDIT) == ["broadcast", "gated", "gigpo", "turn_discounted"]
+    assert sorted(CREDIT) == ["broadcast", "gated", "gigpo", "igpo", "turn_discounted"]
     assert_ragged(
         assign_credit("turn_discounted", REWARDS, ANCHORS, GROUPS, mean_baseline, gamma=0.5),
         turn_discounted_credit(REWARDS, GROUPS, mean_baseline, 0.5),
@@ -255,7 +285,9 @@ def test_bad_inputs_are_named(rewards, anchors, groups, match):
 
 
 def test_bad_names_and_parameters():
-    with pytest.raises(ValueError, match="registered: broadcast, gated, gigpo, turn_discounted"):
+    with pytest.raises(
+        ValueError, match="registered: broadcast, gated, gigpo, igpo, turn_discounted"
+    ):
         assign_credit("turn", REWARDS, None, GROUPS, grpo)
     with pytest.raises(ValueError, match="'gigpo' needs anchors"):
         assign_credit("gigpo", REWARDS, None, GROUPS, grpo)

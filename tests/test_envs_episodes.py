@@ -355,6 +355,54 @@ def test_gigpo_agent_run_resumes_exactly(tmp_path):
     assert a[3]["episodes/turns_mean"] > 1.0 and a[3]["policy/loss"] != 0.0
 
 
+def test_an_igpo_agent_run_rewards_information_gain_and_resumes_exactly(tmp_path):
+    """credit: igpo from YAML keys: the player adds each turn's information gain (the policy's
+    probability of the reference answer, rlvr.trainer.rollouts.InformationGain) to the turn
+    rewards the learner normalises; the logged turn rewards are the environment's plus the
+    gains, and a run stopped after step 1 and resumed logs the uninterrupted run's step 2."""
+    from rlvr.algorithms.credit import information_gain_rewards
+    from rlvr.trainer.rollouts import InformationGain, MultiTurn
+
+    sections = {
+        "env": {"name": "envs_for_tests:CountdownEnv", "max_turns": 3, "max_episode_tokens": 60},
+        "algorithm": {"credit": {"name": "igpo"}},
+        "train": {"lr_schedule": "constant", "warmup_steps": 0},
+        "reward": {"function": None},
+    }
+    train(build_config(tiny_config(tmp_path / "ref", steps=2, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=1, **sections)))
+    train(build_config(tiny_config(tmp_path / "run", steps=2, **sections)), resume=tmp_path / "run")
+    a, b = _steps(tmp_path / "ref"), _steps(tmp_path / "run")
+    for step in (1, 2):
+        for key in (*COMPARED, "episodes/turns_mean"):
+            assert a[step][key] == b[step][key], (step, key)
+    assert a[2]["episodes/turns_mean"] > 1.0 and a[2]["policy/loss"] != 0.0
+    rows = [json.loads(x) for x in (tmp_path / "ref" / "samples.jsonl").read_text().splitlines()]
+    assert any(len(r["turn_rewards"]) > 1 for r in rows)
+
+    class Played:  # two episodes of one problem, as an agent gives them
+        branching = None
+
+        def play(self, engine, problems, n, sampling, keys):
+            said = [{"role": "assistant", "content": "Answer: 7"}]
+            one = Episode([5, 6, 7, 8, 9, 10], [1, 1, 0, 0, 1, 1], [0.0] * 6, [0.25, 1.0])
+            two = Episode([5, 6], [1, 1], [0.0, 0.0], [0.5])
+            one.messages, two.messages = said, said
+            return [[1, 2, 3]], [one, two]
+
+    class Gain(InformationGain):
+        def __init__(self):
+            pass
+
+        def __call__(self, prompts, groups, episodes, problems):
+            assert prompts == [[1, 2, 3]] and groups == [0, 0] and problems[0].answer == "7"
+            return information_gain_rewards([e.turn_rewards for e in episodes], [[0.1, 0.3], [0.4]])
+
+    played = MultiTurn(Played(), Gain()).play(None, [Problem("p", "q", "7")], 2, None, None)
+    assert played.turn_rewards[0] == pytest.approx([0.45, 1.0]) and played.turn_rewards[1] == [0.5]
+    assert played.breakdown.total == pytest.approx([1.25, 0.5])  # the environment's returns
+
+
 def test_agent_runs_log_evaluate_and_report_whole_episodes(tmp_path):
     """samples.jsonl rows carry the transcript and turn rewards; rlvr eval plays episodes
     (success, pass@k, turns, tool validity; transcripts in samples.parquet); the report shows

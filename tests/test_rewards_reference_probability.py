@@ -15,6 +15,7 @@ from rlvr.rewards.reference_probability import (
     reference_probability,
     sequence_score,
     split_reasoning,
+    turn_answer_probabilities,
 )
 
 PROBLEM = Problem("p0", "What is 3 + 4?", answer="7")
@@ -75,6 +76,30 @@ def test_log_probs_equal_a_teacher_forced_forward(tiny):
     assert len(out["reference_logprobs"][2]) == len(
         tok(" 1", add_special_tokens=False)["input_ids"]
     )
+
+
+def test_turn_answer_probabilities_equal_teacher_forced_forwards(tiny):
+    """IGPO's P_k: the answer's geometric-mean token probability after the prompt and the
+    episode up to where action k starts (action runs of the mask: tokens 0-2 and 5-6)."""
+    model, tok = tiny
+    prompts = [tok("Q: 3 + 4?\n")["input_ids"]]
+    episode = tok("search it\nobs: seven\nnow", add_special_tokens=False)["input_ids"][:7]
+    assert len(episode) == 7
+    mask = [1, 1, 1, 0, 0, 1, 1]
+    got = turn_answer_probabilities(model, tok, prompts, [0], [episode], [mask], ["7"])
+    context, answer = answer_probe("", "7")
+    ctx_ids = tok(context, add_special_tokens=False)["input_ids"]
+    ans = tok(answer, add_special_tokens=False)["input_ids"]
+    expected = []
+    for start in (0, 5):
+        ids = prompts[0] + episode[:start] + ctx_ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + ans])).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        mean = sum(logp[len(ids) - 1 + i, t].item() for i, t in enumerate(ans)) / len(ans)
+        expected.append(math.exp(mean))
+    assert len(got) == 1 and got[0] == pytest.approx(expected, rel=1e-4)
+    assert got[0][0] != got[0][1]  # the context differs
 
 
 def test_rlpr_through_combined_reward():

@@ -838,7 +838,10 @@ class CreditConfig(Section):
         "episode's advantage on every action)",
     )
     gamma: float | None = Field(
-        None, ge=0, le=1, description="discount of turn rewards (turn_discounted, gigpo, gated)"
+        None,
+        ge=0,
+        le=1,
+        description="discount of turn rewards (turn_discounted, gigpo, gated, igpo)",
     )
     gigpo_weight: float | None = Field(
         None, ge=0, description="gigpo: weight w of the step advantage"

@@ -23,7 +23,10 @@ The rules, in the registry :data:`CREDIT` (one calling convention: :func:`assign
 - ``gigpo``: episode advantage plus a step advantage among turns from the same anchor state
   (Feng et al. 2025);
 - ``gated``: ``turn_discounted`` on rewards whose intermediate terms count only when the
-  outcome passes a threshold (Sun et al. 2025).
+  outcome passes a threshold (Sun et al. 2025);
+- ``igpo``: every turn reward of a group normalised together, then summed from each turn to
+  the end (Wang et al. 2025, IGPO; the turn rewards are the information gains of
+  :func:`information_gain_rewards`).
 """
 
 from __future__ import annotations
@@ -214,6 +217,46 @@ def gate_turn_rewards(turn_rewards: TurnRewards, threshold: float) -> TurnValues
     return out
 
 
+def information_gain_rewards(
+    turn_rewards: TurnRewards, answer_probs: Sequence[Sequence[float]]
+) -> TurnValues:
+    """IGPO's turn rewards (Wang et al. 2025, "Information Gain-based Policy Optimization: A
+    Simple and Effective Approach for Multi-Turn LLM Agents", Sec. 3; seed 004): each turn but
+    the last is rewarded by how much it raised the policy's probability of the ground-truth
+    answer, the last by the outcome:
+
+        r'_{i,k} = r_{i,k} + (P_{i,k+1} - P_{i,k})    for k < K_i - 1,
+        r'_{i,K_i-1} = r_{i,K_i-1}
+
+    with P_{i,k} the policy's probability of the answer (teacher-forced, the geometric mean of
+    its tokens' probabilities) after the prompt and the episode's turns before k with their
+    observations: P_{i,0} before any action, P_{i,k} after turn k - 1's observation
+    (:func:`rlvr.rewards.reference_probability.turn_answer_probabilities`). An environment's
+    intermediate rewards r_{i,k}, k < K_i - 1, are kept (0 in the paper's search tasks).
+
+    Args:
+        turn_rewards: N lists of K_i >= 1 finite per-turn rewards, the last one the outcome.
+        answer_probs: N lists of K_i probabilities P_{i,0..K_i-1}, each in [0, 1].
+    Returns:
+        ragged [N][K_i] rewards.
+    """
+    rewards = _check_rewards(turn_rewards)
+    if len(answer_probs) != len(rewards):
+        raise ValueError(
+            f"answer_probs has {len(answer_probs)} episodes, turn_rewards {len(rewards)}"
+        )
+    out = []
+    for i, (row, probs) in enumerate(zip(rewards, answer_probs, strict=True)):
+        p = [float(v) for v in probs]
+        if len(p) != len(row) or not all(0.0 <= v <= 1.0 for v in p):
+            raise ValueError(
+                f"answer_probs[{i}] must hold {len(row)} probabilities in [0, 1], got {p}"
+            )
+        gains = [p[k + 1] - p[k] for k in range(len(row) - 1)]  # IG of turn k
+        out.append([r + g for r, g in zip(row, gains, strict=False)] + [row[-1]])
+    return out
+
+
 # ---------------------------------------------------------------- credit rules
 
 
@@ -314,6 +357,33 @@ def gigpo_credit(
     return _unflatten(combined, returns)
 
 
+def igpo_credit(
+    turn_rewards: TurnRewards, group_ids: GroupIds, estimator: Estimator, gamma: float
+) -> TurnValues:
+    """IGPO's credit (Wang et al. 2025, Sec. 3): every turn reward of a group's episodes is
+    normalised together (the estimator over the set {(j, k) : g_j = g_i}, GRPO's z-score in
+    the paper), then each turn gets the discounted sum of the normalised rewards from it to the
+    end of its episode, A_{i,k} = sum_{k' >= k} gamma^(k' - k) r~_{i,k'} (gamma 1 in the
+    paper), on every token of the turn. With IGPO's rewards (:func:`information_gain_rewards`)
+    an episode whose outcome ties with all its group's still gets credit for the turns that
+    raised the answer's probability, where episode-level GRPO gives every turn 0.
+
+    Args:
+        turn_rewards: N lists of K_i >= 1 finite per-turn rewards.
+        group_ids: [N] integer group (prompt) id of every episode.
+        estimator: (rewards [M], group_ids [M]) -> advantages [M].
+        gamma: discount per turn, in [0, 1].
+    Returns:
+        ragged [N][K_i] advantages.
+    """
+    _check_gamma(gamma)
+    rewards = _check_rewards(turn_rewards)
+    groups = _check_groups(group_ids, len(rewards))
+    keys: list[Hashable] = [g for g, row in zip(groups, rewards, strict=True) for _ in row]
+    normalised = _run_estimator(estimator, _flatten(rewards), keys)  # r~ over the group's turns
+    return discounted_returns(_unflatten(normalised, rewards), gamma)
+
+
 # ---------------------------------------------------------------- by name
 
 
@@ -368,6 +438,13 @@ def _gated_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, g
     return turn_discounted_credit(gated, group_ids, estimator, gamma)
 
 
+@register_credit(
+    "igpo", "every turn reward of a group normalised together, then summed to the end (IGPO)"
+)
+def _igpo_rule(turn_rewards, anchors, group_ids, estimator, *, gamma, weight, gate):
+    return igpo_credit(turn_rewards, group_ids, estimator, gamma)
+
+
 def assign_credit(
     name: str,
     turn_rewards: TurnRewards,
@@ -381,13 +458,14 @@ def assign_credit(
     """Per-turn advantages by the credit rule ``name`` of :data:`CREDIT`.
 
     Args:
-        name: ``broadcast``, ``turn_discounted``, ``gigpo``, ``gated`` or a user's rule.
+        name: ``broadcast``, ``turn_discounted``, ``gigpo``, ``gated``, ``igpo`` or a user's
+            rule.
         turn_rewards: N lists of K_i >= 1 finite per-turn rewards.
         anchors: N lists of K_i hashable anchor state keys or None per turn; needed by
             ``gigpo``, checked against turn_rewards by every rule when given.
         group_ids: [N] integer group (prompt) id of every episode.
         estimator: (rewards [M], group_ids [M]) -> advantages [M].
-        gamma: discount per turn (turn_discounted, gigpo, gated).
+        gamma: discount per turn (turn_discounted, gigpo, gated, igpo).
         weight: weight of the step advantage (gigpo).
         gate: outcome threshold of the gated rewards (gated).
     Returns:

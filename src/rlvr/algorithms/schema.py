@@ -197,8 +197,8 @@ class CreditPart:
 
     Attributes:
         name: broadcast (the episode's advantage on every action), turn_discounted, gigpo,
-            gated, or a user's rule.
-        gamma: discount of turn rewards.
+            gated, igpo, or a user's rule.
+        gamma: discount of turn rewards (turn_discounted, gigpo, gated, igpo).
         gigpo_weight: GiGPO's weight of the step advantage.
         gate: gated: the outcome (last turn's reward) that turn rewards need.
     """

@@ -141,6 +141,84 @@ def reference_answer_logprobs(
     }
 
 
+def _action_starts(mask: Sequence[int]) -> list[int]:
+    """Where each action (a maximal run of 1s of an episode's action mask) starts."""
+    return [t for t, m in enumerate(mask) if m and (t == 0 or not mask[t - 1])]
+
+
+@torch.no_grad()
+def turn_answer_probabilities(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: Sequence[list[int]],
+    group_ids: Sequence[int],
+    completion_ids: Sequence[list[int]],
+    action_masks: Sequence[Sequence[int]],
+    references: Sequence[str],
+    answer_format: str = "Answer: {answer}",
+    micro_batch: int = 16,
+    dtype: torch.dtype = torch.float32,
+) -> list[list[float]]:
+    """The policy's probability of the reference answer at the start of each turn of agent
+    episodes: IGPO's P_{i,k} (Wang et al. 2025, :func:`rlvr.algorithms.credit.
+    information_gain_rewards`).
+
+    Turn k of episode i starts where its k-th action starts (the k-th run of 1s of its action
+    mask): the prompt and everything before it (earlier actions, their observations and the
+    chat template's tokens that open the next assistant turn) are the context, the answer in
+    the task's format (:func:`answer_probe` with no reasoning: ``"Answer:"`` then
+    ``" <reference>"``) is teacher-forced after it, and
+    ``P_{i,k} = exp(mean_j log pi(y*_j | context, y*_<j))``, the geometric mean of the answer's
+    token probabilities, as the authors' code scores it. Probes of one prompt share its KV.
+
+    Args:
+        model: the policy (temperature 1, no gradient).
+        prompt_ids: P chat-templated prompts (token ids).
+        group_ids: N prompt indices, one per episode.
+        completion_ids: N episodes' tokens after the prompt (actions and observations).
+        action_masks: N masks, 1 on the sampled tokens.
+        references: N reference answers.
+    Returns:
+        N lists of K_i probabilities, K_i the episode's number of actions.
+    """
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+    def encode(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    owners: list[int] = []
+    probes: list[list[int]] = []
+    answer_lens: list[int] = []
+    turns: list[int] = []
+    for g, ids, mask, ref in zip(group_ids, completion_ids, action_masks, references, strict=True):
+        context, answer = answer_probe("", ref, answer_format)
+        context_ids, answer_ids = encode(context), encode(answer)
+        if not answer_ids:
+            raise ValueError("a reference answer encodes to no tokens; check the problems' answers")
+        starts = _action_starts(mask)
+        turns.append(len(starts))
+        for start in starts:
+            owners.append(g)
+            probes.append(list(ids[:start]) + context_ids + answer_ids)
+            answer_lens.append(len(answer_ids))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    probs: list[float] = []
+    for lo in range(0, len(probes), micro_batch):
+        hi = min(len(probes), lo + micro_batch)
+        batch = make_batch(list(prompt_ids), probes[lo:hi], pad, owners[lo:hi])
+        batch = batch.select(torch.arange(hi - lo)).to(device)
+        with autocast:
+            logp, _ = completion_logprobs(model, batch, shared_prefix=True)
+        for row, probe, k in zip(logp, probes[lo:hi], answer_lens[lo:hi], strict=True):
+            probs.append(math.exp(row[len(probe) - k : len(probe)].float().mean().item()))
+    out, at = [], 0
+    for k in turns:
+        out.append(probs[at : at + k])
+        at += k
+    return out
+
+
 def sequence_score(logprobs: Sequence[float], normalization: Normalization) -> float:
     """Probability score of one token sequence from its per-token log-probs ``log p_i``.
 

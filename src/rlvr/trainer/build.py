@@ -54,6 +54,7 @@ from rlvr.trainer.learner import (
 from rlvr.trainer.protocols import Learners
 from rlvr.trainer.rollouts import (
     Given,
+    InformationGain,
     MultiTurn,
     OneStep,
     Player,
@@ -397,10 +398,20 @@ def build_player(
 ) -> Player:
     """How the run's episodes are played and scored: an environment's multi-turn episodes
     (``env.name``), else the task's one-step episodes scored by the run's reward (with, for
-    rewards on the reference answer's probability, a scorer over ``policy``)."""
+    rewards on the reference answer's probability, a scorer over ``policy``; for IGPO's credit,
+    the information gain of each turn, by ``policy``)."""
     algo = front.algo
     if cfg.env.name is not None:
-        return MultiTurn(build_agent(cfg, front.task, tokenizer))
+        gain = None
+        if algo.credit.name == "igpo":
+            gain = InformationGain(
+                policy,
+                tokenizer,
+                cfg.reward.answer_format,
+                cfg.train.micro_batch_size,
+                dtypes.train,
+            )
+        return MultiTurn(build_agent(cfg, front.task, tokenizer), gain)
     scorer = None
     if REFERENCE_FIELDS & front.reward.field_names():
         scorer = ReferenceScorer(

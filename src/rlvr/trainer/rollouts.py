@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import torch
 
+from rlvr.algorithms.credit import information_gain_rewards
 from rlvr.data import Problem, Task
 from rlvr.envs.agent import Agent, counts, succeeded
 from rlvr.envs.base import plain
@@ -35,7 +36,10 @@ from rlvr.errors import DataError
 from rlvr.grading import Grader
 from rlvr.grading.accuracy import AccuracyRecords, sample_and_grade
 from rlvr.rewards.combined import CombinedReward, RewardBreakdown
-from rlvr.rewards.reference_probability import reference_answer_logprobs
+from rlvr.rewards.reference_probability import (
+    reference_answer_logprobs,
+    turn_answer_probabilities,
+)
 from rlvr.rollout import Rollout, RolloutEngine, SamplingParams
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.rollout.tree import Branching, TreeRollout
@@ -114,6 +118,42 @@ class ReferenceScorer:
             self.micro_batch_size,
             self.dtype,
         )
+
+
+@dataclass
+class InformationGain:
+    """IGPO's turn rewards for agent episodes (``algorithm.credit.name: igpo``): the policy's
+    probability of each problem's reference answer at the start of every turn
+    (:func:`turn_answer_probabilities`), its increase over each turn added to the turn's
+    reward (:func:`rlvr.algorithms.credit.information_gain_rewards`)."""
+
+    policy: torch.nn.Module
+    tokenizer: Any
+    answer_format: str
+    micro_batch_size: int
+    dtype: torch.dtype
+
+    def __call__(
+        self,
+        prompts: list[list[int]],
+        groups: list[int],
+        episodes: list[Episode],
+        problems: list[Problem],
+    ) -> list[list[float]]:
+        """The episodes' turn rewards with their information gains ([N][K_i])."""
+        probs = turn_answer_probabilities(
+            self.policy,
+            self.tokenizer,
+            prompts,
+            groups,
+            [e.completion_ids for e in episodes],
+            [e.action_mask for e in episodes],
+            [problems[g].answer for g in groups],
+            self.answer_format,
+            self.micro_batch_size,
+            self.dtype,
+        )
+        return information_gain_rewards([e.turn_rewards for e in episodes], probs)
 
 
 @dataclass
@@ -401,9 +441,11 @@ class Given:
 @dataclass
 class MultiTurn:
     """An agent environment's episodes (:meth:`rlvr.envs.agent.Agent.play`); each episode's
-    return is its reward (one term, ``env``)."""
+    return is its reward (one term, ``env``). With ``gain`` (IGPO), each turn's reward also
+    holds its information gain (the episode's reward stays the environment's return)."""
 
     agent: Agent
+    gain: InformationGain | None = None
 
     def play(
         self,
@@ -421,6 +463,9 @@ class MultiTurn:
         sampled = sum(sum(e.action_mask) for e in episodes)
         trees = self.agent.branching is not None  # turn-level trees: groups of leaves
         groups = torch.tensor([e.group for e in episodes]) if trees else _groups_of(problems, n)
+        turn_rewards = [e.turn_rewards for e in episodes]
+        if self.gain is not None:
+            turn_rewards = self.gain(prompts, groups.tolist(), episodes, problems)
         columns = {
             "completion_ids": [e.completion_ids for e in episodes],
             "sampler_logprobs": [e.logprobs for e in episodes],
@@ -429,7 +474,7 @@ class MultiTurn:
             "group_ids": groups,
             "breakdown": breakdown,
             "action_mask": [e.action_mask for e in episodes],
-            "turn_rewards": [e.turn_rewards for e in episodes],
+            "turn_rewards": turn_rewards,
             "anchors": [e.anchors for e in episodes],
             "transcripts": [e.messages for e in episodes],
             "infos": [[plain(info) for info in e.infos] for e in episodes],
