@@ -310,10 +310,12 @@ def test_cli_rm_train_and_eval(tmp_path) -> None:
         "rm", "train", "--data", str(data), "--model", MODEL, "--out", str(out),
         "--epochs", "1", "--lr", "1e-3", "--batch-size", "8", "--max-length", "64",
         "--eval-fraction", "0.25", "--seed", "1", "--dtype", "bf16", "--threads", "1",
-        "--no-progress",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "pairs: 30 train, 10 held out" in result.flat
+    # not a terminal (a log file): plain progress lines instead of a live bar
+    assert re.search(r"reward model 1/4 steps · loss [\d.]+ · acc [\d.]+ · \d+ s", result.flat)
+    assert "reward model 4/4 steps" in result.flat
     assert re.search(r"held-out pairwise accuracy before: [\d.]+%", result.flat)
     assert re.search(r"held-out pairwise accuracy after: [\d.]+%", result.flat)
     assert f"reward model: {out}" in result.flat

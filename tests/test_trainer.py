@@ -139,7 +139,8 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None
         time.sleep(0.02)
 
 
-def _resume(run_dir: Path) -> None:
+def _resume(run_dir: Path) -> str:
+    """``rlvr train --resume run_dir --set train.steps=6`` in a new process; its output."""
     out = subprocess.run(
         [
             sys.executable,
@@ -157,6 +158,7 @@ def _resume(run_dir: Path) -> None:
         env={**os.environ, "PYTHONPATH": TESTS},
     )
     assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout + out.stderr
 
 
 @pytest.fixture(scope="module")

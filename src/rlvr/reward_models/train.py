@@ -257,9 +257,12 @@ def train_reward_model(
     standard deviation of the final rewards of the held-out responses (the training responses
     when there is no held-out split).
     """
+    from rich import get_console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     start = time.monotonic()
+    console = console or get_console()
+    plain = progress and not console.is_terminal  # a log file: a line every tenth of the steps
     pairs = load_pairs(
         config.data, config.prompt_column, config.chosen_column, config.rejected_column
     )
@@ -295,7 +298,7 @@ def train_reward_model(
         TextColumn("{task.fields[stats]}"),
         TimeElapsedColumn(),
         console=console,
-        disable=not progress,
+        disable=not progress or plain,
     )
     model.train()
     with display:
@@ -319,11 +322,13 @@ def train_reward_model(
                     "loss": sum(s for s, _, _ in window) / seen,
                     "accuracy": sum(c for _, c, _ in window) / seen,
                 }
-                display.update(
-                    task,
-                    advance=1,
-                    stats=f"loss {stats['loss']:.4f} · acc {stats['accuracy']:.2f}",
-                )
+                text = f"loss {stats['loss']:.4f} · acc {stats['accuracy']:.2f}"
+                display.update(task, advance=1, stats=text)
+                done = display.tasks[0].completed
+                if plain and (done % max(1, total // 10) == 0 or done == total):
+                    elapsed = time.monotonic() - start
+                    line = f"reward model {int(done)}/{total} steps · {text} · {elapsed:.0f} s"
+                    console.print(line, markup=False, highlight=False)
     after, eval_rewards = held_out()
     if eval_rewards.numel() == 0:
         chosen, rejected = _score_pairs(model, train_set, config.eval_batch_size, config.dtype)
