@@ -403,10 +403,35 @@ def tiny_run(run_dir: Path, steps: int = 2) -> list[str]:
     ]
 
 
+TRAINED_MODEL_TERMS = ("prm_steps", "reward_model")
+"""Reward terms that read a model trained by ``rlvr rm train`` (``params.path``)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model(tmp_path_factory) -> Path:
+    """A reward model trained on the tiny model (8 pairs, one step): what a shipped config's
+    ``rlvr rm train`` output stands for on the tiny model."""
+    from rlvr.reward_models.train import RewardModelConfig, train_reward_model
+
+    where = tmp_path_factory.mktemp("tiny-rm")
+    rows = [
+        {"prompt": f"What is {i} + 1?", "chosen": f"Answer: {i + 1}", "rejected": f"Answer: {i}"}
+        for i in range(8)
+    ]
+    data = where / "pairs.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    config = RewardModelConfig(
+        data=str(data), model="tiny-random-llama", out=str(where / "rm"), eval_fraction=0.0
+    )
+    train_reward_model(config, progress=False)
+    return where / "rm"
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED))
-def test_every_shipped_config_trains_a_step_on_the_tiny_model(tmp_path, name):
+def test_every_shipped_config_trains_a_step_on_the_tiny_model(tmp_path, request, name):
     """Each config of configs/ and each repro arm loads as written and trains one step on the
-    tiny model (a Ray config on the local backend: the Ray tests train through Ray)."""
+    tiny model (a Ray config on the local backend: the Ray tests train through Ray; a trained
+    reward model, a tiny one)."""
     from rlvr.config import load_config
     from rlvr.logging import read_metrics
     from rlvr.trainer import train
@@ -418,6 +443,12 @@ def test_every_shipped_config_trains_a_step_on_the_tiny_model(tmp_path, name):
         overrides.append("model.teacher=tiny-random-llama")
     # a judge model (judge_writing's SmolLM2) is the tiny one too
     overrides += [f"reward.judges.{judge}.model=tiny-random-llama" for judge in cfg.reward.judges]
+    terms = [term.model_dump() for term in cfg.reward.terms]
+    if any(term["name"] in TRAINED_MODEL_TERMS for term in terms):
+        for term in terms:
+            if term["name"] in TRAINED_MODEL_TERMS:
+                term["params"]["path"] = str(request.getfixturevalue("tiny_reward_model"))
+        overrides.append(f"reward.terms={json.dumps(terms)}")
     train(load_config(path, overrides))
     rows = [r for r in read_metrics(tmp_path / "run") if "policy/loss" in r]
     assert [r["step"] for r in rows] == [1]
