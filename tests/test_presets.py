@@ -1,5 +1,7 @@
 """Every preset end to end on a tiny model: no NaN in 3 steps, and it learns a one-token task
-within 30 steps (fixed seed, CPU, seconds); PPO trains and checkpoints its value head."""
+within 20 steps (fixed seed, CPU, seconds; at lr 7e-3 the least gain of the mean reward from the
+first 5 steps to the last 5 was 0.36, semi-online DPO's, against the 0.2 asked); PPO trains and
+checkpoints its value head."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:
         "algorithm": {"preset": preset},
         "train": {
             "steps": steps,
-            "lr": 3e-3,
+            "lr": 7e-3,
             "micro_batch_size": 32,
             "threads": 1,
             "autocast": "fp32",
@@ -50,9 +52,9 @@ def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:
 
 @pytest.mark.parametrize("preset", TRAINABLE)
 def test_preset_learns_a_one_token_task(tmp_path, preset):
-    train(build_config(one_token_config(tmp_path, preset, steps=30)))
+    train(build_config(one_token_config(tmp_path, preset, steps=20)))
     rows = [r for r in read_metrics(tmp_path) if "policy/loss" in r]
-    assert len(rows) == 30
+    assert len(rows) == 20
     for row in rows[:3]:  # no NaN anywhere in the first steps
         assert all(v is not None and math.isfinite(v) for v in row.values()), row
     rewards = [r["reward/mean"] for r in rows]
