@@ -70,6 +70,34 @@ def answer_probe(
     return context, head[len(lead) :] + reference + tail
 
 
+def _answer_logprobs(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: Sequence[list[int]],
+    owners: list[int],
+    probes: list[list[int]],
+    answer_lens: list[int],
+    micro_batch: int,
+    dtype: torch.dtype,
+) -> list[torch.Tensor]:
+    """The log-probs [k_j] of the last ``answer_lens[j]`` tokens of each probe, teacher-forced
+    after its prompt ``prompt_ids[owners[j]]`` (probes of one prompt share its KV: the
+    shared-prefix forward, ``micro_batch`` probes at a time)."""
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out: list[torch.Tensor] = []
+    for lo in range(0, len(probes), micro_batch):
+        hi = min(len(probes), lo + micro_batch)
+        batch = make_batch(list(prompt_ids), probes[lo:hi], pad, owners[lo:hi])
+        batch = batch.select(torch.arange(hi - lo)).to(device)
+        with autocast:
+            logp, _ = completion_logprobs(model, batch, shared_prefix=True)
+        for row, probe, k in zip(logp, probes[lo:hi], answer_lens[lo:hi], strict=True):
+            out.append(row[len(probe) - k : len(probe)].float())
+    return out
+
+
 @torch.no_grad()
 def reference_answer_logprobs(
     model: PreTrainedModel,
@@ -96,8 +124,6 @@ def reference_answer_logprobs(
         of the reference answer's tokens after ``prompt + reasoning`` and after the prompt alone
         (computed once per prompt). Probes of one prompt share its KV (shared-prefix forward).
     """
-    device = next(model.parameters()).device
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -124,16 +150,10 @@ def reference_answer_logprobs(
             answer_lens.append(len(answer_ids))
     if any(k == 0 for k in answer_lens):
         raise ValueError("a reference answer encodes to no tokens; check the problems' answers")
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    out: list[list[float]] = []
-    for lo in range(0, len(probes), micro_batch):
-        hi = min(len(probes), lo + micro_batch)
-        batch = make_batch(list(prompt_ids), probes[lo:hi], pad, owners[lo:hi])
-        batch = batch.select(torch.arange(hi - lo)).to(device)
-        with autocast:
-            logp, _ = completion_logprobs(model, batch, shared_prefix=True)
-        for row, probe, k in zip(logp, probes[lo:hi], answer_lens[lo:hi], strict=True):
-            out.append(row[len(probe) - k : len(probe)].tolist())
+    scored = _answer_logprobs(
+        model, tokenizer, prompt_ids, owners, probes, answer_lens, micro_batch, dtype
+    )
+    out = [row.tolist() for row in scored]
     n = len(completions)
     return {
         "reference_logprobs": out[:n],
@@ -181,8 +201,6 @@ def turn_answer_probabilities(
     Returns:
         N lists of K_i probabilities, K_i the episode's number of actions.
     """
-    device = next(model.parameters()).device
-    autocast = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -202,16 +220,10 @@ def turn_answer_probabilities(
             owners.append(g)
             probes.append(list(ids[:start]) + context_ids + answer_ids)
             answer_lens.append(len(answer_ids))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    probs: list[float] = []
-    for lo in range(0, len(probes), micro_batch):
-        hi = min(len(probes), lo + micro_batch)
-        batch = make_batch(list(prompt_ids), probes[lo:hi], pad, owners[lo:hi])
-        batch = batch.select(torch.arange(hi - lo)).to(device)
-        with autocast:
-            logp, _ = completion_logprobs(model, batch, shared_prefix=True)
-        for row, probe, k in zip(logp, probes[lo:hi], answer_lens[lo:hi], strict=True):
-            probs.append(math.exp(row[len(probe) - k : len(probe)].float().mean().item()))
+    scored = _answer_logprobs(
+        model, tokenizer, prompt_ids, owners, probes, answer_lens, micro_batch, dtype
+    )
+    probs = [math.exp(row.mean().item()) for row in scored]  # geometric mean of p
     out, at = [], 0
     for k in turns:
         out.append(probs[at : at + k])
