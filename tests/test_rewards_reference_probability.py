@@ -100,6 +100,11 @@ def test_turn_answer_probabilities_equal_teacher_forced_forwards(tiny):
         expected.append(math.exp(mean))
     assert len(got) == 1 and got[0] == pytest.approx(expected, rel=1e-4)
     assert got[0][0] != got[0][1]  # the context differs
+    # two episodes of one prompt: their shared probes are scored once, to the same values
+    twice = turn_answer_probabilities(
+        model, tok, prompts, [0, 0], [episode, episode], [mask, mask], ["7", "7"]
+    )
+    assert twice == [got[0], got[0]]
 
 
 def test_rlpr_through_combined_reward():

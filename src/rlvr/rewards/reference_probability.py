@@ -205,30 +205,33 @@ def turn_answer_probabilities(
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
+    # each distinct (prompt, probe) is scored once: the episodes of a group share their first
+    # probe (the prompt alone), and episodes that start alike share more
+    unique: dict[tuple[int, tuple[int, ...]], int] = {}
     owners: list[int] = []
     probes: list[list[int]] = []
     answer_lens: list[int] = []
-    turns: list[int] = []
+    rows: list[list[int]] = []  # each episode's probes, as indices into ``probes``
     for g, ids, mask, ref in zip(group_ids, completion_ids, action_masks, references, strict=True):
         context, answer = answer_probe("", ref, answer_format)
         context_ids, answer_ids = encode(context), encode(answer)
         if not answer_ids:
             raise ValueError("a reference answer encodes to no tokens; check the problems' answers")
-        starts = _action_starts(mask)
-        turns.append(len(starts))
-        for start in starts:
-            owners.append(g)
-            probes.append(list(ids[:start]) + context_ids + answer_ids)
-            answer_lens.append(len(answer_ids))
+        rows.append([])
+        for start in _action_starts(mask):
+            probe = list(ids[:start]) + context_ids + answer_ids
+            key = (g, tuple(probe))
+            if key not in unique:
+                unique[key] = len(probes)
+                owners.append(g)
+                probes.append(probe)
+                answer_lens.append(len(answer_ids))
+            rows[-1].append(unique[key])
     scored = _answer_logprobs(
         model, tokenizer, prompt_ids, owners, probes, answer_lens, micro_batch, dtype
     )
     probs = [math.exp(row.mean().item()) for row in scored]  # geometric mean of p
-    out, at = [], 0
-    for k in turns:
-        out.append(probs[at : at + k])
-        at += k
-    return out
+    return [[probs[j] for j in row] for row in rows]
 
 
 def sequence_score(logprobs: Sequence[float], normalization: Normalization) -> float:
