@@ -36,6 +36,7 @@ from rlvr.algorithms.checks import (
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
 from rlvr.algorithms.distillation import reverse_kl_advantages
+from rlvr.algorithms.diversity import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
 from rlvr.algorithms.entropy_control import EntropyController, adapt_entropy_coef
 from rlvr.algorithms.entropy_cov import clip_cov_policy_loss, kl_cov_policy_loss, token_covariance
@@ -222,6 +223,8 @@ __all__ = [
     "adapt_entropy_coef",
     "add_objective",
     "binary_kl",
+    "diversity_adjusted_rewards",
+    "graph_cut_smi",
     "dppo_kl_policy_loss",
     "dppo_tv_policy_loss",
     "sapo_policy_loss",
