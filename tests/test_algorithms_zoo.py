@@ -646,6 +646,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "exo",
         "copg",
         "tpo",
+        "inpo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -159,6 +159,31 @@ def test_tpo_on_hand_computed_pairs():
         algorithms.tpo_loss(pairs, alpha=-1.0)
 
 
+def test_inpo_on_hand_computed_pairs():
+    """INPO at eta 0.25 (target 1/(2 eta) = 2), ratio 1/3: h_theta = (2, -1), h_ref = (1, -0.5),
+    h_t = (1.8, -1.1) of the sampling snapshot, anchored margins 2 - 1/3 - 1.2 = 0.4667 and
+    -1 + 1/6 + 0.7333 = -0.1; with ratio 1 it is IPO at tau = eta."""
+    pairs = dataclasses.replace(
+        PAIRS, sampler_chosen=_t([-1.1, -2.1]), sampler_rejected=_t([-2.9, -1.0])
+    )
+    loss, info = algorithms.inpo_loss(pairs, eta=0.25, ratio=1 / 3)
+    anchored = [2 - 1 / 3 - 2 / 3 * 1.8, -1 + 0.5 / 3 + 2 / 3 * 1.1]
+    torch.testing.assert_close(info["anchored_margin"], _t(anchored))
+    torch.testing.assert_close(loss, _t([(a - 2.0) ** 2 for a in anchored]))
+    torch.testing.assert_close(info["accuracy"], _t([1.0, 0.0]).float())
+    ipo, _ = algorithms.ipo_loss(PAIRS, tau=0.25)
+    torch.testing.assert_close(algorithms.inpo_loss(pairs, eta=0.25, ratio=1.0)[0], ipo)
+    chosen = _t([-1.0, -2.0]).requires_grad_()
+    algorithms.inpo_loss(dataclasses.replace(pairs, chosen=chosen), eta=0.25)[0].sum().backward()
+    assert chosen.grad.tolist() == pytest.approx([2 * (a - 2.0) for a in anchored])  # < 0
+    with pytest.raises(ValueError, match="sampling policy"):
+        algorithms.inpo_loss(PAIRS)
+    with pytest.raises(ValueError, match="reference"):
+        algorithms.inpo_loss(dataclasses.replace(pairs, ref_chosen=None))
+    with pytest.raises(ValueError, match="ratio"):
+        algorithms.inpo_loss(pairs, ratio=1.5)
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):
@@ -332,6 +357,35 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     if preset == "on_policy_distillation":
         cfg["model"]["teacher"] = "tiny-random-llama"
     return cfg
+
+
+def test_inpo_anchors_at_the_log_probs_the_sampler_drew_the_pairs_with(tmp_path):
+    """INPO's pi_t is the snapshot that sampled the pairs: the engine's log-probs, not a learner
+    pass. At step 1 the policy, the reference and the sampler agree, so the anchored margin
+    h - h_ref / 3 - 2 h_t / 3 is ~0; with the sampler's log-probs zeroed it is 2 h / 3."""
+    cfg = objective_config(tmp_path / "run", "inpo", steps=1, objective={"eta": 0.25})
+    cfg["train"]["micro_batch_size"] = 16
+    with built(cfg) as parts:
+        learner = parts.learners
+        data, _ = parts.collector.collect(1)
+        step = learner.prepare(data)
+        with torch.no_grad():
+            logp, _ = completion_logprobs(learner.policy, step.batch, learner.forward.temperature)
+        seq = (logp * step.batch.action_mask).sum(-1)
+        h = seq[step.pairs[:, 0]] - seq[step.pairs[:, 1]]
+        assert len(h) > 0 and h.abs().max() > 1e-3
+        zeroed = data.with_columns(sampler_logprobs=[[0.0] * len(x) for x in data.sampler_logprobs])
+        metrics, bad = learner.update(zeroed)
+        assert bad is None
+        assert metrics["preference/anchored_margin"] == pytest.approx(
+            (2 / 3 * h).mean().item(), abs=1e-4
+        )
+        expected = ((2 / 3 * h - 2.0) ** 2).mean().item()
+        assert metrics["policy/loss"] == pytest.approx(expected, rel=1e-4)
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        metrics, bad = parts.learners.update(data)
+        assert bad is None and metrics["preference/anchored_margin"] == pytest.approx(0, abs=1e-4)
 
 
 def test_rft_trains_on_the_verified_samples_only(tmp_path):
@@ -567,6 +621,7 @@ RESUMED = (
     "semi_online_dpo",
     "rebel",
     "copg",
+    "inpo",
     "on_policy_distillation",
 )
 

@@ -48,6 +48,9 @@ class PairLogps:
         reward_margin: [P] r(x, y_c) - r(x, y_r) (>= 0: the chosen one is the better).
         chosen_tokens, rejected_tokens: [P] the completions' trained tokens |y| (the
             length-normalised objectives'), or None.
+        sampler_chosen, sampler_rejected: [P] under the behaviour policy, the snapshot the
+            rollout engine sampled them from (its log-probs as sampled; 0 for a data row), or
+            None.
     """
 
     chosen: torch.Tensor
@@ -59,6 +62,8 @@ class PairLogps:
     reward_margin: torch.Tensor
     chosen_tokens: torch.Tensor | None = None
     rejected_tokens: torch.Tensor | None = None
+    sampler_chosen: torch.Tensor | None = None
+    sampler_rejected: torch.Tensor | None = None
 
     def reference_margin(self, objective: str) -> torch.Tensor:
         """h = [log pi(y_c) - log pi_ref(y_c)] - [log pi(y_r) - log pi_ref(y_r)] [P]: the

@@ -294,3 +294,52 @@ def tpo_loss(
         "accuracy": (margin.detach() > 0).float(),
         "gold_nll": gold_nll.detach(),
     }
+
+
+@register_objective(
+    "inpo",
+    needs_reference=True,
+    pairing="best_worst",
+    citation=(
+        "Zhang et al. 2024, Iterative Nash Policy Optimization: Aligning LLMs with General "
+        "Preferences via No-Regret Learning, arXiv:2407.00617 (INPO; the released inpo_loss)"
+    ),
+    summary="(h_theta - ratio h_ref - (1 - ratio) h_t - 1/(2 eta))^2: IPO's squared loss on the "
+    "log-ratio margin, anchored at a mix of the reference and the policy pi_t that sampled the "
+    "pairs (no-regret online mirror descent towards the Nash policy)",
+)
+def inpo_loss(
+    pairs: PairLogps, eta: float = 0.005, ratio: float = 1 / 3
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """INPO (Zhang et al. 2024), as the released ``inpo_loss`` computes it: with the margins
+    ``h_pi = log pi(y_w) - log pi(y_l)`` of the trained policy, the reference and the previous
+    iteration's policy pi_t (the snapshot that sampled the pair: the rollout engine's
+    log-probs),
+
+        ``l = (h_theta - ratio h_ref - (1 - ratio) h_t - 1 / (2 eta))^2``    [P]
+
+    ``ratio = tau / eta`` weighs the reference against pi_t (tau the KL regularisation, eta the
+    mirror-descent step); the run script's eta = 0.005 and ratio = 1/3. Sequence log-probs, as
+    in the authors' trainer. The pairs are each group's best and worst samples by the reward
+    (the paper's preference oracle picks them among K samples of pi_t). With ratio = 1 it is
+    IPO with tau = eta (:func:`ipo_loss`).
+
+    Returns the loss [P] and ``anchored_margin`` (h_theta - ratio h_ref - (1 - ratio) h_t),
+    ``accuracy`` (h_theta > 0) per pair."""
+    if eta <= 0:
+        raise ValueError(f"inpo: eta must be > 0, got {eta}")
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"inpo: ratio (tau / eta) must be in [0, 1], got {ratio}")
+    if pairs.sampler_chosen is None or pairs.sampler_rejected is None:
+        raise ValueError("inpo needs the sampling policy's log-probs of each pair")
+    if pairs.ref_chosen is None or pairs.ref_rejected is None:
+        raise ValueError("objective 'inpo' needs the reference's log-probs")
+    h_theta = pairs.chosen - pairs.rejected
+    h_ref = pairs.ref_chosen - pairs.ref_rejected
+    h_t = pairs.sampler_chosen - pairs.sampler_rejected
+    anchored = h_theta - ratio * h_ref - (1 - ratio) * h_t
+    loss = (anchored - 1 / (2 * eta)) ** 2
+    return loss, {
+        "anchored_margin": anchored.detach(),
+        "accuracy": (h_theta.detach() > 0).float(),
+    }

@@ -343,6 +343,16 @@ for _preset in (
         "inf) and online (s = 1) DPO.",
     ),
     Algorithm(
+        name="inpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="inpo", pairing="best_worst", sync_every=5),
+        citation="Zhang et al. 2024, Iterative Nash Policy Optimization: Aligning LLMs with "
+        "General Preferences via No-Regret Learning, arXiv:2407.00617",
+        summary="Iterative preference optimisation towards the Nash policy: pairs (best, worst "
+        "of a group by the reward) from the snapshot pi_t the sampler holds between syncs "
+        "(an iteration, s = 5 updates), loss (h - h_ref/3 - 2 h_t/3 - 1/(2 eta))^2, eta = 0.005.",
+    ),
+    Algorithm(
         name="rebel",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="rebel", pairing="adjacent"),

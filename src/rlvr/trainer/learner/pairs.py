@@ -23,6 +23,7 @@ import torch
 from rlvr import algorithms
 from rlvr.policy import Batch
 from rlvr.trainer.batch import Samples
+from rlvr.trainer.learner.advantage_inputs import padded
 from rlvr.trainer.learner.kinds import (
     Averages,
     ObjectiveKind,
@@ -44,6 +45,7 @@ class Pairs(Prepared):
         skipped_groups: groups that gave no pair (equal rewards).
         old_logp: pi_old [N, T] of the paired rows, or None on-policy.
         ref_logp: pi_ref [N, T] of the paired rows, or None without a reference.
+        sampler_logp: [N, T] the behaviour policy's log-probs (the rollout engine's as sampled).
         rewards: [N] the samples' rewards.
         samples: N, the step's samples.
     """
@@ -53,6 +55,7 @@ class Pairs(Prepared):
     skipped_groups: int
     old_logp: torch.Tensor | None
     ref_logp: torch.Tensor | None
+    sampler_logp: torch.Tensor
     rewards: torch.Tensor
     samples: int
 
@@ -76,6 +79,7 @@ class PairObjective(ObjectiveKind):
             skipped_groups=skipped,
             old_logp=passes.old_logp,
             ref_logp=passes.ref_logp,
+            sampler_logp=padded(data.sampler_logprobs, batch.action_mask.shape).to(learner.device),
             rewards=data.rewards.to(learner.device),
             samples=len(data),
         )
@@ -121,6 +125,7 @@ class PairObjective(ObjectiveKind):
         old = logp.detach() if p.old_logp is None else p.old_logp[rows, :width]
         old_seq = (old * mask).sum(-1)
         ref_seq = None if p.ref_logp is None else (p.ref_logp[rows, :width] * mask).sum(-1)
+        sampler_seq = (p.sampler_logp[rows, :width] * mask).sum(-1)
         rewards = p.rewards[rows]
         logps = algorithms.PairLogps(
             chosen=seq[:n],
@@ -132,6 +137,8 @@ class PairObjective(ObjectiveKind):
             reward_margin=rewards[:n] - rewards[n:],
             chosen_tokens=mask[:n].sum(-1),
             rejected_tokens=mask[n:].sum(-1),
+            sampler_chosen=sampler_seq[:n],
+            sampler_rejected=sampler_seq[n:],
         )
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
