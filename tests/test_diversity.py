@@ -7,6 +7,7 @@ import pytest
 import torch
 from test_lora import built
 from test_trainer import tiny_config
+from test_zoo_trainer_wiring import record_plays
 
 from rlvr.algorithms import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.config import ConfigError, build_config
@@ -42,18 +43,9 @@ def test_the_dra_stage_adjusts_the_draws_rewards_and_logs_the_tasks(tmp_path):
         tmp_path / "run", steps=1, algorithm={"stages": [{"name": "dra", "embedding": "lexical"}]}
     )
     with built(cfg) as parts:
-        collector = parts.collector
-        played = []
-        run = collector.rollouts.run
-
-        def recorded(problems, n, *args, **kwargs):
-            scored = run(problems, n, *args, **kwargs)
-            played.append(scored)
-            return scored
-
-        collector.rollouts.run = recorded
-        data, metrics = collector.collect(1)
-    ((scored,),) = [played]
+        played = record_plays(parts.collector)
+        data, metrics = parts.collector.collect(1)
+    ((_, _, scored),) = played
     task = torch.tensor(scored.breakdown.total, dtype=torch.float64)
     emb = LexicalEmbedder().embed(list(data.texts)).double()
     expected = task.clone()

@@ -7,6 +7,7 @@ a 1-step (or few-step) run on the tiny model: the 80/20 rule's high-entropy toke
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -19,6 +20,21 @@ from rlvr.config import build_config
 from rlvr.models import load_model
 from rlvr.policy import completion_logprobs
 from rlvr.trainer import train
+
+
+def record_plays(collector) -> list[tuple[int, int, Any]]:
+    """Wrap ``collector.rollouts.run`` so that each play appends (prompts, n, scored table) to
+    the returned list."""
+    played: list[tuple[int, int, Any]] = []
+    run = collector.rollouts.run
+
+    def recorded(problems, n, *args, **kwargs):
+        scored = run(problems, n, *args, **kwargs)
+        played.append((len(problems), n, scored))
+        return scored
+
+    collector.rollouts.run = recorded
+    return played
 
 
 def test_the_80_20_mask_trains_only_the_top_fifth_of_the_tokens_by_entropy(tmp_path):
@@ -65,17 +81,8 @@ def test_gfpo_oversamples_and_keeps_the_best_reward_per_token_of_each_group(tmp_
         algorithm={"group_filter": "reward_per_token", "group_filter_oversample": 2},
     )
     with built(cfg) as parts:
-        collector = parts.collector
-        played = []
-        run = collector.rollouts.run
-
-        def recorded(problems, n, *args, **kwargs):
-            scored = run(problems, n, *args, **kwargs)
-            played.append((len(problems), n, scored))
-            return scored
-
-        collector.rollouts.run = recorded
-        data, _ = collector.collect(1)
+        played = record_plays(parts.collector)
+        data, _ = parts.collector.collect(1)
         step = parts.learners.prepare(data)
     ((prompts, n, scored),) = played
     assert (prompts, n, len(scored.texts)) == (2, 8, 16)
