@@ -430,12 +430,20 @@ def test_policy_loss_errors() -> None:
     logp, old = _logps([[1.0, 1.0]])
     with pytest.raises(
         ValueError,
-        match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, kl_cov, none, sapo, "
-        "sequence, token",
+        match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, kl_cov, lp_reg, none, "
+        "sapo, sequence, token",
     ):
         policy_loss("ppo", logp, old, _t([1.0]), torch.ones(1, 2))
     with pytest.raises(ValueError, match=r"\[B, T\]"):
         policy_loss("token", logp, old, _t([1.0]), torch.ones(1, 3))
+
+
+def _proxy(kind: str, like: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A min-p proxy for the kinds that read one (Lp-Reg), filtered everywhere (-inf): no token
+    is regularised, so the loss is the clipped surrogate the others are checked against."""
+    if not POLICY_LOSSES[kind].min_p_proxy:
+        return {}
+    return {"proxy_logp": torch.full_like(like, float("-inf"))}
 
 
 @pytest.mark.parametrize("mode", list(AGGREGATIONS))
@@ -444,7 +452,7 @@ def test_on_policy_ratio_one_and_vanilla_gradient(kind: str, mode: str) -> None:
     # first minibatch of an on-policy step: old = logp.detach(), every ratio is 1 and
     # dL/dlogp_{i,t} = -A_i * m_{i,t} / normaliser_{i,t} for every kind and aggregation
     logp, _, adv, mask = _batch(3)
-    loss, info = policy_loss(kind, logp, logp.detach(), adv, mask, 0.2, 0.28)
+    loss, info = policy_loss(kind, logp, logp.detach(), adv, mask, 0.2, 0.28, **_proxy(kind, logp))
     assert torch.equal(info["ratio"], torch.ones_like(info["ratio"]))
     assert not (info["is_clipped_low"] | info["is_clipped_high"]).any()
     aggregate(loss, mask, mode, max_len=MAX_LEN).backward()
@@ -468,7 +476,7 @@ def test_micro_batch_invariance_every_kind(kind: str, mode: str, num_micro: int)
         pytest.skip(f"{kind} reads statistics over its micro-batch's tokens (declared)")
     logp_full, old, adv, mask = _batch(4, off_policy=0.3)
     dual = 3.0 if POLICY_LOSSES[kind].dual_clip else None
-    loss, _ = policy_loss(kind, logp_full, old, adv, mask, 0.2, 0.28, dual)
+    loss, _ = policy_loss(kind, logp_full, old, adv, mask, 0.2, 0.28, dual, **_proxy(kind, old))
     full = aggregate(loss, mask, mode, max_len=MAX_LEN)
     full.backward()
 
@@ -476,7 +484,10 @@ def test_micro_batch_invariance_every_kind(kind: str, mode: str, num_micro: int)
     total_tokens, total_seqs = mask.sum().item(), mask.shape[0]
     accumulated = torch.zeros((), dtype=torch.float64)
     for rows in torch.arange(mask.shape[0]).chunk(num_micro):
-        micro, _ = policy_loss(kind, logp[rows], old[rows], adv[rows], mask[rows], 0.2, 0.28, dual)
+        extra = {k: v[rows] for k, v in _proxy(kind, old).items()}
+        micro, _ = policy_loss(
+            kind, logp[rows], old[rows], adv[rows], mask[rows], 0.2, 0.28, dual, **extra
+        )
         share = aggregate(
             micro,
             mask[rows],
@@ -494,7 +505,7 @@ def test_micro_batch_invariance_every_kind(kind: str, mode: str, num_micro: int)
 @pytest.mark.parametrize("kind", list(POLICY_LOSSES))
 def test_policy_metrics_for_every_kind(kind: str) -> None:
     logp, old, adv, mask = _batch(6, off_policy=0.5)
-    _, info = policy_loss(kind, logp, old, adv, mask, 0.2, 0.28)
+    _, info = policy_loss(kind, logp, old, adv, mask, 0.2, 0.28, **_proxy(kind, old))
     metrics = policy_metrics(info, mask)
     extra = {f"{k[3:]}_frac" for k in info if k.startswith("is_")} - {
         "clipped_low_frac",

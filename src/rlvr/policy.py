@@ -41,6 +41,7 @@ from transformers import Cache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from rlvr.algorithms.lp_reg import min_p_proxy_logprobs
 from rlvr.config import ConfigError
 from rlvr.rollout.torch_engine import left_pad
 
@@ -323,6 +324,27 @@ def completion_logprobs(
     if values is None:
         return logp, entropy
     return logp, entropy, _unflatten(values, mask)
+
+
+@torch.no_grad()
+def min_p_logprobs(
+    model: PreTrainedModel,
+    batch: Batch,
+    temperature: float,
+    kappa: float,
+    shared_prefix: bool = False,
+) -> torch.Tensor:
+    """Lp-Reg's proxy log-probs [N, T] of the completion tokens: ``model``'s temperature-scaled
+    distribution filtered by min-p at ``kappa`` and renormalised
+    (:func:`rlvr.algorithms.min_p_proxy_logprobs`), -inf where a token was filtered, 0 on
+    padding. No gradient; the plain (or, with ``shared_prefix``, the grouped) forward."""
+    mask = batch.completion_mask
+    targets = batch.completion_ids[mask.bool()]
+    forward = _grouped_forward if shared_prefix else _padded_forward
+    logits, _ = forward(model, batch, False, False)  # [K, V]
+    assert logits is not None
+    proxy = min_p_proxy_logprobs(logits, targets, kappa, temperature)
+    return _unflatten(proxy, mask)
 
 
 def _sharded(model: torch.nn.Module) -> bool:

@@ -100,6 +100,7 @@ from rlvr.algorithms.losses import (
     reinforce_policy_loss,
     value_loss,
 )
+from rlvr.algorithms.lp_reg import lp_reg_policy_loss, min_p_proxy_logprobs
 from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
     OBJECTIVES,
@@ -244,6 +245,8 @@ __all__ = [
     "compute_advantages",
     "copg_loss",
     "inpo_loss",
+    "lp_reg_policy_loss",
+    "min_p_proxy_logprobs",
     "dpo_loss",
     "dpo_norm_loss",
     "exo_loss",

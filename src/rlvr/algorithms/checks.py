@@ -36,6 +36,7 @@ ARGUMENTS_FILLED = {
         "clip_high",
         "dual_clip",
         "seed",
+        "proxy_logp",
     ),
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),

@@ -304,6 +304,10 @@ class PolicyLoss:
             (DPPO, whose paper anchors the trust region to the behaviour policy). Its ratio is
             then the whole sampler correction, so TIS / MIS (``algorithm.correction.tis_cap``,
             ``mis_band``, which weight by pi_old / pi_sampler) are refused with it.
+        min_p_proxy: the loss reads ``proxy_logp`` [B, T], log pi_proxy of the sampled tokens
+            under pi_old filtered by min-p at the loss's ``kappa`` and renormalised (Lp-Reg):
+            the learner computes it in a no-grad pass before the update
+            (:func:`rlvr.policy.min_p_logprobs`).
     """
 
     name: str
@@ -315,6 +319,7 @@ class PolicyLoss:
     batch_statistics: bool = False
     paper: str = ""
     sampler_anchored: bool = False
+    min_p_proxy: bool = False
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -330,11 +335,13 @@ def register_policy_loss(
     batch_statistics: bool = False,
     paper: str = "",
     sampler_anchored: bool = False,
+    min_p_proxy: bool = False,
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: add ``fn(logp, old_logp, advantages, [mask, clip_low, clip_high,
-    dual_clip, seed,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES` (the flags:
-    :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``, ``clip_low``,
-    ``clip_high``, ``dual_clip`` and ``seed`` its signature names (as keywords), so a plain loss
+    dual_clip, seed, proxy_logp,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES`
+    (the flags: :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``,
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed`` and ``proxy_logp`` its signature names
+    (as keywords), so a plain loss
     function registers as it is; the ``algorithm.policy_loss`` section's other keys fill its
     other arguments."""
 
@@ -351,6 +358,7 @@ def register_policy_loss(
                 batch_statistics,
                 paper,
                 sampler_anchored,
+                min_p_proxy,
             ),
         )
         return fn
@@ -391,13 +399,18 @@ register_policy_loss(
 )(reinforce_policy_loss)
 
 
+STANDARD_ARGUMENTS = frozenset({"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp"})
+"""What :func:`policy_loss` hands a loss function whose signature names it."""
+
+
 def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
     """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed`` (None: all, it takes ``**kwargs``)."""
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp`` (None: all, it takes
+    ``**kwargs``)."""
     parameters = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
-    return frozenset(parameters) & {"mask", "clip_low", "clip_high", "dual_clip", "seed"}
+    return frozenset(parameters) & STANDARD_ARGUMENTS
 
 
 def policy_loss(
@@ -410,6 +423,7 @@ def policy_loss(
     clip_high: float = 0.2,
     dual_clip: float | None = None,
     seed: int = 0,
+    proxy_logp: torch.Tensor | None = None,
     **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token policy loss of the kind registered as ``kind``.
@@ -431,6 +445,7 @@ def policy_loss(
         dual_clip: the dual-clip bound c > 1 ("token" and "sequence" only), or None.
         seed: the key of this call's random stream, for the kinds that draw (Clip-Cov's pick);
             the learner passes a new one per minibatch and micro-batch.
+        proxy_logp: [B, T] pi_old's min-p proxy log-probs, for a ``min_p_proxy`` kind (Lp-Reg).
         params: the loss's own keyword arguments (the ``algorithm.policy_loss`` section's other keys).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
@@ -452,7 +467,10 @@ def policy_loss(
         "clip_high": clip_high,
         "dual_clip": dual_clip,
         "seed": seed,
+        "proxy_logp": proxy_logp,
     }
+    if spec.min_p_proxy and proxy_logp is None:
+        raise ValueError(f"policy loss {kind!r} needs proxy_logp, pi_old's min-p proxy log-probs")
     takes = _standard_arguments(spec.fn)
     given = standard if takes is None else {k: v for k, v in standard.items() if k in takes}
     return spec.fn(logp, old_logp, advantages, **given, **params)

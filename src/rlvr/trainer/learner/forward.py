@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.config import Config
-from rlvr.policy import Batch, ValueHead, completion_logprobs
+from rlvr.policy import Batch, ValueHead, completion_logprobs, min_p_logprobs
 
 
 @dataclass(frozen=True)
@@ -106,3 +106,16 @@ class Forward:
                     if kept:
                         out[chunk, :width] = part
         return tuple(outs)
+
+    def min_p(self, model: torch.nn.Module, batch: Batch, kappa: float) -> torch.Tensor:
+        """Lp-Reg's proxy log-probs [N, T] of every row of ``batch`` under ``model``
+        (:func:`rlvr.policy.min_p_logprobs`), ``micro_batch_size`` rows at a time."""
+        shape, device = batch.completion_mask.shape, batch.completion_mask.device
+        out = torch.zeros(shape, device=device)
+        for chunk in torch.arange(shape[0]).split(self.micro_batch_size):
+            sub = batch.select(chunk)
+            width = sub.completion_ids.shape[1]
+            with self.autocast(device):
+                part = min_p_logprobs(model, sub, self.temperature, kappa, self.shared_prefix)
+            out[chunk, :width] = part
+        return out

@@ -40,6 +40,7 @@ class Imitation(PolicyGradient):
         advantages: torch.Tensor,
         mask: torch.Tensor,
         first_row: int,
+        proxy_logp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         return algorithms.nll_loss(logp, advantages), {}
 

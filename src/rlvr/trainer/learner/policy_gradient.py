@@ -33,6 +33,7 @@ keeps every other term.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,8 @@ class SampleTensors(Prepared):
         skippable: whether rows outside ``trained`` were skipped (their fraction is logged).
         demonstrations: [P] each group's demonstration (``sft_coef``), or None.
         expert: [N] bool, the expert traces of mixed groups (``algorithm.expert``), or None.
+        proxy_logp: [N, T] pi_old's min-p proxy log-probs (a ``min_p_proxy`` policy loss:
+            Lp-Reg), or None.
     """
 
     batch: Batch
@@ -96,6 +99,7 @@ class SampleTensors(Prepared):
     skippable: bool
     demonstrations: Batch | None
     expert: torch.Tensor | None = None
+    proxy_logp: torch.Tensor | None = None
 
 
 @register_objective_kind("policy_gradient")
@@ -155,7 +159,18 @@ class PolicyGradient(ObjectiveKind):
             skippable=skippable,
             demonstrations=self.demonstrations(learner, data),
             expert=None if data.expert is None else data.expert.to(mask.device),
+            proxy_logp=self.min_p_proxy(learner, batch),
         )
+
+    def min_p_proxy(self, learner: Learner, batch: Batch) -> torch.Tensor | None:
+        """pi_old's min-p proxy log-probs [N, T] when the policy loss reads them (Lp-Reg: at
+        its ``kappa``), from the policy before this update; else None."""
+        loss = learner.algo.policy_loss
+        spec = algorithms.POLICY_LOSSES[loss.name]
+        if not spec.min_p_proxy:
+            return None
+        kappa = loss.params.get("kappa", inspect.signature(spec.fn).parameters["kappa"].default)
+        return learner.forward.min_p(learner.policy, batch, float(kappa))
 
     def trained_tokens(self, train_mask: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
         """The tokens the loss sees [N, T], given the advantages (all of ``train_mask``)."""
@@ -222,8 +237,10 @@ class PolicyGradient(ObjectiveKind):
         advantages: torch.Tensor,
         mask: torch.Tensor,
         first_row: int,
+        proxy_logp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """(2): the per-token policy loss l^PG [n, T] of a micro-batch and its statistics."""
+        """(2): the per-token policy loss l^PG [n, T] of a micro-batch and its statistics
+        (``proxy_logp``: pi_old's min-p proxy, for Lp-Reg)."""
         algo = learner.algo
         # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
         # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
@@ -243,6 +260,7 @@ class PolicyGradient(ObjectiveKind):
             # checkpointed count of minibatches (a skipped one's too: no stream is drawn twice),
             # so a resumed run draws as the uninterrupted one
             seed=stream_key(learner.cfg.train.seed, learner.minibatches, first_row),
+            proxy_logp=proxy_logp,
             **algo.policy_loss.params,
         )
 
@@ -288,11 +306,12 @@ class PolicyGradient(ObjectiveKind):
         adv = p.advantages[rows]
         adv = adv[:, :width] if adv.dim() == 2 else adv
         sampler_logp = p.sampler_logp[rows, :width]
+        proxy = None if p.proxy_logp is None else p.proxy_logp[rows, :width]
         expert = None if p.expert is None else p.expert[rows][:, None]  # [n, 1]
         if expert is not None:  # a trace has no sampler to correct: pi_old stands for it
             sampler_logp = torch.where(expert, old, sampler_logp)
         surrogate, info = self.surrogate(
-            learner, logp, old, sampler_logp, adv, action, int(rows[0])
+            learner, logp, old, sampler_logp, adv, action, int(rows[0]), proxy
         )
         if expert is not None:  # LUFFY: -A f(pi_theta) on the traces, unclipped
             shaped = algorithms.expert_loss(algo.expert.shaping, logp, adv, **algo.expert.params)
