@@ -182,6 +182,8 @@ def test_inpo_on_hand_computed_pairs():
         algorithms.inpo_loss(dataclasses.replace(pairs, ref_chosen=None))
     with pytest.raises(ValueError, match="ratio"):
         algorithms.inpo_loss(pairs, ratio=1.5)
+    with pytest.raises(ValueError, match="reads the log-probs its pairs were sampled with"):
+        algorithms.resolve("inpo", objective={"samples": "data", "sync_every": 1})
 
 
 def test_pair_losses_need_their_inputs_and_valid_strengths():

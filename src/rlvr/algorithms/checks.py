@@ -175,6 +175,12 @@ def _objective(a: Algorithm) -> list[str]:
             )
         if o.sync_every != 1:
             found.append("objective.sync_every applies to sampled groups (samples: policy)")
+        spec = OBJECTIVES.get(o.name)
+        if spec is not None and spec.needs_sampler:
+            found.append(
+                f"objective {o.name!r} reads the log-probs its pairs were sampled with: it "
+                f"trains on the policy's own samples (samples: policy), not the data's"
+            )
         if o.name == "policy_gradient":
             found.append(
                 "objective.samples: data needs an objective that learns from given completions "

@@ -91,6 +91,9 @@ class Objective:
             keeps a reference even with ``beta`` = 0.
         pairing: how pairs are formed from a group by default (``pairs`` only):
             ``best_worst`` or ``adjacent`` (:func:`rlvr.algorithms.preference.preference_pairs`).
+        needs_sampler: the loss reads the log-probs its pairs were sampled with
+            (``PairLogps.sampler_chosen``: INPO's pi_t), so it trains on the policy's own samples
+            only (a data row was sampled by no policy).
         citation: the paper.
         summary: one line.
     """
@@ -102,6 +105,7 @@ class Objective:
     pairing: str | None
     citation: str
     summary: str
+    needs_sampler: bool = False
 
     def params(self) -> tuple[str, ...]:
         """The keyword arguments ``algorithm.objective`` may set beside its name."""
@@ -123,6 +127,7 @@ def register_objective(
     pairing: str | None = None,
     citation: str = "",
     summary: str = "",
+    needs_sampler: bool = False,
 ) -> Callable[[Any], Any]:
     """Decorator: add a pair loss ``fn(pairs: PairLogps, **params) -> (loss [P], info)`` (kind
     ``pairs``) to :data:`OBJECTIVES`; :func:`add_objective` adds the other kinds."""
@@ -132,7 +137,16 @@ def register_objective(
     def decorator(fn: PairLossFn) -> PairLossFn:
         OBJECTIVES.add(
             name,
-            Objective(name, kind, fn, needs_reference, pairing or "best_worst", citation, summary),
+            Objective(
+                name,
+                kind,
+                fn,
+                needs_reference,
+                pairing or "best_worst",
+                citation,
+                summary,
+                needs_sampler,
+            ),
         )
         return fn
 

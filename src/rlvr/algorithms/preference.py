@@ -299,6 +299,7 @@ def tpo_loss(
 @register_objective(
     "inpo",
     needs_reference=True,
+    needs_sampler=True,
     pairing="best_worst",
     citation=(
         "Zhang et al. 2024, Iterative Nash Policy Optimization: Aligning LLMs with General "
