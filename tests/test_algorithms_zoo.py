@@ -658,6 +658,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "copg",
         "tpo",
         "inpo",
+        "disco",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -258,7 +258,10 @@ def test_bad_literal_names_field_and_allowed_values() -> None:
         load_config(None, ["algorithm.preset=foo"])
     msg = str(info.value)
     assert "algorithm.preset:" in msg and "'foo'" in msg
-    assert "registered: aapo, cispo, copg, dapo, dpo, dpo_norm, dr_grpo" in msg and "rloo" in msg
+    assert (
+        "registered: aapo, cispo, copg, dapo, disco, dpo, dpo_norm, dr_grpo" in msg
+        and "rloo" in msg
+    )
 
 
 def test_file_task_needs_path(tmp_path) -> None:

@@ -16,7 +16,7 @@ from test_lora import built
 from test_trainer import COMPARED, step_rows, tiny_config
 
 from rlvr import algorithms
-from rlvr.algorithms import PairLogps, preference_pairs
+from rlvr.algorithms import PRESETS, PairLogps, preference_pairs
 from rlvr.config import ConfigError, build_config
 from rlvr.data import Demonstration, Problem
 from rlvr.envs.chat import encode_demonstration
@@ -184,6 +184,71 @@ def test_inpo_on_hand_computed_pairs():
         algorithms.inpo_loss(pairs, ratio=1.5)
     with pytest.raises(ValueError, match="reads the log-probs its pairs were sampled with"):
         algorithms.resolve("inpo", objective={"samples": "data", "sync_every": 1})
+
+
+def test_disco_on_hand_computed_groups():
+    """Question 0 (rewards 1, 0, 1, 0; scores -1, -2, -3, -4): DisCO-b's J = -2 - (-3) = 1;
+    DisCO's at tau 1 is -2 - log((e^-2 + e^-4) / 2), whose gradient weighs the negatives by
+    softmax(s / tau). Question 1 is all correct (no J, not valid); question 2 has one correct
+    answer. A graded reward (0.5) is refused. The penalty is (beta / 2) [KL - delta]_+^2."""
+    scores = _t([[-1.0, -2.0, -3.0, -4.0], [-1.0, -1.0, -1.0, -1.0], [-5.0, -1.0, -2.0, -3.0]])
+    rewards = _t([[1, 0, 1, 0], [1, 1, 1, 1], [0, 1, 0, 0]])
+    basic, valid = algorithms.disco_objective(scores, rewards)
+    torch.testing.assert_close(basic, _t([1.0, 0.0, -1.0 + 10.0 / 3]))
+    assert valid.tolist() == [True, False, True]
+    with pytest.raises(ValueError, match="0/1 reward"):
+        algorithms.disco_objective(scores, _t([[0.5, 1, 0, 0]] * 3))
+    s = scores.clone().requires_grad_()
+    hard, _ = algorithms.disco_objective(s, rewards, tau=1.0)
+    expected0 = -2.0 - math.log((math.exp(-2) + math.exp(-4)) / 2)
+    assert hard[0].item() == pytest.approx(expected0)
+    hard[0].backward()
+    w = torch.softmax(_t([-2.0, -4.0]), 0)
+    torch.testing.assert_close(s.grad[0], _t([0.5, -w[0].item(), 0.5, -w[1].item()]))
+    logp = _t([[-1.0, -3.0, 0.0], [-2.0, -2.0, -2.0]])
+    old = _t([[-1.0, -2.0, 0.0], [-2.0, -2.0, -1.0]])
+    mask = _t([[1, 1, 0], [1, 1, 1]])
+    torch.testing.assert_close(algorithms.disco_scores(logp, old, mask), _t([-2.0, -2.0]))
+    ratio = algorithms.disco_scores(logp, old, mask, "Lratio")
+    torch.testing.assert_close(ratio, _t([(1 + math.exp(-1)) / 2, (2 + math.exp(-1)) / 3]))
+    from rlvr.algorithms.disco import kl_penalty_squared_hinge
+
+    assert kl_penalty_squared_hinge(_t(3e-4), 1e-4, 1e3).item() == pytest.approx(2e-5)
+    assert kl_penalty_squared_hinge(_t(5e-5), 1e-4, 1e3).item() == 0.0
+    with pytest.raises(ValueError, match="score"):
+        algorithms.disco_scores(logp, old, mask, "ratio")
+    with pytest.raises(ValueError, match="tau"):
+        algorithms.disco_objective(scores, rewards, tau=0.0)
+
+
+def test_disco_trains_whole_questions_per_micro_batch_with_pi_olds_kl(tmp_path):
+    """The disco preset on the tiny model, one group of 4 per micro-batch: with one minibatch
+    the update's loss is -mean_q J_q from the policy's own log-probs (KL 0: pi = pi_old); with
+    the preset's 4 minibatches the later ones see pi moved from pi_old (KL > 0)."""
+    cfg = objective_config(tmp_path / "run", "disco", steps=1, minibatches=1)
+    cfg["train"]["micro_batch_size"] = 4
+    with built(cfg) as parts:
+        learner = parts.learners
+        data, _ = parts.collector.collect(1)
+        rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0])  # correct or wrong
+        data = data.with_columns(rewards=rewards)
+        step = learner.prepare(data)
+        assert step.units == 2 and step.rows.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        with torch.no_grad():
+            logp, _ = completion_logprobs(learner.policy, step.batch, learner.forward.temperature)
+        mask = step.batch.action_mask.float()
+        scores = algorithms.disco_scores(logp, logp, mask).view(2, 4)
+        terms, valid = algorithms.disco_objective(scores, rewards.view(2, 4), 10.0)
+        assert valid.all() and (terms != 0).all()
+        metrics, bad = learner.update(data)
+    assert bad is None
+    assert metrics["policy/loss"] == pytest.approx(-terms.mean().item(), rel=1e-4, abs=1e-6)
+    assert metrics["disco/kl"] == pytest.approx(0.0, abs=1e-6)
+    cfg = objective_config(tmp_path / "four", "disco", steps=2)
+    cfg["train"]["micro_batch_size"] = 4
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "four")
+    assert any(row["disco/kl"] > 0 for row in rows.values())
 
 
 def test_pair_losses_need_their_inputs_and_valid_strengths():
@@ -358,6 +423,9 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
         cfg["task"] = task
     if preset == "on_policy_distillation":
         cfg["model"]["teacher"] = "tiny-random-llama"
+    if preset == "disco":  # correct (1) or wrong (0): a one-token letter or not
+        cfg["reward"] = {"function": "rewards_for_tests:is_letter"}
+        cfg["rollout"]["max_new_tokens"] = 1
     return cfg
 
 
@@ -624,6 +692,7 @@ RESUMED = (
     "rebel",
     "copg",
     "inpo",
+    "disco",
     "on_policy_distillation",
 )
 
@@ -642,6 +711,8 @@ def test_resume_of_each_objective_is_exact(tmp_path, preset):
     def config(run_dir: Path, steps: int) -> dict:
         cfg = objective_config(run_dir, name, steps=steps, **extra)
         cfg["train"]["lr"] = 1e-2
+        if PRESETS[name].minibatches > 1:  # LR steps per minibatch: the same whatever the length
+            cfg["train"].update(lr_schedule="constant", warmup_steps=0)
         return cfg
 
     straight = tmp_path / "straight" / "run"

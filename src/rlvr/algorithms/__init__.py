@@ -35,6 +35,7 @@ from rlvr.algorithms.checks import (
     pairing,
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
+from rlvr.algorithms.disco import disco_loss, disco_objective, disco_scores
 from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.diversity import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
@@ -225,6 +226,9 @@ __all__ = [
     "adapt_entropy_coef",
     "add_objective",
     "binary_kl",
+    "disco_loss",
+    "disco_objective",
+    "disco_scores",
     "diversity_adjusted_rewards",
     "graph_cut_smi",
     "dppo_kl_policy_loss",

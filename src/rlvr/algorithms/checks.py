@@ -41,7 +41,7 @@ ARGUMENTS_FILLED = {
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),
     "select": ("rewards", "group_ids"),
-    "objective": ("pairs",),
+    "objective": ("pairs", "groups"),
     "expert": ("logp",),
 }
 """The parts with ``params``, with the arguments rlvr fills itself (the advantage's beta is
@@ -91,7 +91,7 @@ def learns_from_reward_differences(a: Algorithm) -> bool:
     if a.objective.samples != "policy":
         return False
     kind = OBJECTIVES[a.objective.name].kind
-    return kind == "pairs" or (
+    return kind in ("pairs", "groups") or (
         kind == "policy_gradient" and ADVANTAGES[a.advantage.name].group_relative
     )
 

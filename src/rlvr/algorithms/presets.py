@@ -343,6 +343,21 @@ for _preset in (
         "inf) and online (s = 1) DPO.",
     ),
     Algorithm(
+        name="disco",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(
+            name="disco", params={"score": "logL", "tau": 10.0, "delta": 1e-4, "beta": 1e3}
+        ),
+        kl=KLPart(beta=0.0),
+        minibatches=4,
+        citation="Li et al. 2025, DisCO: Reinforcing Large Reasoning Models with Discriminative "
+        "Constrained Optimization, arXiv:2505.12366",
+        summary="Per question, the correct answers' mean log-likelihood score raised above tau "
+        "log mean exp of the wrong answers' (tau = 10), KL(pi_old || pi) <= 1e-4 by a squared-"
+        "hinge penalty (beta = 1e3); no clip, no advantage; 4 minibatches per step, as the "
+        "authors' runs.",
+    ),
+    Algorithm(
         name="inpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="inpo", pairing="best_worst", sync_every=5),

@@ -25,7 +25,7 @@ from rlvr.distributed.data_parallel import DataParallel
 from rlvr.grading import changed_elements, snapshot_params
 from rlvr.policy import Batch, ValueHead, completion_logprobs, make_batch
 from rlvr.trainer.batch import Samples
-from rlvr.trainer.learner import imitation, pairs, policy_gradient  # noqa: F401  (built-in kinds)
+from rlvr.trainer.learner import groups, imitation, pairs, policy_gradient  # noqa: F401  (kinds)
 from rlvr.trainer.learner.forward import Forward
 from rlvr.trainer.learner.kinds import (
     OBJECTIVE_KINDS,

@@ -14,8 +14,9 @@ objective kind owns the rest:
   the update before it starts, and the metrics of the whole update.
 
 The built-in kinds are ``policy_gradient`` (GRPO and its relatives, on-policy distillation:
-:mod:`~rlvr.trainer.learner.policy_gradient`), ``imitation`` (SFT, RFT) and ``pairs`` (DPO, IPO,
-REBEL: :mod:`~rlvr.trainer.learner.pairs`). An objective of :data:`rlvr.algorithms.OBJECTIVES`
+:mod:`~rlvr.trainer.learner.policy_gradient`), ``imitation`` (SFT, RFT), ``pairs`` (DPO, IPO,
+REBEL: :mod:`~rlvr.trainer.learner.pairs`) and ``groups`` (DisCO, whole groups per micro-batch:
+:mod:`~rlvr.trainer.learner.groups`). An objective of :data:`rlvr.algorithms.OBJECTIVES`
 names its kind; a user's kind is a subclass registered with :func:`register_objective_kind`
 (docs/objectives.md) and needs no edit of the learner.
 """
