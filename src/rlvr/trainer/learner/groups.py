@@ -37,8 +37,8 @@ class Groups(Prepared):
     """One update's groups (``units``: their number).
 
     Attributes:
-        batch: the padded batch of the step's samples, groups contiguous.
-        rows: [P, G] the rows of each group.
+        batch: the padded batch of the step's samples, in the step's order.
+        rows: [P, G] the rows of ``batch`` of each group (groups by id, rows in order).
         old_logp: pi_old [N, T].
         rewards: [N] the samples' rewards.
     """
