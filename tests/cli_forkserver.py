@@ -14,25 +14,36 @@ the child's process group. What differs from a fresh process: the modules are im
 the command's environment is set, so the server starts with the examples' environment
 (:func:`tests.test_docs.block_env`) and values read at import time agree.
 
-Run: ``python tests/cli_forkserver.py SOCKET`` (prints ``ready`` once it listens).
+The docs' examples and the tests that run ``rlvr`` as a process (a run killed or interrupted,
+then resumed; ``rlvr serve``) start their commands through it (:func:`rlvr_command`): the same
+command, without those seconds of imports each.
+
+Run: ``python tests/cli_forkserver.py SOCKET`` (prints ``ready`` once it listens; it exits when
+the process that started it does).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 
 LAUNCHER = """#!{python} -S
 # rlvr through the tests' fork server (tests/cli_forkserver.py)
 import json, os, signal, socket, sys
 
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect(os.environ["RLVR_TEST_FORKSERVER"])
+conn.connect({socket!r})
 request = {{"argv": [*{argv0!r}, *sys.argv[1:]], "cwd": os.getcwd(), "env": dict(os.environ),
            "python": {python_script!r}}}
 socket.send_fds(conn, [json.dumps(request).encode() + b"\\n"], [0, 1, 2])
@@ -44,7 +55,7 @@ status = replies.readline()
 code = int(status) if status else 1
 sys.exit(code if code >= 0 else 128 - code)
 """
-"""A launcher (``{python}``: this interpreter; ``{argv0}``: what comes before its arguments in the
+"""A launcher (``{python}``: this interpreter; ``{socket}``: the server's socket; ``{argv0}``: what comes before its arguments in the
 child's ``argv``, ``[the installed rlvr script's path]`` for ``rlvr``, ``[]`` for a Python
 script, whose path is its first argument; ``{python_script}``: whether the child runs a Python
 script or ``rlvr``); ``-S`` starts it without site-packages, in milliseconds."""
@@ -108,6 +119,7 @@ def serve(path: str) -> None:
     import rlvr.export  # noqa: F401
     import rlvr.trainer  # noqa: F401  (torch, transformers' model code)
 
+    parent = os.getppid()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)
@@ -146,6 +158,13 @@ def serve(path: str) -> None:
                 os.waitpid(pid, 0)
                 selector.unregister(conn)
                 conn.close()
+        if os.getppid() != parent:  # the test process is gone: so are its commands
+            for pid in running.values():
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
         for conn, pid in list(running.items()):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -156,6 +175,71 @@ def serve(path: str) -> None:
                 del running[conn]
                 selector.unregister(conn)
                 conn.close()
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running fork server: its process, its directory (the socket, the launchers), and the
+    launchers of ``rlvr`` (``bin/rlvr``) and of a Python script (``python SCRIPT``)."""
+
+    process: subprocess.Popen
+    where: Path
+    rlvr: Path
+    python: Path
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.where, ignore_errors=True)
+
+
+def start(env: dict[str, str]) -> Server:
+    """Start a fork server with the environment ``env`` (what its commands read at import) and
+    write its two launchers; returns once it listens."""
+    where = Path(tempfile.mkdtemp(prefix="rlvr-fork-"))  # short: a socket path has <= 107 bytes
+    socket_path = str(where / "socket")
+    process = subprocess.Popen(
+        [sys.executable, __file__, socket_path],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    if process.stdout.readline() != "ready\n":
+        process.kill()
+        raise RuntimeError(f"the fork server did not start (exit status {process.wait()})")
+    script = Path(sys.executable).parent / "rlvr"
+    rlvr = where / "bin" / "rlvr"
+    rlvr.parent.mkdir()
+    python = where / "python"  # not on a PATH: a script's own `python` is the real interpreter
+    for path, argv0, python_script in ((rlvr, [str(script)], False), (python, [], True)):
+        path.write_text(
+            LAUNCHER.format(
+                python=sys.executable, socket=socket_path, argv0=argv0, python_script=python_script
+            )
+        )
+        path.chmod(0o755)
+    return Server(process, where, rlvr, python)
+
+
+_OWN: list[Server] = []
+
+
+def rlvr_command() -> list[str]:
+    """What runs ``rlvr`` through this test process's own fork server (started on first use
+    with this process's environment, unbuffered, the tests' directory importable; stopped when
+    the process exits), in place of ``[sys.executable, "-m", "rlvr.cli"]``: the command's
+    output, exit status and signals are the installed script's
+    (``tests/test_docs.py::test_the_launcher_runs_rlvr_as_the_installed_script_does``)."""
+    if not _OWN:
+        tests = str(Path(__file__).resolve().parent)
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tests, path) if p)
+        _OWN.append(start(env))
+        atexit.register(_OWN[0].close)
+    return [str(_OWN[0].rlvr)]
 
 
 if __name__ == "__main__":

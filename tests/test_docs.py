@@ -24,11 +24,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,39 +104,17 @@ def block_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def rlvr_launcher(tmp_path_factory):
+def rlvr_launcher():
     """The examples' ``rlvr`` and ``python`` through a fork server (tests/cli_forkserver.py) of
-    this test worker: the environment variables to add (a directory holding the ``rlvr``
-    launcher first on the examples' PATH, the server's socket) and, under ``PYTHON_LAUNCHER``,
-    the launcher that runs a python block."""
-    from cli_forkserver import LAUNCHER
+    this test worker, started with the examples' environment: the environment variables to add
+    (a directory holding the ``rlvr`` launcher first on the examples' PATH) and, under
+    ``PYTHON_LAUNCHER``, the launcher that runs a python block."""
+    from cli_forkserver import start
 
-    where = Path(tempfile.mkdtemp(prefix="rlvr-fork-"))  # short: a socket path has <= 107 bytes
-    socket_path = where / "socket"
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "cli_forkserver.py"), str(socket_path)],
-        env=block_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    assert server.stdout is not None and server.stdout.readline() == "ready\n"
-    script = Path(sys.executable).parent / "rlvr"
-    launcher = where / "bin" / "rlvr"
-    launcher.parent.mkdir()
-    launcher.write_text(
-        LAUNCHER.format(python=sys.executable, argv0=[str(script)], python_script=False)
-    )
-    python = where / "python"  # not on PATH: a block's own `python` is the real interpreter
-    python.write_text(LAUNCHER.format(python=sys.executable, argv0=[], python_script=True))
-    for path in (launcher, python):
-        path.chmod(0o755)
-    env = block_env()
-    yield {"PATH": f"{launcher.parent}{os.pathsep}{env['PATH']}",
-           "RLVR_TEST_FORKSERVER": str(socket_path), PYTHON_LAUNCHER: str(python)}  # fmt: skip
-    server.kill()
-    server.wait()
-    shutil.rmtree(where, ignore_errors=True)
+    server = start(block_env())
+    path = block_env()["PATH"]
+    yield {"PATH": f"{server.rlvr.parent}{os.pathsep}{path}", PYTHON_LAUNCHER: str(server.python)}
+    server.close()
 
 
 def run_block(

@@ -862,12 +862,12 @@ def test_separation_is_the_share_of_correct_wrong_pairs_ranked_right():
 def test_rlvr_serve_from_the_command_line(tmp_path):
     """`rlvr serve MODEL --port 0` prints its URL once it listens and answers there."""
     import subprocess
-    import sys
     import urllib.request
 
-    rlvr = Path(sys.executable).parent / "rlvr"
+    from cli_forkserver import rlvr_command
+
     with subprocess.Popen(
-        [str(rlvr), "serve", "tiny-random-llama", "--port", "0", "--name", "tiny"],
+        [*rlvr_command(), "serve", "tiny-random-llama", "--port", "0", "--name", "tiny"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -881,6 +881,8 @@ def test_rlvr_serve_from_the_command_line(tmp_path):
         finally:
             process.terminate()
     bad = subprocess.run(
-        [str(rlvr), "serve", "tiny-random-llama", "--dtype", "int3"], capture_output=True, text=True
+        [*rlvr_command(), "serve", "tiny-random-llama", "--dtype", "int3"],
+        capture_output=True,
+        text=True,
     )
     assert bad.returncode == 2 and "fp32, bf16 or fp16" in bad.stderr

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from cli_forkserver import rlvr_command
 from safetensors.torch import load_file
 from test_trainer import TESTS, step_rows, tiny_config
 from typer.testing import CliRunner
@@ -37,7 +37,7 @@ CONSTANT = {"lr_schedule": "constant", "warmup_steps": 0}
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", *args],
+        [*rlvr_command(), *args],
         capture_output=True,
         text=True,
         timeout=300,

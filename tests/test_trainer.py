@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_forkserver import rlvr_command
 
 from rlvr.checkpoint import latest_checkpoint, list_checkpoints
 from rlvr.config import build_config
@@ -111,12 +111,12 @@ def test_lr_schedule_warmup_then_cosine_to_min():
 
 
 def _launch(config_path: Path, *extra: str) -> subprocess.Popen:
+    """``rlvr train [extra] config_path`` as a process (through the tests' fork server:
+    tests/cli_forkserver.py), its output and errors on one pipe."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": TESTS}
     return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "rlvr.cli",
+            *rlvr_command(),
             "train",
             *extra,
             *([str(config_path)] if config_path else []),
@@ -143,9 +143,7 @@ def _resume(run_dir: Path) -> str:
     """``rlvr train --resume run_dir --set train.steps=6`` in a new process; its output."""
     out = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "rlvr.cli",
+            *rlvr_command(),
             "train",
             "--resume",
             str(run_dir),

@@ -28,16 +28,20 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
-from transformers.models.gemma2.modeling_gemma2 import Gemma2ForCausalLM
-from transformers.models.gemma3.modeling_gemma3 import Gemma3ForCausalLM
-from transformers.models.llama.modeling_llama import LlamaForCausalLM
-from transformers.models.mistral.modeling_mistral import MistralForCausalLM
-from transformers.models.qwen2.modeling_qwen2 import Qwen2ForCausalLM
-from transformers.models.qwen3.modeling_qwen3 import Qwen3ForCausalLM
 
 from rlvr.adapters import MergedWeights, is_quantized
 from rlvr.rollout.attention import shared_prefix_attention
 from rlvr.rollout.linear import PackedLinear
+
+
+def _is(model: PreTrainedModel, names: tuple[str, ...]) -> bool:
+    """Whether ``model`` is an instance of one of the transformers classes ``names``, compared
+    by name and module along its class hierarchy: the modeling modules of the architectures a
+    run does not use are never imported (about 1 s of CPU at every process start)."""
+    return any(
+        c.__name__ in names and c.__module__.startswith("transformers.models.")
+        for c in type(model).__mro__
+    )
 
 
 class Decoder(Protocol):
@@ -124,7 +128,7 @@ def _window(model: PreTrainedModel, attention: torch.nn.Module) -> int | None:
     many positions back), None for full attention."""
     if hasattr(attention, "sliding_window"):  # Qwen2/3, Gemma 2/3: per layer type
         return attention.sliding_window
-    if isinstance(model, MistralForCausalLM):  # every layer, from the config
+    if _is(model, ("MistralForCausalLM",)):  # every layer, from the config
         return model.config.sliding_window
     return None
 
@@ -193,7 +197,7 @@ class LlamaDecoder:
         self.scaling = attn.scaling
         norm = model.model.norm
         self.eps = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps
-        self.gemma = isinstance(model, LlamaDecoder.GEMMA)  # (1 + w) norms, in fp32
+        self.gemma = _is(model, LlamaDecoder.GEMMA)  # (1 + w) norms, in fp32
         self.softcap = getattr(model.config, "attn_logit_softcapping", None)
         self.final_softcap = getattr(model.config, "final_logit_softcapping", None)
         self.act = model.model.layers[0].mlp.act_fn
@@ -202,12 +206,12 @@ class LlamaDecoder:
         self.merged = MergedWeights()  # a LoRA model's projections: W + (alpha / r) B A
         self._prefilled: _Prefill | None = None  # the last prefill, reused for the same prompts
 
-    GEMMA = (Gemma2ForCausalLM, Gemma3ForCausalLM)
+    GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
     ARCHITECTURES = (
-        LlamaForCausalLM,
-        Qwen2ForCausalLM,
-        Qwen3ForCausalLM,
-        MistralForCausalLM,
+        "LlamaForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "MistralForCausalLM",
         *GEMMA,
     )
 
@@ -217,7 +221,7 @@ class LlamaDecoder:
         attention (full or sliding-window), weights not quantised (a QLoRA base runs through its
         own quantised layers: the lean decoder would need a dequantised copy, the memory QLoRA
         saves)."""
-        if not isinstance(model, LlamaDecoder.ARCHITECTURES) or is_quantized(model):
+        if not _is(model, LlamaDecoder.ARCHITECTURES) or is_quantized(model):
             return False
         if getattr(model.config, "use_bidirectional_attention", False):
             return False
