@@ -16,6 +16,23 @@ from rlvr.logging import read_metrics
 from rlvr.plugins import PluginError, resolve_plugin
 from rlvr.trainer import train
 
+@pytest.fixture(autouse=True)
+def _registrations_end_with_the_test():
+    """The parts a test's plug-in registers are removed after it: later tests in this process
+    list, and loop over, the built-in parts only (e.g. every registered policy loss)."""
+    from rlvr.curriculum import CURRICULA
+    from rlvr.registries import algorithm_parts
+
+    registries = [*algorithm_parts().values(), CURRICULA]
+    saved = [(r, dict(r), dict(r.descriptions)) for r in registries]
+    yield
+    for registry, entries, descriptions in saved:
+        registry.clear()
+        registry.update(entries)
+        registry.descriptions.clear()
+        registry.descriptions.update(descriptions)
+
+
 PLUGIN = '''
 """A rank-based advantage and a scaled clipped loss: a user's parts, outside rlvr."""
 import torch
