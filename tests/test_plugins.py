@@ -16,6 +16,7 @@ from rlvr.logging import read_metrics
 from rlvr.plugins import PluginError, resolve_plugin
 from rlvr.trainer import train
 
+
 @pytest.fixture(autouse=True)
 def _registrations_end_with_the_test():
     """The parts a test's plug-in registers are removed after it: later tests in this process
