@@ -30,7 +30,13 @@ def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:
         "model": {"name": "tiny-random-llama"},
         "task": {"name": "arithmetic", "level": 1, "n_eval": 4},
         "reward": {"function": "rewards_for_tests:is_letter"},
-        "rollout": {"group_size": 8, "prompts_per_step": 4, "max_new_tokens": 1},
+        # the publish check (tests/test_publish_check.py) would be a third of these runs' time
+        "rollout": {
+            "group_size": 8,
+            "prompts_per_step": 4,
+            "max_new_tokens": 1,
+            "publish_check": False,
+        },
         "algorithm": {"preset": preset},
         "train": {
             "steps": steps,
