@@ -411,5 +411,7 @@ def test_preset_values() -> None:
         0.0,
     )
     assert get_preset("rloo").advantage.name == "rloo"
-    with pytest.raises(ValueError, match="'nope'.*dapo, disco, dpo, dpo_norm, dr_grpo, exo, gmpo"):
+    with pytest.raises(
+        ValueError, match="'nope'.*dapo, disco, dpo, dpo_norm, dr_grpo, drpo, exo, gmpo"
+    ):
         get_preset("nope")

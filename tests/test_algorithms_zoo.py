@@ -659,6 +659,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "tpo",
         "inpo",
         "disco",
+        "drpo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -251,6 +251,75 @@ def test_disco_trains_whole_questions_per_micro_batch_with_pi_olds_kl(tmp_path):
     assert any(row["disco/kl"] > 0 for row in rows.values())
 
 
+def test_drpo_weighs_the_correct_answers_by_their_length_on_hand_computed_groups():
+    """DRPO's weights over question 0's correct answers (lengths 2 and 4 of L_max 10, lambda
+    0.1): softmax(8, 6) = (1, e^-2) / (1 + e^-2); the wrong ones get 0, and so does a question
+    without a correct answer. J = the weighted correct scores - DisCO's negative term, and
+    its gradient is the weight on each correct score (none through the weights). lambda -> inf
+    is DisCO's mean."""
+    lengths = _t([[2, 5, 4, 1], [3, 3, 3, 3]])
+    rewards = _t([[1, 0, 1, 0], [0, 0, 0, 0]])
+    weights = algorithms.drpo_positive_weights(lengths, rewards, 0.1, 10)
+    z = 1 + math.exp(-2)
+    torch.testing.assert_close(weights, _t([[1 / z, 0, math.exp(-2) / z, 0], [0, 0, 0, 0]]))
+    uniform = algorithms.drpo_positive_weights(lengths, rewards, 1e9, 10)
+    torch.testing.assert_close(uniform[0], _t([0.5, 0, 0.5, 0]))
+    scores = _t([[-1.0, -2.0, -3.0, -4.0], [-1.0, -1.0, -1.0, -1.0]]).requires_grad_()
+    terms, valid = algorithms.disco_objective(scores, rewards, None, weights)
+    assert valid.tolist() == [True, False]
+    assert terms[0].item() == pytest.approx((-1 - 3 * math.exp(-2)) / z - (-3.0))
+    terms[0].backward()
+    torch.testing.assert_close(scores.grad[0], _t([1 / z, -0.5, math.exp(-2) / z, -0.5]))
+    with pytest.raises(ValueError, match="lam"):
+        algorithms.drpo_positive_weights(lengths, rewards, 0.0, 10)
+    # the loss: log-probs -1 on every token, so each score is -1 whatever the length
+    mask = _t([[[1] * 2 + [0] * 2, [1] * 4, [1] * 4, [1, 0, 0, 0]]])
+    logp = -mask.clone()
+    terms, penalty, info = algorithms.drpo_loss((logp, logp, mask, rewards[:1]), 10, lam=0.1)
+    torch.testing.assert_close(info["positive_weights"], weights[:1])
+    assert terms.item() == pytest.approx(0.0, abs=1e-6) and penalty.item() == 0.0  # -1 - (-1)
+
+
+def test_drpo_reads_the_runs_max_new_tokens_and_its_completions_lengths(tmp_path):
+    """The drpo preset on the tiny model (one minibatch, one group per micro-batch): the
+    update's loss is -mean_q J_q with the correct answers weighed by their lengths (truncated
+    here to 12, 3, 12, 6 / 2, 12, 9, 12 tokens) against rollout.max_new_tokens (12); rlvr fills
+    max_new_tokens, a config that sets it is refused."""
+    cfg = objective_config(tmp_path / "run", "drpo", steps=1, minibatches=1)
+    cfg["train"]["micro_batch_size"] = 4
+    cfg["rollout"]["max_new_tokens"] = 12
+    keep = [12, 3, 12, 6, 2, 12, 9, 12]
+    with built(cfg) as parts:
+        learner = parts.learners
+        data, _ = parts.collector.collect(1)
+        rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+        data = data.with_columns(
+            rewards=rewards,
+            completion_ids=[ids[:k] for ids, k in zip(data.completion_ids, keep, strict=True)],
+            sampler_logprobs=[
+                lp[:k] for lp, k in zip(data.columns["sampler_logprobs"], keep, strict=True)
+            ],
+        )
+        step = learner.prepare(data)
+        mask = step.batch.action_mask.float()
+        assert mask.sum(-1).tolist() == keep
+        with torch.no_grad():
+            logp, _ = completion_logprobs(learner.policy, step.batch, learner.forward.temperature)
+        scores = algorithms.disco_scores(logp, logp, mask).view(2, 4)
+        weights = algorithms.drpo_positive_weights(
+            mask.sum(-1).view(2, 4), rewards.view(2, 4), 0.1, 12
+        )
+        assert weights[0, 1] > weights[0, 0] > 0  # the 3-token correct answer weighs more
+        terms, valid = algorithms.disco_objective(scores, rewards.view(2, 4), 10.0, weights)
+        assert valid.all()
+        metrics, bad = learner.update(data)
+    assert bad is None
+    assert metrics["policy/loss"] == pytest.approx(-terms.mean().item(), rel=1e-4, abs=1e-6)
+    cfg["algorithm"]["objective"] = {"max_new_tokens": 99}
+    with pytest.raises(ConfigError, match="max_new_tokens is set by rlvr"):
+        build_config(cfg)
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):
@@ -423,7 +492,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
         cfg["task"] = task
     if preset == "on_policy_distillation":
         cfg["model"]["teacher"] = "tiny-random-llama"
-    if preset == "disco":  # correct (1) or wrong (0): a one-token letter or not
+    if preset in ("disco", "drpo"):  # correct (1) or wrong (0): a one-token letter or not
         cfg["reward"] = {"function": "rewards_for_tests:is_letter"}
         cfg["rollout"]["max_new_tokens"] = 1
     return cfg

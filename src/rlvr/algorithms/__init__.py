@@ -35,7 +35,13 @@ from rlvr.algorithms.checks import (
     pairing,
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
-from rlvr.algorithms.disco import disco_loss, disco_objective, disco_scores
+from rlvr.algorithms.disco import (
+    disco_loss,
+    disco_objective,
+    disco_scores,
+    drpo_loss,
+    drpo_positive_weights,
+)
 from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.diversity import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
@@ -229,6 +235,8 @@ __all__ = [
     "disco_loss",
     "disco_objective",
     "disco_scores",
+    "drpo_loss",
+    "drpo_positive_weights",
     "diversity_adjusted_rewards",
     "graph_cut_smi",
     "dppo_kl_policy_loss",

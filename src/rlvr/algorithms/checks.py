@@ -41,11 +41,12 @@ ARGUMENTS_FILLED = {
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),
     "select": ("rewards", "group_ids"),
-    "objective": ("pairs", "groups"),
+    "objective": ("pairs", "groups", "max_new_tokens"),
     "expert": ("logp",),
 }
 """The parts with ``params``, with the arguments rlvr fills itself (the advantage's beta is
-the KL's, when the KL is in the reward)."""
+the KL's, when the KL is in the reward; a group objective's ``max_new_tokens`` is
+``rollout.max_new_tokens``, where its function names it)."""
 
 NAMED: dict[str, tuple[str, Registry[Any]]] = {
     "objective": ("name", OBJECTIVES),

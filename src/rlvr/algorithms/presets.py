@@ -358,6 +358,20 @@ for _preset in (
         "authors' runs.",
     ),
     Algorithm(
+        name="drpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(
+            name="drpo", params={"lam": 0.1, "tau": 10.0, "delta": 1e-4, "beta": 1e3}
+        ),
+        kl=KLPart(beta=0.0),
+        minibatches=4,
+        citation="Li et al. 2025, DRPO: Efficient Reasoning via Decoupled Reward Policy "
+        "Optimization, arXiv:2510.04474",
+        summary="DisCO with each question's correct answers weighed by softmax((1 - length / "
+        "max_new_tokens) / lambda), lambda = 0.1: shorter correct answers are raised more, the "
+        "wrong ones pushed down as DisCO does; 4 minibatches per step, as the authors' runs.",
+    ),
+    Algorithm(
         name="inpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="inpo", pairing="best_worst", sync_every=5),

@@ -8,11 +8,13 @@ The units the learner shuffles into minibatches are the step's groups; a micro-b
 
 with J_q the objective of question q and the penalty computed over the micro-batch's tokens,
 as the authors' code does per micro-batch. pi_old's log-probs come from a no-grad pass before
-the update (the KL and the L-ratio score read them).
+the update (the KL and the L-ratio score read them). An objective whose function names
+``max_new_tokens`` is given ``rollout.max_new_tokens`` (DRPO's L_max).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -115,9 +117,10 @@ class GroupObjective(ObjectiveKind):
         shaped = (logp.view(g, size, width), old.view(g, size, width), mask.view(g, size, width))
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
-        terms, penalty, info = objective.fn(
-            (*shaped, p.rewards[rows].view(g, size)), **learner.algo.objective.params
-        )
+        params = dict(learner.algo.objective.params)
+        if "max_new_tokens" in inspect.signature(objective.fn).parameters:
+            params["max_new_tokens"] = learner.cfg.rollout.max_new_tokens
+        terms, penalty, info = objective.fn((*shaped, p.rewards[rows].view(g, size)), **params)
         loss = (-terms.sum() + g * penalty) / total_groups
         learner.finite(loss, "loss", "policy/loss")
         averages.add("policy/loss", (-terms.mean() + penalty).item(), g)
