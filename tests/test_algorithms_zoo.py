@@ -431,7 +431,7 @@ def test_policy_loss_errors() -> None:
     with pytest.raises(
         ValueError,
         match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, kl_cov, lp_reg, none, "
-        "sapo, sequence, token",
+        "sapo, sequence, simple_po, token",
     ):
         policy_loss("ppo", logp, old, _t([1.0]), torch.ones(1, 2))
     with pytest.raises(ValueError, match=r"\[B, T\]"):

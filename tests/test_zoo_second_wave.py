@@ -20,6 +20,7 @@ from rlvr.algorithms import (
     policy_loss,
     resolve,
     sapo_policy_loss,
+    simple_po_policy_loss,
 )
 from rlvr.config import build_config
 from rlvr.trainer import train
@@ -131,6 +132,25 @@ def test_sapo_soft_gate_value_and_gradient():
         sapo_policy_loss(logp, old, ADV, tau_pos=0.0)
 
 
+def test_simple_po_penalises_the_ratio_quadratically_and_pulls_it_back_past_eps():
+    """SPO at eps 0.2: rho 1.2 with A = +1 gives -(1.2 - 0.04 / 0.4) = -1.1 and no gradient
+    (the boundary); rho 0.8 with A = -1 gives 0.9, no gradient either; rho 1.3 with A = +1
+    gives -(1.3 - 0.09 / 0.4) = -1.075 and d/dlog pi = -1.3 (1 - 0.3 / 0.2) = 0.65 > 0: descent
+    lowers log pi, back towards 1.2 (PPO's clip gives 0 there). At rho = 1 it is -A."""
+    logp = torch.tensor([[math.log(1.2), math.log(0.8), math.log(1.3), 0.0]], dtype=torch.float64)
+    logp.requires_grad_(True)
+    adv = torch.tensor([[1.0, -1.0, 1.0, -2.0]], dtype=torch.float64)
+    loss, info = simple_po_policy_loss(logp, torch.zeros_like(logp), adv)
+    assert loss.tolist()[0] == pytest.approx([-1.1, 0.9, -1.075, 2.0])
+    loss.sum().backward()
+    assert logp.grad.tolist()[0] == pytest.approx([0.0, 0.0, 0.65, 2.0], abs=1e-12)
+    assert info["is_clipped_high"].tolist() == [[False, False, True, False]]
+    loss, _ = simple_po_policy_loss(logp.detach(), torch.zeros_like(logp), adv, 0.1, 0.4)
+    assert loss[0, 1].item() == pytest.approx(-(-0.8 - 0.04 / 0.2))  # A < 0: eps = clip_low
+    with pytest.raises(ValueError, match="eps > 0"):
+        simple_po_policy_loss(logp, torch.zeros_like(logp), adv, 0.0, 0.2)
+
+
 def test_params_reach_the_losses_by_name():
     logp, old = _logs([0.5]), _logs([0.25])  # rho = 2
     mask = torch.ones(1, 1)
@@ -157,6 +177,7 @@ algorithm:
         ("grpo", "dppo_tv", "clip_low: 0.15\n  clip_high: 0.15"),
         ("grpo", "dppo_kl", "clip_low: 0.05\n  clip_high: 0.05"),
         ("sapo", "sapo", "params: {policy_loss: {tau_pos: 1.0, tau_neg: 1.05}}"),
+        ("grpo", "simple_po", "clip_low: 0.2\n  clip_high: 0.2"),
     ],
 )
 def test_each_trains_two_steps_from_yaml(tmp_path, preset, loss, extra):

@@ -160,6 +160,7 @@ from rlvr.algorithms.schema import (
     ValuePart,
 )
 from rlvr.algorithms.shaping import overlong_penalty
+from rlvr.algorithms.simple_po import simple_po_policy_loss
 from rlvr.algorithms.spo import spo
 from rlvr.algorithms.tree import (
     TREE_ADVANTAGES,
@@ -242,6 +243,7 @@ __all__ = [
     "dppo_kl_policy_loss",
     "dppo_tv_policy_loss",
     "sapo_policy_loss",
+    "simple_po_policy_loss",
     "advantage_kwargs",
     "aggregate",
     "backward_corrected",
