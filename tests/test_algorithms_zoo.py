@@ -660,6 +660,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "inpo",
         "disco",
         "drpo",
+        "gvpo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -320,6 +320,56 @@ def test_drpo_reads_the_runs_max_new_tokens_and_its_completions_lengths(tmp_path
         build_config(cfg)
 
 
+def test_gvpo_regresses_centred_implicit_rewards_on_centred_rewards_by_hand():
+    """One group of 3 (beta 0.5): sequence log-ratios (0.2, -0.4, 0.8) give implicit rewards
+    r = (0.1, -0.2, 0.4), centred (0, -0.3, 0.3); rewards (1, 0, 0.5) centred (0.5, -0.5, 0);
+    L = (0.25 + 0.04 + 0.09) / (2 * 2) = 0.095, and d L / d log pi(o_i,t) = beta / (G - 1) x
+    (centred r_i - centred R_i) = 0.25 x (-0.5, 0.2, 0.3) on each of o_i's tokens. On-policy
+    (pi = pi_old) the gradient is -beta / (G - 1) (R_i - R̄): Dr. GRPO's direction."""
+    old = torch.zeros(1, 3, 2, dtype=torch.float64)
+    logp = torch.tensor([[[0.1, 0.1], [-0.4, 0.0], [0.5, 0.3]]], dtype=torch.float64)
+    logp.requires_grad_(True)
+    mask = torch.tensor([[[1, 1], [1, 0], [1, 1]]], dtype=torch.float64)
+    rewards = torch.tensor([[1.0, 0.0, 0.5]], dtype=torch.float64)
+    terms, penalty, info = algorithms.gvpo_loss((logp, old, mask, rewards), beta=0.5)
+    assert terms.item() == pytest.approx(-0.095) and penalty.item() == 0.0
+    assert info["implicit_reward"].item() == pytest.approx(0.1)
+    (-terms.sum()).backward()
+    expected = 0.25 * torch.tensor([-0.5, 0.2, 0.3], dtype=torch.float64)[:, None] * mask[0]
+    torch.testing.assert_close(logp.grad[0], expected)
+    on_policy = logp.detach().clone().requires_grad_(True)
+    terms, _, _ = algorithms.gvpo_loss((on_policy, on_policy.detach(), mask, rewards), beta=0.5)
+    (-terms.sum()).backward()
+    drgrpo = -0.25 * torch.tensor([0.5, -0.5, 0.0], dtype=torch.float64)[:, None] * mask[0]
+    torch.testing.assert_close(on_policy.grad[0], drgrpo)
+    with pytest.raises(ValueError, match="beta"):
+        algorithms.gvpo_loss((logp, old, mask, rewards), beta=0.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        algorithms.gvpo_loss((logp[:, :1], old[:, :1], mask[:, :1], rewards[:, :1]))
+
+
+def test_gvpo_trains_whole_groups_from_the_preset(tmp_path):
+    """The gvpo preset on the tiny model with one minibatch: pi = pi_old, so the update's
+    loss is the mean over groups of sum_i (R_i - R̄)^2 / (2 (G - 1)); the preset's 4
+    minibatches then move pi off pi_old (a non-zero implicit reward is logged)."""
+    cfg = objective_config(tmp_path / "run", "gvpo", steps=1, minibatches=1)
+    cfg["train"]["micro_batch_size"] = 4
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.2, 0.2, 0.8, 0.2])  # graded rewards
+        metrics, bad = parts.learners.update(data.with_columns(rewards=rewards))
+    assert bad is None
+    centred = rewards.view(2, 4) - rewards.view(2, 4).mean(-1, keepdim=True)
+    expected = (0.5 * centred.pow(2).sum(-1) / 3).mean().item()
+    assert metrics["policy/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["gvpo/implicit_reward"] == pytest.approx(0.0, abs=1e-6)
+    cfg = objective_config(tmp_path / "four", "gvpo", steps=2)
+    cfg["train"]["micro_batch_size"] = 4
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "four")
+    assert any(abs(row["gvpo/implicit_reward"]) > 0 for row in rows.values())
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):

@@ -69,6 +69,7 @@ from rlvr.algorithms.filters import (
     variance_band,
 )
 from rlvr.algorithms.gdpo import gdpo
+from rlvr.algorithms.gvpo import gvpo_loss
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -271,6 +272,7 @@ __all__ = [
     "entropy_threshold",
     "gae",
     "gdpo",
+    "gvpo_loss",
     "get_preset",
     "gmpo_policy_loss",
     "gpg",

@@ -372,6 +372,19 @@ for _preset in (
         "wrong ones pushed down as DisCO does; 4 minibatches per step, as the authors' runs.",
     ),
     Algorithm(
+        name="gvpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="gvpo", params={"beta": 0.1}),
+        kl=KLPart(beta=0.0),
+        minibatches=4,
+        citation="Zhang et al. 2025, GVPO: Group Variance Policy Optimization for Large "
+        "Language Model Post-Training, arXiv:2504.19599",
+        summary="Per group, the centred implicit rewards beta log(pi / pi_old) regressed on the "
+        "centred rewards (beta = 0.1): on-policy Dr. GRPO's gradient, off-policy a pull back "
+        "to the rewards instead of a clip; no std normalisation, no reference; 4 minibatches "
+        "per step, as the authors' runs.",
+    ),
+    Algorithm(
         name="inpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="inpo", pairing="best_worst", sync_every=5),

@@ -1,5 +1,5 @@
 """The group objective kind: an objective over each question's whole group of samples
-(DisCO, :mod:`rlvr.algorithms.disco`).
+(DisCO and DRPO, :mod:`rlvr.algorithms.disco`; GVPO, :mod:`rlvr.algorithms.gvpo`).
 
 The units the learner shuffles into minibatches are the step's groups; a micro-batch holds
 ``max(1, micro_batch_size // G)`` whole groups, and the loss of one is
@@ -9,7 +9,9 @@ The units the learner shuffles into minibatches are the step's groups; a micro-b
 with J_q the objective of question q and the penalty computed over the micro-batch's tokens,
 as the authors' code does per micro-batch. pi_old's log-probs come from a no-grad pass before
 the update (the KL and the L-ratio score read them). An objective whose function names
-``max_new_tokens`` is given ``rollout.max_new_tokens`` (DRPO's L_max).
+``max_new_tokens`` is given ``rollout.max_new_tokens`` (DRPO's L_max). Logged: ``policy/loss``
+and, under the objective's name, its mean J (``<name>/objective``), its penalty, the share of
+groups it could use (``valid_groups_frac``, where it says) and its own scalars (DisCO's ``kl``).
 """
 
 from __future__ import annotations
@@ -123,11 +125,15 @@ class GroupObjective(ObjectiveKind):
         terms, penalty, info = objective.fn((*shaped, p.rewards[rows].view(g, size)), **params)
         loss = (-terms.sum() + g * penalty) / total_groups
         learner.finite(loss, "loss", "policy/loss")
+        name = learner.algo.objective.name
         averages.add("policy/loss", (-terms.mean() + penalty).item(), g)
-        averages.add("disco/objective", terms.detach().mean().item(), g)
-        averages.add("disco/valid_groups_frac", info["valid"].float().mean().item(), g)
-        averages.add("disco/kl", info["kl"].item(), g)
-        averages.add("disco/penalty", penalty.detach().item(), g)
+        averages.add(f"{name}/objective", terms.detach().mean().item(), g)
+        averages.add(f"{name}/penalty", penalty.detach().item(), g)
+        for key, value in info.items():  # the objective's own metrics: scalars, valid groups
+            if key == "valid":
+                averages.add(f"{name}/valid_groups_frac", value.float().mean().item(), g)
+            elif value.dim() == 0:
+                averages.add(f"{name}/{key}", value.item(), g)
         tokens = float(mask.sum())
         averages.add("policy/entropy", algorithms.masked_mean(entropy, mask).item(), tokens)
         return loss
