@@ -109,6 +109,7 @@ from rlvr.algorithms.losses import (
     value_loss,
 )
 from rlvr.algorithms.lp_reg import lp_reg_policy_loss, min_p_proxy_logprobs
+from rlvr.algorithms.ngrpo import ngrpo, not_all_correct
 from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
     OBJECTIVES,
@@ -292,7 +293,9 @@ __all__ = [
     "mismatch_metrics",
     "off_policy_sequence_mask",
     "passk_advantages",
+    "ngrpo",
     "nll_loss",
+    "not_all_correct",
     "normalize_batch",
     "overlong_penalty",
     "normalized_variance",

@@ -13,7 +13,16 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from rlvr.algorithms import aapo, distillation, dppo, gdpo, imitation, passk, sapo  # noqa: F401
+from rlvr.algorithms import (  # noqa: F401
+    aapo,
+    distillation,
+    dppo,
+    gdpo,
+    imitation,
+    ngrpo,
+    passk,
+    sapo,
+)
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     AdvantageInputs,
@@ -30,6 +39,7 @@ from rlvr.algorithms.schema import (
     AdvantagePart,
     AggregationPart,
     Algorithm,
+    EntropyPart,
     ExpertPart,
     KLPart,
     ObjectivePart,
@@ -99,6 +109,20 @@ for _preset in (
         "dropped and the batch refilled, at most 10 rollout draws per step), token-level "
         "mean over the batch, and the soft overlong penalty (L_cache = 0.2 * budget, "
         "4096 / 20480 in the paper); no KL penalty.",
+    ),
+    Algorithm(
+        name="ngrpo",
+        advantage=AdvantagePart(name="ngrpo"),
+        policy_loss=PolicyLossPart(clip_low=0.16, clip_high=0.24),
+        aggregation=AggregationPart(name="token-mean"),
+        entropy=EntropyPart(coef=0.001),
+        select=SelectPart(name="not_all_correct", max_draws=10),
+        citation="Nan et al. 2025, NGRPO: Negative-enhanced Group Relative Policy Optimization, "
+        "arXiv:2509.18851",
+        summary="GRPO advantages over each group plus a virtual sample of the largest reward "
+        "(never trained), so all-wrong groups are pushed down; decoupled clip 0.16 / 0.24, "
+        "all-correct groups dropped and the batch refilled (at most 10 draws), token-level "
+        "mean, entropy bonus 0.001, no KL penalty, as the authors' runs.",
     ),
     Algorithm(
         name="gspo",
