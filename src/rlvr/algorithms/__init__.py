@@ -45,6 +45,7 @@ from rlvr.algorithms.disco import (
 from rlvr.algorithms.distillation import reverse_kl_advantages
 from rlvr.algorithms.diversity import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
+from rlvr.algorithms.edge import entropy_driven_advantages
 from rlvr.algorithms.entropy_control import EntropyController, adapt_entropy_coef
 from rlvr.algorithms.entropy_cov import clip_cov_policy_loss, kl_cov_policy_loss, token_covariance
 from rlvr.algorithms.expert import (
@@ -270,6 +271,7 @@ __all__ = [
     "lead_advantages",
     "dr_grpo",
     "entropy_bonus",
+    "entropy_driven_advantages",
     "entropy_threshold",
     "gae",
     "gdpo",

@@ -17,6 +17,7 @@ from rlvr.algorithms import (  # noqa: F401
     aapo,
     distillation,
     dppo,
+    edge,
     gdpo,
     imitation,
     ngrpo,
