@@ -112,7 +112,7 @@ def test_compute_advantages_dispatch_and_unknown() -> None:
     torch.testing.assert_close(
         compute_advantages("grpo", inputs, eps=0.5).advantages, grpo(rewards, ids, eps=0.5)
     )
-    with pytest.raises(ValueError, match="'ppo'.*dr_grpo, gae, gdpo, gpg, grpo"):
+    with pytest.raises(ValueError, match="'ppo'.*dr_grpo, edge_grpo, gae, gdpo, gpg, grpo"):
         compute_advantages("ppo", inputs)
 
 

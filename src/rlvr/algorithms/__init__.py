@@ -110,6 +110,7 @@ from rlvr.algorithms.losses import (
     value_loss,
 )
 from rlvr.algorithms.lp_reg import lp_reg_policy_loss, min_p_proxy_logprobs
+from rlvr.algorithms.mapo import mapo_advantages
 from rlvr.algorithms.ngrpo import ngrpo, not_all_correct
 from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
@@ -291,6 +292,7 @@ __all__ = [
     "kl_k3",
     "kl_k3_st",
     "kl_penalty",
+    "mapo_advantages",
     "masked_mean",
     "mismatch_metrics",
     "off_policy_sequence_mask",

@@ -20,6 +20,7 @@ from rlvr.algorithms import (  # noqa: F401
     edge,
     gdpo,
     imitation,
+    mapo,
     ngrpo,
     passk,
     sapo,
@@ -124,6 +125,18 @@ for _preset in (
         "(never trained), so all-wrong groups are pushed down; decoupled clip 0.16 / 0.24, "
         "all-correct groups dropped and the batch refilled (at most 10 draws), token-level "
         "mean, entropy bonus 0.001, no KL penalty, as the authors' runs.",
+    ),
+    Algorithm(
+        name="mapo",
+        advantage=AdvantagePart(name="mapo"),
+        policy_loss=PolicyLossPart(clip_high=0.3, dual_clip=3.0),
+        aggregation=AggregationPart(name="token-mean"),
+        kl=KLPart(beta=0.01, estimator="k3"),
+        citation="Huang et al. 2025, MAPO: Mixed Advantage Policy Optimization, arXiv:2509.18849",
+        summary="GRPO's std-normalised advantage mixed with the percent deviation (r - mean) / "
+        "mean by the group's certainty, lambda = 1 - 4 p (1 - p) on the latter (p: its success "
+        "rate); clip 0.2 / 0.3 with dual clip 3, token-level mean, k3 KL 0.01 in the loss, as "
+        "the authors' config.",
     ),
     Algorithm(
         name="gspo",
