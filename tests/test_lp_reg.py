@@ -63,7 +63,9 @@ def test_the_learner_passes_pi_olds_min_p_proxy_to_the_loss(tmp_path):
     """``algorithm.policy_loss: {name: lp_reg, rho: 1, kappa: 0.4, beta: 0.5}`` on the tiny
     model, one micro-batch: the prepared proxy is min_p_logprobs of the policy before the
     update, and the step's loss is the token mean of -A (ratio 1) plus beta k3 on the selected
-    tokens, those of negative advantage that the proxy rates above the policy."""
+    tokens, those of negative advantage that the proxy rates above the policy. The learner runs
+    the output layer 7 tokens at a time (train.logprob_chunk_tokens): its proxy is the one
+    computed all at once, and so is min_p_logprobs' at 5."""
     algorithm = {
         "policy_loss": {"name": "lp_reg", "rho": 1.0, "kappa": 0.4, "beta": 0.5},
         "aggregation": "token-mean",
@@ -73,7 +75,7 @@ def test_the_learner_passes_pi_olds_min_p_proxy_to_the_loss(tmp_path):
         steps=1,
         algorithm=algorithm,
         rollout={"dtype": "fp32"},
-        train={"micro_batch_size": 8},
+        train={"micro_batch_size": 8, "logprob_chunk_tokens": 7},
     )
     with built(cfg) as parts:
         learner = parts.learners
@@ -83,8 +85,10 @@ def test_the_learner_passes_pi_olds_min_p_proxy_to_the_loss(tmp_path):
         with torch.no_grad():
             logp, _ = completion_logprobs(learner.policy, batch, t)
             proxy = min_p_logprobs(learner.policy, batch, t, 0.4)
+            chunked = min_p_logprobs(learner.policy, batch, t, 0.4, chunk_tokens=5)
         mask = batch.action_mask > 0
         torch.testing.assert_close(step.proxy_logp[mask], proxy[mask])
+        torch.testing.assert_close(chunked[mask], proxy[mask])
         assert (proxy[mask] == float("-inf")).any() and (proxy[mask] > logp[mask]).any()
         adv = step.advantages[:, None].expand(mask.shape)
         chosen = mask & (adv < 0) & (logp < proxy)

@@ -333,18 +333,35 @@ def min_p_logprobs(
     temperature: float,
     kappa: float,
     shared_prefix: bool = False,
+    chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """Lp-Reg's proxy log-probs [N, T] of the completion tokens: ``model``'s temperature-scaled
     distribution filtered by min-p at ``kappa`` and renormalised
     (:func:`rlvr.algorithms.min_p_proxy_logprobs`), -inf where a token was filtered, 0 on
-    padding. No gradient; the plain (or, with ``shared_prefix``, the grouped) forward."""
+    padding. No gradient; the plain (or, with ``shared_prefix``, the grouped) forward. With
+    ``chunk_tokens`` > 0 the [K, V] logits are never all in memory: the output layer runs on the
+    last hidden states ``chunk_tokens`` tokens at a time, as in :func:`completion_logprobs`."""
+    if chunk_tokens < 0:
+        raise ValueError(f"chunk_tokens must be >= 0 (0: all at once), got {chunk_tokens}")
+    if chunk_tokens:
+        _check_plain_output_layer(model)
     mask = batch.completion_mask
     targets = batch.completion_ids[mask.bool()]
     forward = _grouped_forward if shared_prefix else _padded_forward
-    logits, _ = forward(model, batch, False, False)  # [K, V]
-    assert logits is not None
-    proxy = min_p_proxy_logprobs(logits, targets, kappa, temperature)
-    return _unflatten(proxy, mask)
+    logits, states = forward(model, batch, False, chunk_tokens > 0)  # [K, V] or [K, H]
+    if not chunk_tokens:
+        assert logits is not None
+        return _unflatten(min_p_proxy_logprobs(logits, targets, kappa, temperature), mask)
+    assert states is not None
+    output = model.get_output_embeddings()
+    parts = [
+        min_p_proxy_logprobs(output(states[i : i + chunk_tokens]), part, kappa, temperature)
+        for i, part in zip(
+            range(0, len(targets), chunk_tokens), targets.split(chunk_tokens), strict=True
+        )
+    ]
+    flat = torch.cat(parts) if parts else targets.new_zeros(0, dtype=torch.float32)
+    return _unflatten(flat, mask)
 
 
 def _sharded(model: torch.nn.Module) -> bool:

@@ -109,13 +109,16 @@ class Forward:
 
     def min_p(self, model: torch.nn.Module, batch: Batch, kappa: float) -> torch.Tensor:
         """Lp-Reg's proxy log-probs [N, T] of every row of ``batch`` under ``model``
-        (:func:`rlvr.policy.min_p_logprobs`), ``micro_batch_size`` rows at a time."""
+        (:func:`rlvr.policy.min_p_logprobs`), ``micro_batch_size`` rows at a time, the output
+        layer ``chunk_tokens`` tokens at a time (``train.logprob_chunk_tokens``)."""
         shape, device = batch.completion_mask.shape, batch.completion_mask.device
         out = torch.zeros(shape, device=device)
         for chunk in torch.arange(shape[0]).split(self.micro_batch_size):
             sub = batch.select(chunk)
             width = sub.completion_ids.shape[1]
             with self.autocast(device):
-                part = min_p_logprobs(model, sub, self.temperature, kappa, self.shared_prefix)
+                part = min_p_logprobs(
+                    model, sub, self.temperature, kappa, self.shared_prefix, self.chunk_tokens
+                )
             out[chunk, :width] = part
         return out
