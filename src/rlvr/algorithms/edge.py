@@ -31,6 +31,7 @@ import torch
 from rlvr.algorithms.advantages import (
     AdvantageInputs,
     AdvantageOutput,
+    _group_sums,
     _need,
     grpo,
     register_advantage,
@@ -67,9 +68,8 @@ def entropy_driven_advantages(
     m = mask.to(r.dtype)
     per_response = (entropy.detach().to(r.dtype) * m).sum(-1) / m.sum(-1).clamp_min(1.0)
     per_response = per_response.clamp_min(ENTROPY_FLOOR)  # P_i
-    _, inverse, count = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    total = torch.zeros(len(count), dtype=r.dtype).index_add_(0, inverse, per_response)
-    group_mean = total / count.to(r.dtype)  # mean_{j in g} P_j
+    _, inverse, count, total = _group_sums(per_response, group_ids)
+    group_mean = total / count  # mean_{j in g} P_j
     advantages = grpo(r, group_ids, eps) * group_mean[inverse] / per_response
     return advantages.to(rewards.dtype)
 

@@ -21,7 +21,13 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.advantages import AdvantageInputs, AdvantageOutput, register_advantage
+from rlvr.algorithms.advantages import (
+    AdvantageInputs,
+    AdvantageOutput,
+    _group_std,
+    _group_sums,
+    register_advantage,
+)
 
 
 def mapo_advantages(
@@ -45,18 +51,12 @@ def mapo_advantages(
             "mapo's percent deviation divides by the group's mean reward: rewards must be >= 0, "
             f"got {float(rewards.min()):g}"
         )
-    r = rewards.to(torch.float64)
-    _, inverse, count = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = count.to(r.dtype)
-    total = torch.zeros(len(count), dtype=r.dtype).index_add_(0, inverse, r)
-    mean = total / n
+    r, inverse, count, total = _group_sums(rewards.to(torch.float64), group_ids)
+    mean = total / count
     centred = r - mean[inverse]
-    sum_sq = torch.zeros(len(count), dtype=r.dtype).index_add_(0, inverse, centred**2)
-    std = (sum_sq / (n - 1).clamp_min(1.0)).sqrt()
-    wins = torch.zeros(len(count), dtype=r.dtype).index_add_(
-        0, inverse, (r == success_reward).to(r.dtype)
-    )
-    p = wins / n
+    std = _group_std(r, inverse, count, total)
+    wins = torch.zeros_like(total).index_add_(0, inverse, (r == success_reward).to(r.dtype))
+    p = wins / count
     lam = (1.0 - 4.0 * p * (1.0 - p))[inverse]  # the trajectory-certainty weight
     deviation = centred / (std[inverse] + eps)  # GRPO's
     percent = centred / (mean[inverse] + eps)  # the advantage percent deviation

@@ -20,7 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.algorithms.advantages import AdvantageInputs, AdvantageOutput, register_advantage
+from rlvr.algorithms.advantages import (
+    AdvantageInputs,
+    AdvantageOutput,
+    _group_sums,
+    register_advantage,
+)
 from rlvr.algorithms.filters import register_group_selector
 
 
@@ -44,11 +49,9 @@ def ngrpo(
     """
     if virtual < 1:
         raise ValueError(f"ngrpo: virtual must be >= 1 (0 is GRPO), got {virtual}")
-    _, inverse, count = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    r = rewards.to(torch.float64)
-    total = torch.zeros(len(count), dtype=r.dtype).index_add_(0, inverse, r)
-    squares = torch.zeros(len(count), dtype=r.dtype).index_add_(0, inverse, r * r)
-    n = count.to(r.dtype) + virtual  # G + v values
+    r, inverse, count, total = _group_sums(rewards.to(torch.float64), group_ids)
+    squares = torch.zeros_like(total).index_add_(0, inverse, r * r)
+    n = count + virtual  # G + v values
     mean = (total + virtual * max_reward) / n
     sum_sq = squares + virtual * max_reward**2 - n * mean**2  # sum over the G + v of (x - mean)^2
     std = (sum_sq.clamp_min(0.0) / (n - 1)).sqrt()
