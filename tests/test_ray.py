@@ -119,6 +119,38 @@ def test_local_and_ray_with_one_worker_log_the_same_steps(cluster, tmp_path_fact
     assert "eval/sampled_accuracy" in local[2] and local[3]["staleness/max"] == 0.0
 
 
+def test_a_drivers_next_run_starts_in_the_idle_actors_of_its_last(cluster, tmp_path_factory):
+    """distributed.reuse_actors (the default): a clean run leaves its learner and rollout
+    worker idle; the next run on the cluster starts in those same actors (no new process) and
+    logs one process's steps; an idle actor whose next run fails to start ends, as a fresh one
+    does; reuse_actors false leaves none."""
+    from rlvr.errors import WorkerFailed
+    from rlvr.trainer.backends.ray import POOL, RayRollouts
+
+    def idle() -> set[str]:
+        return {a._actor_id.hex() for actors in POOL._current(ray).values() for a in actors}
+
+    local = run_once("local", local_config(Path("unused")), tmp_path_factory)
+    runs = []
+    for name in ("reuse-a", "reuse-b"):
+        run_dir = tmp_path_factory.mktemp(name) / "run"
+        train(build_config(ray_config(run_dir, 1)))
+        assert comparable(step_rows(run_dir)) == local
+        runs.append(idle())
+    assert len(runs[0]) == 2 and runs[1] == runs[0]  # the learner and the worker, both kept
+
+    missing = {"name": str(tmp_path_factory.mktemp("reuse-c") / "no-model")}
+    cfg = build_config(ray_config(Path("unused"), 1, model=missing))
+    with pytest.raises(WorkerFailed, match="a rollout worker failed during start"):
+        RayRollouts(cfg, None, learners=None)
+    assert len(idle()) == 1  # the worker that failed to start its run is gone
+
+    cfg = ray_config(tmp_path_factory.mktemp("reuse-d") / "run", 1)
+    cfg["distributed"]["reuse_actors"] = False
+    train(build_config(cfg))
+    assert idle() == set()
+
+
 def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
     cluster, tmp_path_factory, monkeypatch, capfd
 ):

@@ -524,6 +524,11 @@ class DistributedConfig(Section):
     max_restarts: int = Field(
         3, ge=0, description="rollout workers recreated per run before it gives up"
     )
+    reuse_actors: bool = Field(
+        True,
+        description="keep a cleanly ended run's actors idle for the driver's next run on the "
+        "same cluster (their start-up paid once); false: each run starts and kills its own",
+    )
 
     @model_validator(mode="after")
     def _check_backend(self) -> DistributedConfig:

@@ -47,6 +47,7 @@ from rlvr.models import load_tokenizer, resolve
 from rlvr.rollout import SamplingParams
 from rlvr.trainer.backends.ranks import LearnerRanks, Ranks
 from rlvr.trainer.backends.ray_actors import LearnerWorker, RolloutWorker
+from rlvr.trainer.backends.ray_pool import ActorPool, Key
 from rlvr.trainer.batch import Samples
 from rlvr.trainer.build import (
     RunParts,
@@ -190,6 +191,25 @@ def _options(cfg: Config) -> dict[str, Any]:
     return {"num_cpus": cpus_per_worker(cfg), "num_gpus": d.gpus_per_worker, "max_restarts": 0}
 
 
+POOL = ActorPool()
+"""This driver's idle actors (:mod:`.ray_pool`)."""
+
+
+def _key(role: type, cfg: Config, node: str | None = None) -> Key:
+    """The pool key of an actor of ``role`` for ``cfg`` (``node``: its required placement)."""
+    return (role.__name__, cpus_per_worker(cfg), cfg.distributed.gpus_per_worker, node)
+
+
+def _actor(ray: Any, role: type, key: Key, options: dict[str, Any], *args: Any) -> Any:
+    """An actor of ``role`` started with ``args``: an idle one of ``key`` from :data:`POOL` (its
+    run started in place), else a new one."""
+    actor = POOL.take(ray, key)
+    if actor is None:
+        return ray.remote(role).options(**options).remote(*args)
+    actor.rerun.remote(*args)  # the actor's next calls wait for it; a failure ends the actor
+    return actor
+
+
 class RayLearners(LearnerRanks):
     """The learners' group seen from the driver (:class:`~rlvr.trainer.protocols.Learners`):
     each rank an actor, called through Ray."""
@@ -205,12 +225,19 @@ class RayLearners(LearnerRanks):
         # rank 0 writes checkpoints: on this machine when it can, beside the run directory
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        cls = ray.remote(LearnerWorker)
+        node = ray.get_runtime_context().get_node_id()
+        here = NodeAffinitySchedulingStrategy(node, soft=True)
+        self.keys = [_key(LearnerWorker, cfg, node if rank == 0 else None) for rank in range(world)]
         self.ranks = [
-            cls.options(
-                **_options(cfg), scheduling_strategy=here if rank == 0 else "DEFAULT"
-            ).remote(data, rank, world)
+            _actor(
+                ray,
+                LearnerWorker,
+                self.keys[rank],
+                {**_options(cfg), "scheduling_strategy": here if rank == 0 else "DEFAULT"},
+                data,
+                rank,
+                world,
+            )
             for rank in range(world)
         ]
         self._address = self.ranks[0].address.remote()  # answered once rank 0 has started
@@ -270,7 +297,11 @@ class RayLearners(LearnerRanks):
         (``fresh``: publish the current ones first)."""
         return self.call("whole", "publishing weights", "state", fresh)[0]
 
-    def close(self) -> None:
+    def close(self, reuse: bool = False) -> None:
+        """Stop the learners (``reuse``: keep them idle for this driver's next run)."""
+        if reuse:
+            POOL.give(self._ray, list(zip(self.keys, self.ranks, strict=True)), 30)
+            return
         for actor in self.ranks:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor)
@@ -298,7 +329,8 @@ class RayRollouts:
         cfg = with_cpus(cfg)
         self.cfg, self._ray, self.learners, self.note = cfg, ray, learners, note
         self.user_reward, self.judge_name = user_reward, judge_name
-        self.cls = ray.remote(RolloutWorker).options(**_options(cfg), scheduling_strategy="SPREAD")
+        self.options = {**_options(cfg), "scheduling_strategy": "SPREAD"}
+        self.key = _key(RolloutWorker, cfg)
         self.data = cfg.model_dump(mode="json")
         self.workers = [self._start(i) for i in range(cfg.distributed.rollout_workers)]
         self.where = self._get_all(
@@ -309,7 +341,9 @@ class RayRollouts:
         self.before_get: Callable[[RayRollouts, int], None] | None = None  # fault injection (tests)
 
     def _start(self, index: int) -> Any:
-        return self.cls.remote(self.data, self.user_reward, index)
+        return _actor(
+            self._ray, RolloutWorker, self.key, self.options, self.data, self.user_reward, index
+        )
 
     def _get_all(self, refs: list[Any], what: str, timeout: float | None = None) -> list[Any]:
         """The results of ``refs``, waited for ``timeout`` s (``distributed.timeout_s``)."""
@@ -470,7 +504,11 @@ class RayRollouts:
         self._ray.get(refs, timeout=timeout)
         self.grouped = True
 
-    def close(self) -> None:
+    def close(self, reuse: bool = False) -> None:
+        """Stop the workers (``reuse``: keep them idle for this driver's next run)."""
+        if reuse:
+            POOL.give(self._ray, [(self.key, w) for w in self.workers], 30)
+            return
         for worker in self.workers:
             with contextlib.suppress(Exception):
                 self._ray.get(worker.close.remote(), timeout=30)
@@ -501,10 +539,14 @@ def build(
     here, the learners and rollout workers as actors (stopped by ``cleanup``)."""
     front = build_front(cfg, user_reward, cleanup)  # bad data or rewards fail before Ray starts
     started = connect(cfg)
+    ray = import_ray()
     if started:
-        cleanup.callback(import_ray().shutdown)
+        cleanup.callback(ray.shutdown)
     cfg = with_cpus(cfg)  # the actors' share of the cluster, once
     check_resources(cfg)
+    node = ray.get_runtime_context().get_node_id()
+    keys = {_key(RolloutWorker, cfg), _key(LearnerWorker, cfg), _key(LearnerWorker, cfg, node)}
+    POOL.keep_only(ray, keys if cfg.distributed.reuse_actors else set())
     tokenizer = load_tokenizer(cfg.model.name)
     from transformers import AutoConfig
 
@@ -513,10 +555,15 @@ def build(
     sampling, greedy = sampling_params(cfg, tokenizer, front.token_stats)
     sampler = build_sampler(cfg, front.task, front.algo)
     start = time.perf_counter()
+    keep = cfg.distributed.reuse_actors and not started  # an instance of ours ends with the run
+
+    def close(parts: Any) -> Callable[..., None]:
+        return lambda failed, *_: parts.close(reuse=keep and failed is None)
+
     learners = RayLearners(cfg, front.algo)  # its actors start while the workers do
-    cleanup.callback(learners.close)
+    cleanup.push(close(learners))
     rollouts = RayRollouts(cfg, user_reward, learners, front.judge.name)
-    cleanup.callback(rollouts.close)
+    cleanup.push(close(rollouts))
     learners.started()
     print(
         f"ray: {len(rollouts.workers)} rollout worker(s), {len(learners.ranks)} learner(s) on "

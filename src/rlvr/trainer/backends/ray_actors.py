@@ -7,14 +7,20 @@ them with ``ray.remote``, and tests can run them in-process).
   rank 0.
 * :class:`LearnerWorker` is one rank of the learners' data-parallel group
   (:mod:`rlvr.distributed.data_parallel`); rank 0 also writes checkpoints and sends weights.
+
+Both are :class:`Reusable`: an actor whose run ended cleanly drops the run's state and waits
+idle for the driver's next run (:mod:`rlvr.trainer.backends.ray_pool`).
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import gc
 import os
 import socket
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +65,46 @@ def _threads(cfg: Config, learner: bool) -> None:
     torch.set_num_threads((cfg.train.threads or reserved) if learner else reserved)
 
 
-class RolloutWorker:
+class Reusable(abc.ABC):
+    """An actor body whose process outlives one run: the constructor and :meth:`rerun` start a
+    run (``start_run``, the subclass's), :meth:`end_run` drops it."""
+
+    def __init__(self, *args: Any) -> None:
+        self.start_run(*args)
+
+    @abc.abstractmethod
+    def start_run(self, *args: Any) -> None:
+        """Build this actor's part of a run."""
+
+    def rerun(self, *args: Any) -> None:
+        """``start_run`` in an actor kept from an earlier run; a failure ends the actor (its
+        traceback on the actor's stderr), as a failing constructor ends a fresh one, so the
+        driver sees the same fault either way."""
+        try:
+            self.start_run(*args)
+        except BaseException:
+            traceback.print_exc()
+            import ray
+
+            ray.actor.exit_actor()
+
+    def end_run(self) -> bool:
+        """Close and drop everything the run gave this actor; the process and its imports
+        stay (``True``: ready for another run)."""
+        self.close()
+        self.__dict__.clear()
+        gc.collect()
+        return True
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release what the run holds outside Python's memory (servers, process groups)."""
+
+
+class RolloutWorker(Reusable):
     """Samples and scores groups with the policy version it was last given."""
 
-    def __init__(self, cfg_data: dict[str, Any], user_reward: Any, index: int) -> None:
+    def start_run(self, cfg_data: dict[str, Any], user_reward: Any, index: int) -> None:
         quiet_transformers()
         cfg = Config.model_validate(cfg_data)
         _threads(cfg, learner=False)
@@ -129,10 +171,10 @@ class RolloutWorker:
         self._cleanup.close()
 
 
-class LearnerWorker:
+class LearnerWorker(Reusable):
     """Rank ``rank`` of ``world`` learners (see the module docstring)."""
 
-    def __init__(self, cfg_data: dict[str, Any], rank: int, world: int) -> None:
+    def start_run(self, cfg_data: dict[str, Any], rank: int, world: int) -> None:
         quiet_transformers()
         self.cfg = Config.model_validate(cfg_data)
         _threads(self.cfg, learner=True)
@@ -264,3 +306,11 @@ class LearnerWorker:
     def gradients(self) -> list[torch.Tensor]:
         """The policy's gradients of the last optimizer step (tests)."""
         return [p.grad.clone() for p in named_tensors(self.learner.policy)]
+
+    def close(self) -> None:
+        """Leave the learners' process group (the next run forms its own)."""
+        import torch.distributed as dist
+
+        self.weights = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
