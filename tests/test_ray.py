@@ -119,16 +119,20 @@ def test_local_and_ray_with_one_worker_log_the_same_steps(cluster, tmp_path_fact
     assert "eval/sampled_accuracy" in local[2] and local[3]["staleness/max"] == 0.0
 
 
+def idle() -> set[str]:
+    """The ids of the driver's idle actors (:mod:`rlvr.trainer.backends.ray_pool`)."""
+    from rlvr.trainer.backends.ray import POOL
+
+    return {a._actor_id.hex() for actors in POOL._current(ray).values() for a in actors}
+
+
 def test_a_drivers_next_run_starts_in_the_idle_actors_of_its_last(cluster, tmp_path_factory):
     """distributed.reuse_actors (the default): a clean run leaves its learner and rollout
     worker idle; the next run on the cluster starts in those same actors (no new process) and
     logs one process's steps; an idle actor whose next run fails to start ends, as a fresh one
-    does; reuse_actors false leaves none."""
+    does (reuse_actors false: test_a_run_without_reuse_actors_leaves_no_idle_actor)."""
     from rlvr.errors import WorkerFailed
-    from rlvr.trainer.backends.ray import POOL, RayRollouts
-
-    def idle() -> set[str]:
-        return {a._actor_id.hex() for actors in POOL._current(ray).values() for a in actors}
+    from rlvr.trainer.backends.ray import RayRollouts
 
     local = run_once("local", local_config(Path("unused")), tmp_path_factory)
     runs = []
@@ -144,11 +148,6 @@ def test_a_drivers_next_run_starts_in_the_idle_actors_of_its_last(cluster, tmp_p
     with pytest.raises(WorkerFailed, match="a rollout worker failed during start"):
         RayRollouts(cfg, None, learners=None)
     assert len(idle()) == 1  # the worker that failed to start its run is gone
-
-    cfg = ray_config(tmp_path_factory.mktemp("reuse-d") / "run", 1)
-    cfg["distributed"]["reuse_actors"] = False
-    train(build_config(cfg))
-    assert idle() == set()
 
 
 def test_two_workers_one_killed_mid_step_log_the_same_steps_as_one_process(
@@ -287,35 +286,6 @@ def test_asynchronous_rollouts_respect_the_staleness_bound(cluster, tmp_path_fac
     assert "rollout/is_weight_mean" in local[2]  # the behaviour weight, truncated at 2
 
 
-def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_process(
-    cluster, tmp_path_factory, monkeypatch
-):
-    """An asynchronous Ray run (the learner trains while the worker samples ahead): the
-    learner is killed in step 2, so the checkpoint of step 1 holds the batch sampled ahead; the
-    run ends naming the resume command, and the resumed run logs one process's steps."""
-    from rlvr.errors import WorkerFailed
-    from rlvr.trainer.backends import ray as ray_backend
-
-    run_dir = tmp_path_factory.mktemp("resumed") / "run"
-    cfg = ray_config(run_dir, 1, rollout={"max_staleness": 1})
-    original = ray_backend.RayLearners.start_update
-
-    def kill_in_step_two(self, data):
-        if self.version == 1:
-            ray.kill(self.ranks[0])
-        return original(self, data)
-
-    monkeypatch.setattr(ray_backend.RayLearners, "start_update", kill_in_step_two)
-    with pytest.raises(WorkerFailed, match=f"a learner failed.*rlvr train --resume {run_dir}"):
-        train(build_config(cfg))
-    monkeypatch.setattr(ray_backend.RayLearners, "start_update", original)
-    assert sorted(step_rows(run_dir)) == [1]
-    assert (run_dir / "checkpoints" / "step_000001" / "pending.pt").is_file()
-    train(build_config(cfg), resume=run_dir)
-    async_local = local_config(Path("unused"), rollout={"max_staleness": 1})
-    assert comparable(step_rows(run_dir)) == run_once("local_async", async_local, tmp_path_factory)
-
-
 def test_the_default_cpu_share_fits_the_actors_on_the_nodes(cluster, tmp_path):
     """distributed.cpus_per_worker null (the default): 2 rollout workers and a learner share
     the 2 CPUs (2/3 each, in Ray's 1/10000 units) where 1 CPU each does not fit."""
@@ -405,40 +375,8 @@ def test_two_gloo_learners_give_one_process_gradient_and_broadcast_exact_weights
             assert all(torch.equal(a, b) for a, b in zip(held, sent, strict=True))
         assert [ray.get(w.ready.remote())["version"] for w in rollouts.workers] == [1, 1]
     finally:
-        rollouts.close()
-        learners.close()
-
-
-def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
-    cluster, tmp_path_factory, capfd
-):
-    """A hanging environment on a rollout worker (env.on_error: raise): the user gets the
-    one-line message one process gives (not Ray's remote traceback), and the worker is not taken
-    for dead and retried (under end_episode the worker runs the same episode loop as one
-    process: tests/test_envs_faults.py)."""
-    from rlvr.envs.episodes import EnvFault
-
-    env = {
-        "name": "envs_for_tests:FaultyEnv",
-        "params": {"fault": "hang", "at": 2, "problems": ["1", "3", "5", "7", "9"]},
-        "max_turns": 3,
-        "max_episode_tokens": 60,
-        "step_timeout_s": 0.5,
-    }
-    env["on_error"] = "raise"
-    messages = []
-    for cfg in (
-        local_config(Path("unused"), 1, env=env, reward={"function": None}),
-        ray_config(Path("unused"), 1, 1, env=env, reward={"function": None}),
-    ):
-        cfg["logging"]["run_dir"] = str(tmp_path_factory.mktemp("raise") / "run")
-        with pytest.raises(EnvFault) as caught:
-            train(build_config(cfg))
-        messages.append(str(caught.value))
-    assert messages[0] == messages[1]
-    assert "turn 2: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
-    err = capfd.readouterr().err
-    assert "failed" not in err and "recreated" not in err and "Traceback" not in err, err
+        rollouts.close(reuse=True)
+        learners.close(reuse=True)
 
 
 def test_a_worker_playing_episodes_is_given_their_time_limits_before_it_counts_as_dead():
@@ -589,3 +527,76 @@ def test_sharded_learners_train_as_one_process_publish_and_checkpoint_shards(
         "__1_0.distcp",
     ]
     assert not (last / "model.safetensors").exists()
+
+
+def test_a_learner_failure_ends_the_run_and_the_resumed_async_run_equals_one_process(
+    cluster, tmp_path_factory, monkeypatch
+):
+    """An asynchronous Ray run (the learner trains while the worker samples ahead): the
+    learner is killed in step 2, so the checkpoint of step 1 holds the batch sampled ahead; the
+    run ends naming the resume command, and the resumed run logs one process's steps."""
+    from rlvr.errors import WorkerFailed
+    from rlvr.trainer.backends import ray as ray_backend
+
+    run_dir = tmp_path_factory.mktemp("resumed") / "run"
+    cfg = ray_config(run_dir, 1, rollout={"max_staleness": 1})
+    original = ray_backend.RayLearners.start_update
+
+    def kill_in_step_two(self, data):
+        if self.version == 1:
+            ray.kill(self.ranks[0])
+        return original(self, data)
+
+    monkeypatch.setattr(ray_backend.RayLearners, "start_update", kill_in_step_two)
+    with pytest.raises(WorkerFailed, match=f"a learner failed.*rlvr train --resume {run_dir}"):
+        train(build_config(cfg))
+    monkeypatch.setattr(ray_backend.RayLearners, "start_update", original)
+    assert sorted(step_rows(run_dir)) == [1]
+    assert (run_dir / "checkpoints" / "step_000001" / "pending.pt").is_file()
+    train(build_config(cfg), resume=run_dir)
+    async_local = local_config(Path("unused"), rollout={"max_staleness": 1})
+    assert comparable(step_rows(run_dir)) == run_once("local_async", async_local, tmp_path_factory)
+
+
+def test_a_run_without_reuse_actors_leaves_no_idle_actor(cluster, tmp_path_factory):
+    """distributed.reuse_actors false: the run kills the idle actors (those the resumed run of
+    the test before left; run alone, those of a run of its own) and its own at its end."""
+    if len(idle()) < 2:
+        train(build_config(ray_config(tmp_path_factory.mktemp("kept") / "run", 1)))
+    assert len(idle()) >= 2
+    cfg = ray_config(tmp_path_factory.mktemp("no-reuse") / "run", 1)
+    cfg["distributed"]["reuse_actors"] = False
+    train(build_config(cfg))
+    assert idle() == set()
+
+
+def test_an_environment_fault_on_a_worker_is_reported_as_in_one_process(
+    cluster, tmp_path_factory, capfd
+):
+    """A hanging environment on a rollout worker (env.on_error: raise): the user gets the
+    one-line message one process gives (not Ray's remote traceback), and the worker is not taken
+    for dead and retried (under end_episode the worker runs the same episode loop as one
+    process: tests/test_envs_faults.py)."""
+    from rlvr.envs.episodes import EnvFault
+
+    env = {
+        "name": "envs_for_tests:FaultyEnv",
+        "params": {"fault": "hang", "at": 2, "problems": ["1", "3", "5", "7", "9"]},
+        "max_turns": 3,
+        "max_episode_tokens": 60,
+        "step_timeout_s": 0.5,
+    }
+    env["on_error"] = "raise"
+    messages = []
+    for cfg in (
+        local_config(Path("unused"), 1, env=env, reward={"function": None}),
+        ray_config(Path("unused"), 1, 1, env=env, reward={"function": None}),
+    ):
+        cfg["logging"]["run_dir"] = str(tmp_path_factory.mktemp("raise") / "run")
+        with pytest.raises(EnvFault) as caught:
+            train(build_config(cfg))
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert "turn 2: step() did not answer within 0.5 s (env.step_timeout_s)" in messages[0]
+    err = capfd.readouterr().err
+    assert "failed" not in err and "recreated" not in err and "Traceback" not in err, err

