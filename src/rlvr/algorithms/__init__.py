@@ -71,6 +71,7 @@ from rlvr.algorithms.filters import (
 )
 from rlvr.algorithms.gdpo import gdpo
 from rlvr.algorithms.gvpo import gvpo_loss
+from rlvr.algorithms.hapo import token_level_group_average
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -259,6 +260,7 @@ __all__ = [
     "clip_cov_policy_loss",
     "kl_cov_policy_loss",
     "token_covariance",
+    "token_level_group_average",
     "clipped_policy_loss",
     "compute_advantages",
     "copg_loss",
