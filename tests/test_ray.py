@@ -123,7 +123,7 @@ def idle() -> set[str]:
     """The ids of the driver's idle actors (:mod:`rlvr.trainer.backends.ray_pool`)."""
     from rlvr.trainer.backends.ray import POOL
 
-    return {a._actor_id.hex() for actors in POOL._current(ray).values() for a in actors}
+    return {actor._actor_id.hex() for actor in POOL.idle(ray)}
 
 
 def test_a_drivers_next_run_starts_in_the_idle_actors_of_its_last(cluster, tmp_path_factory):

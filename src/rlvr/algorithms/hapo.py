@@ -65,7 +65,7 @@ def token_level_group_average(
     r = rewards.to(torch.float64)
     w = lengths.to(r.dtype).clamp_min(1.0)
     _, inverse, count, tokens = _group_sums(w, group_ids)
-    _, _, _, weighted = _group_sums(w * r, group_ids)
+    weighted = torch.zeros_like(tokens).index_add_(0, inverse, w * r)
     mean = weighted / tokens  # mu_g = sum L r / sum L
     sq_dev = torch.zeros_like(tokens).index_add_(0, inverse, w * (r - mean[inverse]) ** 2)
     std = (sq_dev / tokens).sqrt()  # sigma_g, population (unbiased=False)

@@ -43,10 +43,10 @@ class ActorPool:
             self._job, self._idle = job, {}
         return self._idle
 
-    def idle(self, ray: Any) -> int:
-        """How many actors wait here."""
+    def idle(self, ray: Any) -> list[Any]:
+        """The actors waiting here."""
         with self._lock:
-            return sum(len(actors) for actors in self._current(ray).values())
+            return [actor for actors in self._current(ray).values() for actor in actors]
 
     def keep_only(self, ray: Any, keys: set[Key]) -> None:
         """Kill the idle actors a run of ``keys`` cannot use (their reservations free)."""
@@ -66,19 +66,13 @@ class ActorPool:
     def give(self, ray: Any, actors: Sequence[tuple[Key, Any]], timeout_s: float) -> None:
         """End the run of each ``(key, actor)``; keep those that ended it within ``timeout_s``,
         kill the others (dead, or busy)."""
-        refs = []
-        for _, actor in actors:
-            try:
-                refs.append(actor.end_run.remote())
-            except Exception:  # noqa: BLE001 - a dead actor's handle may refuse the call
-                refs.append(None)
-        live = [r for r in refs if r is not None]
-        done, _ = ray.wait(live, num_returns=len(live), timeout=timeout_s) if live else ([], [])
+        refs = [actor.end_run.remote() for _, actor in actors]  # a dead actor's ref fails
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
         with self._lock:
             idle = self._current(ray)
             for (key, actor), ref in zip(actors, refs, strict=True):
                 ended = False
-                if ref is not None and ref in done:
+                if ref in done:
                     with contextlib.suppress(Exception):
                         ended = ray.get(ref) is True
                 if ended:
