@@ -661,6 +661,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "disco",
         "drpo",
         "gvpo",
+        "mpo",
         "mapo",
         "ngrpo",
     }

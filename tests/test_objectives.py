@@ -370,6 +370,61 @@ def test_gvpo_trains_whole_groups_from_the_preset(tmp_path):
     assert any(abs(row["gvpo/implicit_reward"]) > 0 for row in rows.values())
 
 
+def test_mpo_contrasts_the_above_mean_set_with_its_group_by_hand():
+    """One group of 3 (beta 0.5, alpha 1): sequence log-ratios to pi_ref (0.2, -0.4, 0.8) and
+    rewards (1, 0, 0.5), mean 0.5, so Y+ = {y_0} and z = beta s + alpha (r - 0.5) =
+    (0.6, -0.7, 0.4). J = 0.6 - log(e^0.6 + e^-0.7 + e^0.4) = 0.6 - log 3.81048 = -0.73776,
+    and d J / d s_i = beta (p+_i - p_i) with p = softmax(z) = (0.47818, 0.13032, 0.39150), p+ =
+    (1, 0, 0). A group of equal rewards has no Y+ and adds nothing; with two answers and
+    alpha 0, J is DPO's log sigmoid(beta (s_c - s_r))."""
+    ref = torch.zeros(2, 3, 2, dtype=torch.float64)
+    logp = torch.tensor([[[0.1, 0.1], [-0.4, 0.0], [0.5, 0.3]]] * 2, dtype=torch.float64)
+    logp.requires_grad_(True)
+    mask = torch.tensor([[[1, 1], [1, 0], [1, 1]]] * 2, dtype=torch.float64)
+    rewards = torch.tensor([[1.0, 0.0, 0.5], [0.3, 0.3, 0.3]], dtype=torch.float64)
+    groups = (logp, logp.detach(), mask, rewards)
+    terms, penalty, info = algorithms.mpo_loss(groups, ref, beta=0.5, alpha=1.0)
+    assert terms.tolist() == pytest.approx([-0.73776, 0.0], abs=1e-5) and penalty.item() == 0
+    assert info["valid"].tolist() == [True, False]
+    assert info["positive_mass"].item() == pytest.approx(0.47818, abs=1e-5)
+    assert info["implicit_reward"].item() == pytest.approx(0.1)  # beta mean s, both groups
+    (-terms.sum()).backward()
+    per_sequence = -0.5 * torch.tensor([1 - 0.47818, -0.13032, -0.39150], dtype=torch.float64)
+    torch.testing.assert_close(logp.grad[0], per_sequence[:, None] * mask[0], atol=1e-5, rtol=0)
+    assert not logp.grad[1].any()
+    pair = torch.tensor([[0.7, -0.2]], dtype=torch.float64)  # s(y_c), s(y_r)
+    j, _, _ = algorithms.mpo_objective(pair, torch.tensor([[1.0, 0.0]]), beta=0.5, alpha=0.0)
+    assert j.item() == pytest.approx(torch.nn.functional.logsigmoid(torch.tensor(0.45)).item())
+    _, _, z = algorithms.mpo_objective(pair, torch.tensor([[1.0, 0.0]]), beta=0.5, alpha=2.0)
+    assert z[0].tolist() == pytest.approx([0.35 + 1.0, -0.1 - 1.0])  # weights e^(+-alpha / 2)
+    for beta, alpha in ((0.0, 1.0), (0.1, -1.0)):
+        with pytest.raises(ValueError, match="beta must be > 0 and alpha >= 0"):
+            algorithms.mpo_objective(pair, torch.tensor([[1.0, 0.0]]), beta, alpha)
+
+
+def test_mpo_reads_pi_refs_log_probs_and_trains_from_the_preset(tmp_path):
+    """The mpo preset on the tiny model: the run keeps a reference, and at step 1 pi = pi_ref,
+    so s = 0 and each group's J is alpha's alone: logsumexp over Y+ of (r - r̄) minus that over
+    the group. Two steps from the preset then move pi off pi_ref."""
+    cfg = objective_config(tmp_path / "run", "mpo", steps=1)
+    cfg["train"]["micro_batch_size"] = 4
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.2, 0.2, 0.8, 0.2])  # graded rewards
+        metrics, bad = parts.learners.update(data.with_columns(rewards=rewards))
+    assert bad is None
+    deviation = rewards.view(2, 4) - rewards.view(2, 4).mean(-1, keepdim=True)
+    chosen = deviation.masked_fill(deviation <= 0, float("-inf")).logsumexp(-1)
+    expected = -(chosen - deviation.logsumexp(-1)).mean().item()
+    assert metrics["policy/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["mpo/implicit_reward"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["mpo/valid_groups_frac"] == 1.0
+    cfg = objective_config(tmp_path / "two", "mpo", steps=2)
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "two")
+    assert abs(rows[2]["mpo/implicit_reward"]) > 0
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):
@@ -812,6 +867,7 @@ RESUMED = (
     "copg",
     "inpo",
     "disco",
+    "mpo",
     "on_policy_distillation",
 )
 

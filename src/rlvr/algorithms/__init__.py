@@ -112,6 +112,7 @@ from rlvr.algorithms.losses import (
 )
 from rlvr.algorithms.lp_reg import lp_reg_policy_loss, min_p_proxy_logprobs
 from rlvr.algorithms.mapo import mapo_advantages
+from rlvr.algorithms.mpo import mpo_loss, mpo_objective
 from rlvr.algorithms.ngrpo import ngrpo, not_all_correct
 from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
@@ -297,6 +298,8 @@ __all__ = [
     "mapo_advantages",
     "masked_mean",
     "mismatch_metrics",
+    "mpo_loss",
+    "mpo_objective",
     "off_policy_sequence_mask",
     "passk_advantages",
     "ngrpo",

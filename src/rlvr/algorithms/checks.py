@@ -41,12 +41,13 @@ ARGUMENTS_FILLED = {
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),
     "select": ("rewards", "group_ids"),
-    "objective": ("pairs", "groups", "max_new_tokens"),
+    "objective": ("pairs", "groups", "max_new_tokens", "ref_logp"),
     "expert": ("logp",),
 }
 """The parts with ``params``, with the arguments rlvr fills itself (the advantage's beta is
 the KL's, when the KL is in the reward; a group objective's ``max_new_tokens`` is
-``rollout.max_new_tokens``, where its function names it)."""
+``rollout.max_new_tokens`` and its ``ref_logp`` pi_ref's log-probs, where its function names
+them)."""
 
 NAMED: dict[str, tuple[str, Registry[Any]]] = {
     "objective": ("name", OBJECTIVES),

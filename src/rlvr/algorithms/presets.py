@@ -423,6 +423,17 @@ for _preset in (
         "per step, as the authors' runs.",
     ),
     Algorithm(
+        name="mpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="mpo", params={"beta": 0.1, "alpha": 1.0}),
+        kl=KLPart(beta=0.0),
+        citation="Gupta et al. 2025, Multi-Preference Optimization: Generalizing DPO via "
+        "Set-Level Contrasts, arXiv:2412.04628",
+        summary="Per prompt, the set of above-mean answers contrasted with all of them: -log "
+        "of Y+'s share of sum_y w_y exp(beta log(pi / pi_ref)(y)), w_y = exp(alpha (r_y - "
+        "mean r)), beta = 0.1, alpha = 1; a set-level DPO on sampled groups, any reward.",
+    ),
+    Algorithm(
         name="inpo",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(name="inpo", pairing="best_worst", sync_every=5),

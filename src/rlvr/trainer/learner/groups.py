@@ -1,5 +1,6 @@
 """The group objective kind: an objective over each question's whole group of samples
-(DisCO and DRPO, :mod:`rlvr.algorithms.disco`; GVPO, :mod:`rlvr.algorithms.gvpo`).
+(DisCO and DRPO, :mod:`rlvr.algorithms.disco`; GVPO, :mod:`rlvr.algorithms.gvpo`; MPO,
+:mod:`rlvr.algorithms.mpo`).
 
 The units the learner shuffles into minibatches are the step's groups; a micro-batch holds
 ``max(1, micro_batch_size // G)`` whole groups, and the loss of one is
@@ -9,7 +10,9 @@ The units the learner shuffles into minibatches are the step's groups; a micro-b
 with J_q the objective of question q and the penalty computed over the micro-batch's tokens,
 as the authors' code does per micro-batch. pi_old's log-probs come from a no-grad pass before
 the update (the KL and the L-ratio score read them). An objective whose function names
-``max_new_tokens`` is given ``rollout.max_new_tokens`` (DRPO's L_max). Logged: ``policy/loss``
+``max_new_tokens`` is given ``rollout.max_new_tokens`` (DRPO's L_max); one that names
+``ref_logp`` is given pi_ref's [g, G, T] log-probs from a no-grad pass (MPO; it is registered
+with ``needs_reference``, so the run keeps a reference). Logged: ``policy/loss``
 and, under the objective's name, its mean J (``<name>/objective``), its penalty, the share of
 groups it could use (``valid_groups_frac``, where it says) and its own scalars (DisCO's ``kl``).
 """
@@ -44,12 +47,14 @@ class Groups(Prepared):
         batch: the padded batch of the step's samples, in the step's order.
         rows: [P, G] the rows of ``batch`` of each group (groups by id, rows in order).
         old_logp: pi_old [N, T].
+        ref_logp: pi_ref [N, T], or None when the run keeps no reference.
         rewards: [N] the samples' rewards.
     """
 
     batch: Batch
     rows: torch.Tensor
     old_logp: torch.Tensor
+    ref_logp: torch.Tensor | None
     rewards: torch.Tensor
 
 
@@ -76,6 +81,7 @@ class GroupObjective(ObjectiveKind):
             batch=batch,
             rows=order.view(len(sizes), int(sizes[0])),
             old_logp=passes.old_logp,
+            ref_logp=passes.ref_logp,
             rewards=data.rewards.to(learner.device),
         )
 
@@ -120,8 +126,12 @@ class GroupObjective(ObjectiveKind):
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
         params = dict(learner.algo.objective.params)
-        if "max_new_tokens" in inspect.signature(objective.fn).parameters:
+        named = inspect.signature(objective.fn).parameters
+        if "max_new_tokens" in named:
             params["max_new_tokens"] = learner.cfg.rollout.max_new_tokens
+        if "ref_logp" in named:
+            assert p.ref_logp is not None, "an objective that reads pi_ref needs_reference"
+            params["ref_logp"] = p.ref_logp[rows, :width].view(g, size, width)
         terms, penalty, info = objective.fn((*shaped, p.rewards[rows].view(g, size)), **params)
         loss = (-terms.sum() + g * penalty) / total_groups
         learner.finite(loss, "loss", "policy/loss")
