@@ -657,6 +657,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "exo",
         "copg",
         "tpo",
+        "tgdpo",
         "inpo",
         "disco",
         "drpo",

@@ -425,6 +425,106 @@ def test_mpo_reads_pi_refs_log_probs_and_trains_from_the_preset(tmp_path):
     assert abs(rows[2]["mpo/implicit_reward"]) > 0
 
 
+def _tgdpo_tokens(teacher_chosen, teacher_rejected):
+    """One pair: chosen log pi (-1, -2), log pi_ref (-1.2, -1.5); rejected log pi (-0.5, pad),
+    log pi_ref (-0.4, pad); the teacher's log-probs as given."""
+    chosen = torch.tensor([[-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    rejected = torch.tensor([[-0.5, 0.0]], dtype=torch.float64, requires_grad=True)
+    tokens = algorithms.PairTokens(
+        chosen=chosen,
+        rejected=rejected,
+        ref_chosen=torch.tensor([[-1.2, -1.5]], dtype=torch.float64),
+        ref_rejected=torch.tensor([[-0.4, 0.0]], dtype=torch.float64),
+        teacher_chosen=teacher_chosen,
+        teacher_rejected=teacher_rejected,
+        chosen_mask=torch.tensor([[1.0, 1.0]], dtype=torch.float64),
+        rejected_mask=torch.tensor([[1.0, 0.0]], dtype=torch.float64),
+    )
+    pairs = PairLogps(
+        **{
+            **PAIRS.__dict__,
+            "chosen": chosen.sum(-1),
+            "rejected": rejected.sum(-1),
+            "ref_chosen": tokens.ref_chosen.sum(-1),
+            "ref_rejected": tokens.ref_rejected.sum(-1),
+        }
+    )
+    return pairs, tokens
+
+
+def test_tgdpo_weighs_each_tokens_log_ratio_by_the_teachers_token_reward_by_hand():
+    """beta 0.5, alpha 0.5. Chosen: d = (0.2, -0.5), the teacher's (-0.7, -1.5) give r = 0.5
+    (0.5, 0) = (0.25, 0), weights 0.5 (1 + 0.5 r) = (0.5625, 0.5), sum 0.1125 - 0.25 = -0.1375.
+    Rejected: d = -0.1, r = 0.5 (-1.4 + 0.4) = -0.5, weight 0.5 (1 + 0.25) = 0.625, sum
+    -0.0625. h = -0.075, L = log(1 + e^0.075) = 0.731350; dL/dh = -sigmoid(0.075) = -0.518741,
+    so the chosen tokens' gradients are -0.518741 (0.5625, 0.5) and the rejected token's
+    +0.518741 x 0.625. With the teacher equal to the reference, or alpha 0, it is DPO."""
+    teacher = torch.tensor([[-0.7, -1.5]], dtype=torch.float64), torch.tensor([[-1.4, 0.0]])
+    pairs, tokens = _tgdpo_tokens(teacher[0], teacher[1].double())
+    loss, info = algorithms.tgdpo_loss(pairs, tokens, beta=0.5, alpha=0.5)
+    assert loss.item() == pytest.approx(0.731350, abs=1e-6)
+    assert info["reward_margin"].item() == pytest.approx(-0.075)
+    assert info["chosen_token_reward"].item() == pytest.approx(0.125)  # (0.25 + 0) / 2
+    assert info["rejected_token_reward"].item() == pytest.approx(-0.5)
+    loss.sum().backward()
+    torch.testing.assert_close(
+        tokens.chosen.grad, -0.518741 * torch.tensor([[0.5625, 0.5]]).double(), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        tokens.rejected.grad, 0.518741 * torch.tensor([[0.625, 0.0]]).double(), atol=1e-6, rtol=0
+    )
+    dpo, _ = algorithms.dpo_loss(pairs, beta=0.5)  # h = 0.5 (-0.3 + 0.1)
+    assert dpo.item() == pytest.approx(-torch.nn.functional.logsigmoid(torch.tensor(-0.1)).item())
+    for teacher_chosen, teacher_rejected, alpha in (
+        (tokens.ref_chosen, tokens.ref_rejected, 0.5),  # pi_r = pi_ref: r = 0
+        (teacher[0], teacher[1].double(), 0.0),
+    ):
+        pairs, tokens = _tgdpo_tokens(teacher_chosen, teacher_rejected)
+        loss, _ = algorithms.tgdpo_loss(pairs, tokens, beta=0.5, alpha=alpha)
+        assert loss.item() == pytest.approx(dpo.item())
+    pairs, tokens = _tgdpo_tokens(None, None)
+    with pytest.raises(ValueError, match="model.teacher"):
+        algorithms.tgdpo_loss(pairs, tokens)
+    pairs, tokens = _tgdpo_tokens(*teacher)
+    for beta, alpha in ((0.0, 0.5), (0.1, -1.0)):
+        with pytest.raises(ValueError, match="beta must be > 0 and alpha >= 0"):
+            algorithms.tgdpo_loss(pairs, tokens, beta=beta, alpha=alpha)
+
+
+def test_tgdpo_reads_the_teachers_token_rewards_and_equals_dpo_with_the_initial_policy(
+    tmp_path,
+):
+    """The tgdpo preset on the data's pairs. With model.teacher the initial policy (the
+    reference), every token reward is 0 and the run's losses are DPO's. With a DPO-trained
+    checkpoint as the teacher (the authors' setup), its token rewards favour the chosen tokens
+    and the run moves apart from DPO's."""
+    losses = {}
+    for preset in ("dpo", "tgdpo"):
+        cfg = objective_config(tmp_path / preset, preset, steps=2)
+        cfg["model"]["teacher"] = "tiny-random-llama"
+        cfg["train"].update(lr=1e-2, lr_schedule="constant", warmup_steps=0)
+        if preset == "dpo":
+            cfg["checkpoint"] = {"every": 0, "save_final": True}
+        train(build_config(cfg))
+        losses[preset] = [row["policy/loss"] for row in step_rows(tmp_path / preset).values()]
+    assert losses["tgdpo"] == pytest.approx(losses["dpo"], rel=1e-5)
+    rows = step_rows(tmp_path / "tgdpo")
+    assert rows[2]["preference/chosen_token_reward"] == 0.0
+    cfg = objective_config(tmp_path / "guided", "tgdpo", steps=2)
+    cfg["model"]["teacher"] = str(tmp_path / "dpo/checkpoints/step_000002")
+    cfg["train"].update(lr=1e-2, lr_schedule="constant", warmup_steps=0)
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "guided")
+    first = rows[1]
+    assert first["preference/chosen_token_reward"] > first["preference/rejected_token_reward"]
+    assert first["policy/loss"] == pytest.approx(math.log(2))  # pi = pi_ref: h = 0
+    assert rows[2]["policy/loss"] != pytest.approx(losses["dpo"][1], rel=1e-4)
+    cfg["model"]["teacher"] = None
+    cfg["logging"]["run_dir"] = str(tmp_path / "no_teacher")
+    with pytest.raises(ConfigError, match="needs a teacher: set model.teacher"):
+        train(build_config(cfg))
+
+
 def test_pair_losses_need_their_inputs_and_valid_strengths():
     no_reference = PairLogps(**{**PAIRS.__dict__, "ref_chosen": None, "ref_rejected": None})
     with pytest.raises(ValueError, match="dpo.*reference"):
@@ -588,7 +688,7 @@ def objective_config(run_dir: Path, preset: str, steps: int = 4, **algorithm) ->
     cfg = tiny_config(run_dir, steps=steps, algorithm={"preset": preset, **algorithm})
     del cfg["algorithm"]["kl"]
     cfg["rollout"]["dtype"] = "fp32"
-    if preset in ("sft", "dpo", "dpo_norm", "exo", "ipo", "rpo", "tpo"):
+    if preset in ("sft", "dpo", "dpo_norm", "exo", "ipo", "rpo", "tpo", "tgdpo"):
         task = {"name": "file", "path": str(data), "n_eval": 4, "prompt_template": "{question}"}
         if preset == "sft":
             task["completion_column"] = "completion"

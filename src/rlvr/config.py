@@ -102,7 +102,8 @@ class ModelConfig(Section):
         None,
         description="on-policy distillation: a model spec (a trained run's checkpoint, a "
         "larger model with the same tokenizer) whose log-probs of the student's samples give "
-        "the advantages (algorithm.preset: on_policy_distillation)",
+        "the advantages (algorithm.preset: on_policy_distillation); TGDPO: the token-level "
+        "reward model, e.g. a DPO-trained checkpoint (algorithm.preset: tgdpo)",
     )
 
 

@@ -32,6 +32,7 @@ from rlvr.algorithms.checks import (
     NORMALIZATIONS,
     learns_from_reward_differences,
     needs_reference,
+    needs_teacher,
     pairing,
 )
 from rlvr.algorithms.credit import CREDIT, register_credit
@@ -119,6 +120,7 @@ from rlvr.algorithms.objectives import (
     OBJECTIVES,
     Objective,
     PairLogps,
+    PairTokens,
     add_objective,
     register_objective,
 )
@@ -168,6 +170,7 @@ from rlvr.algorithms.schema import (
 from rlvr.algorithms.shaping import overlong_penalty
 from rlvr.algorithms.simple_po import simple_po_policy_loss
 from rlvr.algorithms.spo import spo
+from rlvr.algorithms.tgdpo import tgdpo_loss
 from rlvr.algorithms.tree import (
     TREE_ADVANTAGES,
     Forest,
@@ -210,6 +213,7 @@ __all__ = [
     "as_overrides",
     "learns_from_reward_differences",
     "needs_reference",
+    "needs_teacher",
     "pairing",
     "ADVANTAGES",
     "INPUT_FIELDS",
@@ -233,6 +237,7 @@ __all__ = [
     "GroupAccumulator",
     "Objective",
     "PairLogps",
+    "PairTokens",
     "PolicyLoss",
     "Preset",
     "aapo",
@@ -324,6 +329,7 @@ __all__ = [
     "register_preset",
     "rebel_loss",
     "tpo_loss",
+    "tgdpo_loss",
     "reinforce",
     "reinforce_policy_loss",
     "reinforce_pp",

@@ -41,7 +41,7 @@ ARGUMENTS_FILLED = {
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),
     "select": ("rewards", "group_ids"),
-    "objective": ("pairs", "groups", "max_new_tokens", "ref_logp"),
+    "objective": ("pairs", "groups", "max_new_tokens", "ref_logp", "tokens"),
     "expert": ("logp",),
 }
 """The parts with ``params``, with the arguments rlvr fills itself (the advantage's beta is
@@ -76,6 +76,13 @@ def needs_reference(a: Algorithm) -> bool:
     """The run keeps a reference policy: a KL term (kl.beta > 0) or an objective that reads it
     (DPO, IPO)."""
     return a.kl.beta > 0 or OBJECTIVES[a.objective.name].needs_reference
+
+
+def needs_teacher(a: Algorithm) -> bool:
+    """The run loads ``model.teacher``: an advantage that reads its log-probs (on-policy
+    distillation) or an objective that does (TGDPO's token-level reward model)."""
+    requires = ADVANTAGES[a.advantage.name].requires
+    return "teacher_logp" in requires or OBJECTIVES[a.objective.name].needs_teacher
 
 
 def pairing(a: Algorithm) -> str:

@@ -73,8 +73,32 @@ class PairLogps:
         return (self.chosen - self.ref_chosen) - (self.rejected - self.ref_rejected)
 
 
+@dataclass(frozen=True)
+class PairTokens:
+    """Per-token log-probs of the same P pairs, for a pair loss that weighs tokens (TGDPO).
+
+    Attributes:
+        chosen, rejected: [P, T] log pi of each completion token (with gradient), 0 outside
+            the completion's trained tokens.
+        ref_chosen, ref_rejected: [P, T] the reference's (no gradient).
+        teacher_chosen, teacher_rejected: [P, T] ``model.teacher``'s (no gradient; TGDPO's
+            token-level reward model), or None without a teacher.
+        chosen_mask, rejected_mask: [P, T] 1 on the trained tokens.
+    """
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+    ref_chosen: torch.Tensor
+    ref_rejected: torch.Tensor
+    teacher_chosen: torch.Tensor | None
+    teacher_rejected: torch.Tensor | None
+    chosen_mask: torch.Tensor
+    rejected_mask: torch.Tensor
+
+
 PairLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
-"""``fn(pairs: PairLogps, **params) -> (loss [P], info {name: [P] tensor})``."""
+"""``fn(pairs: PairLogps, **params) -> (loss [P], info {name: [P] tensor})``; a function that
+names ``tokens`` is also given the pairs' :class:`PairTokens`."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +118,8 @@ class Objective:
         needs_sampler: the loss reads the log-probs its pairs were sampled with
             (``PairLogps.sampler_chosen``: INPO's pi_t), so it trains on the policy's own samples
             only (a data row was sampled by no policy).
+        needs_teacher: the loss reads ``model.teacher``'s token log-probs (TGDPO's token-level
+            reward model): the run loads the teacher.
         citation: the paper.
         summary: one line.
     """
@@ -106,6 +132,7 @@ class Objective:
     citation: str
     summary: str
     needs_sampler: bool = False
+    needs_teacher: bool = False
 
     def params(self) -> tuple[str, ...]:
         """The keyword arguments ``algorithm.objective`` may set beside its name."""
@@ -128,6 +155,7 @@ def register_objective(
     citation: str = "",
     summary: str = "",
     needs_sampler: bool = False,
+    needs_teacher: bool = False,
 ) -> Callable[[Any], Any]:
     """Decorator: add a pair loss ``fn(pairs: PairLogps, **params) -> (loss [P], info)`` (kind
     ``pairs``) to :data:`OBJECTIVES`; :func:`add_objective` adds the other kinds."""
@@ -146,6 +174,7 @@ def register_objective(
                 citation,
                 summary,
                 needs_sampler,
+                needs_teacher,
             ),
         )
         return fn

@@ -21,9 +21,11 @@ from rlvr.algorithms import (  # noqa: F401
     gdpo,
     imitation,
     mapo,
+    mpo,
     ngrpo,
     passk,
     sapo,
+    tgdpo,
 )
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
@@ -301,6 +303,17 @@ for _preset in (
         summary="Offline DPO on preference pairs of the data (chosen, rejected columns): "
         "-log sigmoid(beta h), beta = 0.1 (objective.beta), h the log-ratio to the "
         "reference (the initial policy) of the chosen minus the rejected.",
+    ),
+    Algorithm(
+        name="tgdpo",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(name="tgdpo", samples="data", params={"beta": 0.1, "alpha": 0.5}),
+        citation="Zhu et al. 2025, TGDPO: Harnessing Token-Level Reward Guidance for Enhancing "
+        "Direct Preference Optimization, arXiv:2506.14574",
+        summary="Offline DPO on the data's pairs with each token's beta set by a token-level "
+        "reward r = beta log(pi_r / pi_ref) of model.teacher (e.g. a DPO-trained checkpoint): "
+        "beta (1 + alpha r) on the chosen, beta (1 - alpha r) on the rejected, beta = 0.1, "
+        "alpha = 0.5.",
     ),
     Algorithm(
         name="exo",

@@ -200,7 +200,7 @@ def build_learner(
             adapter = adapters.REFERENCE
         reference = Reference(policy, None, adapter, algo.reference.reset_every, algo.reference.mix)
     teacher = None
-    if "teacher_logp" in algorithms.ADVANTAGES[algo.advantage.name].requires:
+    if algorithms.needs_teacher(algo):
         teacher = load_teacher(cfg, dtypes.rollout).to(device)
     value_head = None
     if algo.advantage.name == "gae":
@@ -445,14 +445,15 @@ def build_player(
 
 
 def load_teacher(cfg: Config, dtype: torch.dtype) -> torch.nn.Module:
-    """On-policy distillation's teacher (``model.teacher``) in ``dtype`` (the rollout dtype),
-    frozen, on the CPU; a ConfigError when there is none or its vocabulary is not the
-    student's (its log-probs would be of other tokens)."""
+    """The teacher (``model.teacher``: on-policy distillation's, TGDPO's token-level reward
+    model) in ``dtype`` (the rollout dtype), frozen, on the CPU; a ConfigError when there is
+    none or its vocabulary is not the student's (its log-probs would be of other tokens)."""
     spec = cfg.model.teacher
     if spec is None:
+        algo = cfg.algorithm
         raise ConfigError(
-            f"algorithm.advantage.name {cfg.algorithm.advantage.name or cfg.algorithm.preset!r} "
-            "needs a teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
+            f"algorithm {algo.preset or algo.objective.name or algo.advantage.name!r} needs a "
+            "teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
             "model with the same tokenizer)"
         )
     from rlvr.models import load_tokenizer

@@ -11,10 +11,15 @@ each pair's loss adds the chosen completion's length-normalised NLL (RPO: Pang e
 "Iterative Reasoning Preference Optimization", arXiv:2404.19733, eq. 2):
 
     l_RPO = l + alpha * (-log pi(y_c | x) / |y_c|)
+
+A pair loss whose function names ``tokens`` is also given the pairs' per-token log-probs
+(:class:`~rlvr.algorithms.PairTokens`: the policy's, the reference's and, when the objective
+``needs_teacher``, ``model.teacher``'s; TGDPO weighs each token by the teacher's token reward).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +50,7 @@ class Pairs(Prepared):
         skipped_groups: groups that gave no pair (equal rewards).
         old_logp: pi_old [N, T] of the paired rows, or None on-policy.
         ref_logp: pi_ref [N, T] of the paired rows, or None without a reference.
+        teacher_logp: ``model.teacher``'s [N, T] of the paired rows, or None without one.
         sampler_logp: [N, T] the behaviour policy's log-probs (the rollout engine's as sampled).
         rewards: [N] the samples' rewards.
         samples: N, the step's samples.
@@ -55,6 +61,7 @@ class Pairs(Prepared):
     skipped_groups: int
     old_logp: torch.Tensor | None
     ref_logp: torch.Tensor | None
+    teacher_logp: torch.Tensor | None
     sampler_logp: torch.Tensor
     rewards: torch.Tensor
     samples: int
@@ -79,6 +86,7 @@ class PairObjective(ObjectiveKind):
             skipped_groups=skipped,
             old_logp=passes.old_logp,
             ref_logp=passes.ref_logp,
+            teacher_logp=passes.teacher_logp,
             sampler_logp=padded(data.sampler_logprobs, batch.action_mask.shape).to(learner.device),
             rewards=data.rewards.to(learner.device),
             samples=len(data),
@@ -142,7 +150,10 @@ class PairObjective(ObjectiveKind):
         )
         objective = algorithms.OBJECTIVES[learner.algo.objective.name]
         assert objective.fn is not None
-        loss_pairs, info = objective.fn(logps, **learner.algo.objective.params)
+        params = dict(learner.algo.objective.params)
+        if "tokens" in inspect.signature(objective.fn).parameters:
+            params["tokens"] = self.tokens(p, rows, logp, mask, n)
+        loss_pairs, info = objective.fn(logps, **params)
         alpha = learner.algo.objective.sft_coef
         if alpha > 0:  # RPO: the chosen completion's NLL per token
             nll = -seq[:n] / mask[:n].sum(-1).clamp_min(1.0)
@@ -156,6 +167,29 @@ class PairObjective(ObjectiveKind):
         tokens = float(mask.sum())
         averages.add("policy/entropy", algorithms.masked_mean(entropy, mask).item(), tokens)
         return loss
+
+    @staticmethod
+    def tokens(
+        p: Pairs, rows: torch.Tensor, logp: torch.Tensor, mask: torch.Tensor, n: int
+    ) -> algorithms.PairTokens:
+        """The per-token log-probs of the micro-batch's ``n`` pairs (``rows``: chosen, then
+        rejected; ``logp`` and ``mask`` [2n, T] in that order), 0 outside the trained tokens."""
+        width = logp.shape[1]
+        if p.ref_logp is None:
+            raise ValueError("a pair loss that reads tokens needs a reference (needs_reference)")
+        ref = p.ref_logp[rows, :width] * mask
+        teacher = None if p.teacher_logp is None else p.teacher_logp[rows, :width] * mask
+        policy = logp * mask
+        return algorithms.PairTokens(
+            chosen=policy[:n],
+            rejected=policy[n:],
+            ref_chosen=ref[:n],
+            ref_rejected=ref[n:],
+            teacher_chosen=None if teacher is None else teacher[:n],
+            teacher_rejected=None if teacher is None else teacher[n:],
+            chosen_mask=mask[:n],
+            rejected_mask=mask[n:],
+        )
 
     def summary(self, learner: Learner, prepared: Prepared, metrics: dict[str, float]) -> None:
         assert isinstance(prepared, Pairs)

@@ -166,7 +166,7 @@ def setup_of(
         shared_prefix=cfg.train.shared_prefix and algo.objective.samples != "data",
         pairs=algorithms.OBJECTIVES[algo.objective.name].kind == "pairs",
         reference=reference,
-        teacher=cfg.model.teacher if "teacher_logp" in requires else None,
+        teacher=cfg.model.teacher if algorithms.needs_teacher(algo) else None,
         value_head=algo.advantage.name == "gae",
         snapshot=cfg.logging.update_sparsity,
         semi_online=algo.objective.sync_every > 1,
