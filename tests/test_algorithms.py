@@ -412,6 +412,6 @@ def test_preset_values() -> None:
     )
     assert get_preset("rloo").advantage.name == "rloo"
     with pytest.raises(
-        ValueError, match="'nope'.*dapo, disco, dpo, dpo_norm, dr_grpo, drpo, exo, gmpo"
+        ValueError, match="'nope'.*dapo, disco, dno, dpo, dpo_norm, dr_grpo, drpo, exo, gmpo"
     ):
         get_preset("nope")

@@ -659,6 +659,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "tpo",
         "tgdpo",
         "inpo",
+        "dno",
         "disco",
         "drpo",
         "gvpo",

@@ -114,9 +114,13 @@ def test_a_luffy_run_from_yaml_logs_the_traces_and_resumes_exactly(tmp_path):
 def test_expert_traces_are_refused_where_they_have_no_meaning(tmp_path):
     with pytest.raises(ConfigError, match="group-relative"):
         build_config(luffy_config(tmp_path / "a", advantage={"name": "reinforce"}))
-    with pytest.raises(ConfigError, match="policy-gradient objective"):
+    with pytest.raises(ConfigError, match="policy-gradient or pair objective"):
         build_config(
             tiny_config(tmp_path / "b", algorithm={"preset": "rft", "expert": {"traces": 1}})
+        )
+    with pytest.raises(ConfigError, match="a worked solution was sampled by no policy"):
+        build_config(
+            tiny_config(tmp_path / "i", algorithm={"preset": "inpo", "expert": {"traces": 1}})
         )
     with pytest.raises(ConfigError, match=r"hints count a group.s samples.*group_size \+ traces"):
         build_config(luffy_config(tmp_path / "c", stages=[{"name": "hints", "fractions": [0.5]}]))

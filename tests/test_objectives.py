@@ -548,6 +548,79 @@ def test_online_dpo_picks_the_best_and_worst_of_each_group_and_skips_ties():
     assert chosen.tolist() == [2, 1] and rejected.tolist() == [0, 3]
 
 
+def test_the_margin_pairing_takes_every_pair_of_a_group_a_margin_apart():
+    """DNO's large-margin pairs: a 6-point judge's scores (6, 3, 5, 4, 1) with margin 2 and
+    chosen >= 5 give (6, 3), (6, 4), (6, 1), (5, 3), (5, 1); a group whose best is below 5 gives
+    none; with 0/1 rewards and margin 1, every (right, wrong) pair."""
+    rewards = _t([6, 3, 5, 4, 1, 4, 2, 2])
+    groups = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
+    chosen, rejected, skipped = preference_pairs(rewards, groups, "margin", 2.0, 5.0)
+    assert list(zip(chosen.tolist(), rejected.tolist(), strict=True)) == [
+        (0, 1),
+        (0, 3),
+        (0, 4),
+        (2, 1),
+        (2, 4),
+    ]
+    assert skipped == 1
+    chosen, rejected, _ = preference_pairs(rewards, groups, "margin", 2.0)
+    assert (chosen[-2:].tolist(), rejected[-2:].tolist()) == ([5, 5], [6, 7])  # 4 vs the 2s
+    chosen, rejected, skipped = preference_pairs(
+        _t([1, 0, 0, 1, 1, 1]), torch.tensor([0] * 4 + [1] * 2), "margin", 1.0
+    )
+    assert (chosen.tolist(), rejected.tolist(), skipped) == ([0, 0, 3, 3], [1, 2, 1, 2], 1)
+    with pytest.raises(ValueError, match="margin > 0"):
+        preference_pairs(rewards, groups, "margin")
+
+
+def test_dno_iterates_from_pi_t_as_both_sampler_and_reference(tmp_path):
+    """The dno preset with iterations of 2 updates: the sampler is synced and the reference
+    reset to the same pi_t every 2 steps, so the first update of each iteration starts at
+    pi = pi_ref (DPO's margin 0 exactly) and the second does not; every (right, wrong) pair
+    of a 0/1 reward is trained. margin and min_chosen belong to the margin pairing."""
+    cfg = objective_config(tmp_path / "run", "dno", steps=4)
+    cfg["reward"] = {"function": "rewards_for_tests:is_letter"}
+    cfg["rollout"].update(max_new_tokens=1, group_size=6, prompts_per_step=4)
+    cfg["train"].update(lr=5e-2, lr_schedule="constant", warmup_steps=0, micro_batch_size=32)
+    cfg["algorithm"].update(objective={"sync_every": 2}, reference={"reset_every": 2})
+    cfg["logging"]["samples_per_step"] = 24  # all of them
+    train(build_config(cfg))
+    rows = step_rows(tmp_path / "run")
+    margins = [rows[step]["preference/reward_margin"] for step in (1, 2, 3, 4)]
+    assert abs(margins[0]) < 1e-6 and abs(margins[2]) < 1e-6  # float rounding of the passes
+    assert abs(margins[1]) > 1e-4 and abs(margins[3]) > 1e-4
+    samples = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    for step in (1, 3):
+        groups: dict[str, list[float]] = {}
+        for row in samples:
+            if row["step"] == step:
+                groups.setdefault(row["prompt"], []).append(row["reward"])
+        pairs = sum(r.count(1.0) * r.count(0.0) for r in groups.values())
+        assert rows[step]["preference/pairs"] == pairs
+    bad = objective_config(tmp_path / "bad", "online_dpo", steps=1, objective={"margin": 2.0})
+    with pytest.raises(ConfigError, match="select the pairs of pairing: margin"):
+        build_config(bad)
+
+
+def test_dno_pairs_each_groups_gold_response_with_the_samples_it_beats(tmp_path):
+    """DNO-Prct's groups hold the policy's samples and a gold response (expert.traces: the
+    problem's worked solution, scored by the same reward); the margin pairing pairs it with
+    every sample it beats by the margin, and DPO trains on those pairs (log 2 at step 1)."""
+    cfg = objective_config(tmp_path / "run", "dno", steps=1, expert={"traces": 1})
+    del cfg["reward"]  # the arithmetic task's answer check: the worked solution is right
+    cfg["train"]["micro_batch_size"] = 64
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        metrics, bad = parts.learners.update(data)
+    assert bad is None
+    gold = data.expert
+    assert int(gold.sum()) == len(data.problems) and (data.rewards[gold] == 1.0).all()
+    chosen, rejected, _ = preference_pairs(data.rewards, data.group_ids, "margin", 1.0)
+    assert metrics["preference/pairs"] == len(chosen) >= len(data.problems)
+    assert gold[chosen].any() and not gold[rejected].any()
+    assert metrics["policy/loss"] == pytest.approx(math.log(2))
+
+
 def test_rejection_sampling_keeps_exactly_the_verified_samples():
     assert algorithms.verified(_t([1.0, 0.5, 0.0, 1.2])).tolist() == [1, 0, 0, 1]
     assert algorithms.verified(_t([1.0, 0.5, 0.0]), threshold=0.5).tolist() == [1, 1, 0]
@@ -968,6 +1041,7 @@ RESUMED = (
     "inpo",
     "disco",
     "mpo",
+    "dno",
     "on_policy_distillation",
 )
 
@@ -975,13 +1049,16 @@ RESUMED = (
 @pytest.mark.parametrize("preset", [*RESUMED, "sft_coef"])
 def test_resume_of_each_objective_is_exact(tmp_path, preset):
     """4 steps in one go against 2 steps, then a resume to 4: the same numbers (semi-online
-    with s = 3: the checkpoint of step 2 holds the snapshot of version 0 the engine serves)."""
+    with s = 3: the checkpoint of step 2 holds the snapshot of version 0 the engine serves; DNO
+    with iterations of 3: also the reference, reset at step 3)."""
     extra: dict = {"sync_every": 3} if preset == "semi_online_dpo" else {}
     if preset == "rft":
         extra = {"params": {"advantage": {"threshold": 0.3}}}
     name = "grpo" if preset == "sft_coef" else preset
     if preset == "sft_coef":
         extra = {"sft_coef": 0.5}
+    if preset == "dno":  # letter_fraction's graded rewards; pi_t the sampler and reference of 3
+        extra = {"objective": {"sync_every": 3, "margin": 0.1}, "reference": {"reset_every": 3}}
 
     def config(run_dir: Path, steps: int) -> dict:
         cfg = objective_config(run_dir, name, steps=steps, **extra)
@@ -1000,7 +1077,8 @@ def test_resume_of_each_objective_is_exact(tmp_path, preset):
     for step in (3, 4):
         for key in COMPARED:
             assert a[step][key] == b[step][key], (preset, step, key)
-    assert a[4]["policy/loss"] != a[1]["policy/loss"]  # it trained
+    # it trained (DNO's step 4 starts an iteration at pi = pi_ref: log 2 as at step 1)
+    assert any(a[step]["policy/loss"] != a[1]["policy/loss"] for step in (3, 4))
 
 
 def test_problems_carry_their_demonstrations():

@@ -680,10 +680,19 @@ class ObjectiveConfig(Part):
         description="policy: sample G completions per prompt; data: train on the data's own "
         "completions (task.completion_column, task.chosen_column / rejected_column)",
     )
-    pairing: Literal["best_worst", "adjacent"] | None = Field(
+    pairing: Literal["best_worst", "adjacent", "margin"] | None = Field(
         None,
         description="pair objectives: best_worst (the best and worst sample of each group; "
-        "equal rewards skipped) or adjacent (samples 0-1, 2-3, ...)",
+        "equal rewards skipped), adjacent (samples 0-1, 2-3, ...) or margin (every pair whose "
+        "rewards differ by at least objective.margin: DNO's large-margin pairs)",
+    )
+    margin: float | None = Field(
+        None,
+        gt=0,
+        description="pairing: margin: a pair's least reward gap r_chosen - r_rejected",
+    )
+    min_chosen: float | None = Field(
+        None, description="pairing: margin: the least reward of a chosen sample (None: any)"
     )
     sync_every: int | None = Field(
         None,

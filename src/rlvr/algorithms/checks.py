@@ -149,6 +149,13 @@ def _objective(a: Algorithm) -> list[str]:
         )
     if o.pairing is not None and o.pairing not in PAIRINGS:
         found.append(f"objective.pairing must be one of {PAIRINGS}, got {o.pairing!r}")
+    if o.pairing == "margin" and not o.margin > 0:
+        found.append(f"objective.pairing: margin needs objective.margin > 0, got {o.margin}")
+    if o.pairing != "margin" and (o.margin != 0 or o.min_chosen is not None):
+        found.append(
+            "objective.margin and objective.min_chosen select the pairs of pairing: margin "
+            f"(DNO's large-margin pairs); objective {o.name!r} pairs by {o.pairing!r}"
+        )
     if o.sync_every < 1:
         found.append(f"objective.sync_every must be >= 1, got {o.sync_every}")
     if o.sft_coef < 0:
@@ -321,18 +328,27 @@ def _draws(a: Algorithm) -> list[str]:
 
 
 def _expert(a: Algorithm) -> list[str]:
-    """Expert traces (LUFFY) join the policy's groups of a group-relative policy gradient."""
+    """Expert traces join the policy's groups of a group-relative policy gradient (LUFFY) or
+    of a pair objective on sampled groups (DNO's gold responses, paired by their reward)."""
     e = a.expert
     if e.traces < 0:
         return [f"expert.traces must be >= 0, got {e.traces}"]
     if e.traces == 0:
         return []
     found = []
-    kind = OBJECTIVES[a.objective.name].kind
+    spec = OBJECTIVES[a.objective.name]
+    kind = spec.kind
+    if kind == "pairs" and a.objective.samples == "policy":
+        if spec.needs_sampler:
+            found.append(
+                f"objective {a.objective.name!r} reads the log-probs its pairs were sampled "
+                "with, and a worked solution was sampled by no policy: expert.traces cannot join"
+            )
+        return found
     if kind != "policy_gradient" or a.objective.samples != "policy":
         found.append(
-            "expert.traces adds worked solutions to the groups of a policy-gradient objective "
-            f"on sampled groups, not to objective {a.objective.name!r} with samples "
+            "expert.traces adds worked solutions to the groups of a policy-gradient or pair "
+            f"objective on sampled groups, not to objective {a.objective.name!r} with samples "
             f"{a.objective.samples!r}"
         )
     elif not ADVANTAGES[a.advantage.name].group_relative:

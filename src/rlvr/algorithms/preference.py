@@ -20,11 +20,15 @@ import torch.nn.functional as F
 
 from rlvr.algorithms.objectives import PairLogps, register_objective
 
-PAIRINGS = ("best_worst", "adjacent")
+PAIRINGS = ("best_worst", "adjacent", "margin")
 
 
 def preference_pairs(
-    rewards: torch.Tensor, group_ids: torch.Tensor, pairing: str = "best_worst"
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    pairing: str = "best_worst",
+    margin: float = 0.0,
+    min_chosen: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Pairs (chosen, rejected) of samples of the same group.
 
@@ -32,18 +36,25 @@ def preference_pairs(
     first with the lowest (online DPO, Guo et al. 2024); a group whose rewards are all equal
     gives no pair and is counted as skipped. ``adjacent``: samples 0-1, 2-3, ... of each group
     in batch order (an odd last one left out), the better one as chosen; every pair is kept,
-    ties included (REBEL regresses their reward difference, 0). Groups appear in order of
-    their first sample.
+    ties included (REBEL regresses their reward difference, 0). ``margin``: every pair (i, j)
+    of a group with r_i - r_j >= ``margin`` and r_i >= ``min_chosen`` (DNO-Prct's large-margin
+    pairs, Rosset et al. 2024, arXiv:2404.03715, section 5.1: positives scoring 5 or 6 on a
+    6-point scale, negatives at least 2 lower), chosen in batch order, then rejected; a group
+    with none is skipped. Groups appear in order of their first sample.
 
     Args:
         rewards: [N] rewards.
         group_ids: [N] group of every sample.
-        pairing: ``best_worst`` or ``adjacent``.
+        pairing: ``best_worst``, ``adjacent`` or ``margin``.
+        margin: the ``margin`` pairing's least reward gap, > 0.
+        min_chosen: the ``margin`` pairing's least chosen reward (None: any).
     Returns:
         chosen [P] and rejected [P] long row indices, and the number of groups skipped.
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if pairing == "margin" and not margin > 0:
+        raise ValueError(f"the margin pairing needs a margin > 0, got {margin}")
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
         raise ValueError(
             f"rewards and group_ids must be [N], got {tuple(rewards.shape)}, "
@@ -55,6 +66,13 @@ def preference_pairs(
     r = rewards.tolist()
     chosen, rejected, skipped = [], [], 0
     for rows in members.values():
+        if pairing == "margin":
+            floor = -math.inf if min_chosen is None else min_chosen
+            found = [(i, j) for i in rows for j in rows if r[i] >= floor and r[i] - r[j] >= margin]
+            chosen.extend(i for i, _ in found)
+            rejected.extend(j for _, j in found)
+            skipped += not found
+            continue
         if pairing == "best_worst":
             best = max(rows, key=lambda i: (r[i], -i))  # the first of the highest
             worst = min(rows, key=lambda i: (r[i], i))  # the first of the lowest

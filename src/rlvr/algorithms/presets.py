@@ -49,6 +49,7 @@ from rlvr.algorithms.schema import (
     ObjectivePart,
     OverlongPart,
     PolicyLossPart,
+    ReferencePart,
     SelectPart,
     StageEntry,
     ValuePart,
@@ -392,6 +393,20 @@ for _preset in (
         summary="Online DPO whose sampler gets the trained weights only every s = 5 updates "
         "(sync_every): pairs come from a snapshot between syncs, between offline (s = "
         "inf) and online (s = 1) DPO.",
+    ),
+    Algorithm(
+        name="dno",
+        advantage=AdvantagePart(name="grpo"),
+        objective=ObjectivePart(
+            name="dpo", pairing="margin", margin=1.0, sync_every=5, params={"beta": 0.1}
+        ),
+        reference=ReferencePart(reset_every=5),
+        citation="Rosset et al. 2024, Direct Nash Optimization: Teaching Language Models to "
+        "Self-Improve with General Preferences, arXiv:2404.03715",
+        summary="DNO-Prct: iterations of 5 updates, each on pairs sampled from pi_t (the "
+        "sampler synced every 5 updates) with pi_t the reference (reset every 5 steps); every "
+        "pair of a group whose rewards differ by at least objective.margin (1), DPO's loss "
+        "with beta = 0.1. For a judge's 6-point scores: objective {margin: 2, min_chosen: 5}.",
     ),
     Algorithm(
         name="disco",

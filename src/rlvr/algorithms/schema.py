@@ -36,8 +36,11 @@ class ObjectivePart:
             user's objective.
         samples: ``policy`` (G sampled completions per prompt) or ``data`` (the problems' own
             demonstrations or preference pairs: SFT, offline DPO).
-        pairing: how a pair objective pairs a group's samples (``best_worst``, ``adjacent``;
-            None: the objective's default).
+        pairing: how a pair objective pairs a group's samples (``best_worst``, ``adjacent``,
+            ``margin``; None: the objective's default).
+        margin: the ``margin`` pairing's least reward gap r_c - r_r of a pair (DNO's
+            large-margin pairs); 0 with the other pairings.
+        min_chosen: the ``margin`` pairing's least reward of a chosen sample (None: any).
         sync_every: the rollouts get the trained weights every this many updates (1: online;
             s > 1: semi-online, Lanchantin et al. 2025).
         sft_coef: weight of an SFT term on the problems' demonstrations beside the RL loss.
@@ -47,6 +50,8 @@ class ObjectivePart:
     name: str = "policy_gradient"
     samples: str = "policy"
     pairing: str | None = None
+    margin: float = 0.0
+    min_chosen: float | None = None
     sync_every: int = 1
     sft_coef: float = 0.0
     params: Mapping[str, Any] = _params()

@@ -73,8 +73,13 @@ class PairObjective(ObjectiveKind):
 
     def prepare(self, learner: Learner, data: Samples) -> Pairs:
         """The pairs, and the no-grad passes of the paired rows only."""
+        objective = learner.algo.objective
         chosen, rejected, skipped = algorithms.preference_pairs(
-            data.rewards, data.group_ids, algorithms.pairing(learner.algo)
+            data.rewards,
+            data.group_ids,
+            algorithms.pairing(learner.algo),
+            objective.margin,
+            objective.min_chosen,
         )
         pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
         batch = learner.batch(data)
