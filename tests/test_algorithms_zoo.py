@@ -6,6 +6,7 @@ the docs claim (on-policy gradients, micro-batch invariance, GAE, REINFORCE++ wh
 
 from __future__ import annotations
 
+import inspect
 import math
 import typing
 
@@ -430,8 +431,8 @@ def test_policy_loss_errors() -> None:
     logp, old = _logps([[1.0, 1.0]])
     with pytest.raises(
         ValueError,
-        match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, kl_cov, lp_reg, none, "
-        "sapo, sequence, simple_po, token",
+        match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, hapo, kl_cov, lp_reg, "
+        "none, sapo, sequence, simple_po, token",
     ):
         policy_loss("ppo", logp, old, _t([1.0]), torch.ones(1, 2))
     with pytest.raises(ValueError, match=r"\[B, T\]"):
@@ -439,11 +440,16 @@ def test_policy_loss_errors() -> None:
 
 
 def _proxy(kind: str, like: torch.Tensor) -> dict[str, torch.Tensor]:
-    """A min-p proxy for the kinds that read one (Lp-Reg), filtered everywhere (-inf): no token
-    is regularised, so the loss is the clipped surrogate the others are checked against."""
-    if not POLICY_LOSSES[kind].min_p_proxy:
-        return {}
-    return {"proxy_logp": torch.full_like(like, float("-inf"))}
+    """The inputs a kind reads beside the standard ones, set so that its loss is the clipped
+    surrogate the others are checked against: a min-p proxy (Lp-Reg) filtered everywhere (-inf,
+    no token is regularised); token entropies (HAPO) all equal, so every token sits at the
+    pivot (h_hat = 0: neither its clip nor its advantage adapts)."""
+    extras = {}
+    if POLICY_LOSSES[kind].min_p_proxy:
+        extras["proxy_logp"] = torch.full_like(like, float("-inf"))
+    if "entropy" in inspect.signature(POLICY_LOSSES[kind].fn).parameters:
+        extras["entropy"] = torch.ones_like(like)
+    return extras
 
 
 @pytest.mark.parametrize("mode", list(AGGREGATIONS))
@@ -666,6 +672,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "mpo",
         "mapo",
         "ngrpo",
+        "hapo",
     }
     assert set(PRESETS) == expected
     luffy = PRESETS["luffy"].expert

@@ -72,7 +72,7 @@ from rlvr.algorithms.filters import (
 )
 from rlvr.algorithms.gdpo import gdpo
 from rlvr.algorithms.gvpo import gvpo_loss
-from rlvr.algorithms.hapo import token_level_group_average
+from rlvr.algorithms.hapo import entropy_scores, hapo_policy_loss, token_level_group_average
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -303,6 +303,8 @@ __all__ = [
     "mapo_advantages",
     "masked_mean",
     "mismatch_metrics",
+    "entropy_scores",
+    "hapo_policy_loss",
     "mpo_loss",
     "mpo_objective",
     "off_policy_sequence_mask",

@@ -37,6 +37,7 @@ ARGUMENTS_FILLED = {
         "dual_clip",
         "seed",
         "proxy_logp",
+        "entropy",
     ),
     "aggregation": ("loss", "mask", "total_tokens", "total_seqs", "max_len"),
     "kl": ("logp", "ref_logp"),

@@ -40,8 +40,8 @@ def _per_token(advantages: torch.Tensor) -> torch.Tensor:
 def _clipped_surrogate(
     ratio: torch.Tensor,
     adv: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
+    clip_low: float | torch.Tensor,
+    clip_high: float | torch.Tensor,
     dual_clip: float | None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)), dual-clipped for A < 0.
@@ -101,8 +101,8 @@ def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
+    clip_low: float | torch.Tensor = 0.2,
+    clip_high: float | torch.Tensor = 0.2,
     dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) as a per-token loss, as in GRPO.
@@ -116,8 +116,9 @@ def clipped_policy_loss(
         logp: [B, T] log pi of the sampled tokens (requires grad).
         old_logp: [B, T] log pi_old of the same tokens (the sampling policy; no grad).
         advantages: [B] per-sequence or [B, T] per-token advantages.
-        clip_low: eps_low, the ratio is clipped below at 1 - clip_low.
-        clip_high: eps_high, the ratio is clipped above at 1 + clip_high.
+        clip_low: eps_low, the ratio is clipped below at 1 - clip_low (a float, or [B, T]
+            per-token bounds: HAPO's adaptive clipping).
+        clip_high: eps_high, the ratio is clipped above at 1 + clip_high (likewise).
         dual_clip: the bound c (> 1) for negative advantages, or None.
     Returns:
         loss [B, T] (unmasked), and detached [B, T] tensors for metrics: ``ratio`` (rho),
@@ -399,14 +400,16 @@ register_policy_loss(
 )(reinforce_policy_loss)
 
 
-STANDARD_ARGUMENTS = frozenset({"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp"})
+STANDARD_ARGUMENTS = frozenset(
+    {"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp", "entropy"}
+)
 """What :func:`policy_loss` hands a loss function whose signature names it."""
 
 
 def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
     """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp`` (None: all, it takes
-    ``**kwargs``)."""
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``, ``entropy`` (None:
+    all, it takes ``**kwargs``)."""
     parameters = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
@@ -424,6 +427,7 @@ def policy_loss(
     dual_clip: float | None = None,
     seed: int = 0,
     proxy_logp: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
     **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token policy loss of the kind registered as ``kind``.
@@ -446,6 +450,8 @@ def policy_loss(
         seed: the key of this call's random stream, for the kinds that draw (Clip-Cov's pick);
             the learner passes a new one per minibatch and micro-batch.
         proxy_logp: [B, T] pi_old's min-p proxy log-probs, for a ``min_p_proxy`` kind (Lp-Reg).
+        entropy: [B, T] the current policy's token entropy (no gradient), for a kind whose
+            function names it (HAPO's entropy-adaptive clip and advantage).
         params: the loss's own keyword arguments (the ``algorithm.policy_loss`` section's other keys).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
@@ -468,10 +474,13 @@ def policy_loss(
         "dual_clip": dual_clip,
         "seed": seed,
         "proxy_logp": proxy_logp,
+        "entropy": entropy,
     }
     if spec.min_p_proxy and proxy_logp is None:
         raise ValueError(f"policy loss {kind!r} needs proxy_logp, pi_old's min-p proxy log-probs")
     takes = _standard_arguments(spec.fn)
+    if takes is not None and "entropy" in takes and entropy is None:
+        raise ValueError(f"policy loss {kind!r} needs entropy, the policy's token entropy")
     given = standard if takes is None else {k: v for k, v in standard.items() if k in takes}
     return spec.fn(logp, old_logp, advantages, **given, **params)
 

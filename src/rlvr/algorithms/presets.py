@@ -395,6 +395,19 @@ for _preset in (
         "inf) and online (s = 1) DPO.",
     ),
     Algorithm(
+        name="hapo",
+        advantage=AdvantagePart(name="hapo"),
+        policy_loss=PolicyLossPart(name="hapo", clip_low=0.2, clip_high=0.2, dual_clip=10.0),
+        aggregation=AggregationPart(name="token-mean"),
+        kl=KLPart(beta=0.0),
+        citation="Liu et al. 2025, From Uniform to Heterogeneous: Tailoring Policy Optimization "
+        "to Every Token's Nature (HAPO), arXiv:2509.16591",
+        summary="Token Level Group Average advantages (GRPO's past |A| >= 5); each token's clip "
+        "bounds and advantage adapted to its current entropy against the micro-batch's "
+        "0.8-quantile (AAC: eps 0.2 widened up to 0.4; DAR: A (1 + h_hat)), dual clip 10, "
+        "token-mean; adaptive temperature sampling not built.",
+    ),
+    Algorithm(
         name="dno",
         advantage=AdvantagePart(name="grpo"),
         objective=ObjectivePart(

@@ -41,6 +41,7 @@ class Imitation(PolicyGradient):
         mask: torch.Tensor,
         first_row: int,
         proxy_logp: torch.Tensor | None = None,
+        entropy: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         return algorithms.nll_loss(logp, advantages), {}
 

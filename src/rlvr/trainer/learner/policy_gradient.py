@@ -238,9 +238,11 @@ class PolicyGradient(ObjectiveKind):
         mask: torch.Tensor,
         first_row: int,
         proxy_logp: torch.Tensor | None = None,
+        entropy: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """(2): the per-token policy loss l^PG [n, T] of a micro-batch and its statistics
-        (``proxy_logp``: pi_old's min-p proxy, for Lp-Reg)."""
+        (``proxy_logp``: pi_old's min-p proxy, for Lp-Reg; ``entropy``: the policy's token
+        entropy, detached, for HAPO)."""
         algo = learner.algo
         # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
         # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
@@ -261,6 +263,7 @@ class PolicyGradient(ObjectiveKind):
             # so a resumed run draws as the uninterrupted one
             seed=stream_key(learner.cfg.train.seed, learner.minibatches, first_row),
             proxy_logp=proxy_logp,
+            entropy=entropy,
             **algo.policy_loss.params,
         )
 
@@ -311,7 +314,7 @@ class PolicyGradient(ObjectiveKind):
         if expert is not None:  # a trace has no sampler to correct: pi_old stands for it
             sampler_logp = torch.where(expert, old, sampler_logp)
         surrogate, info = self.surrogate(
-            learner, logp, old, sampler_logp, adv, action, int(rows[0]), proxy
+            learner, logp, old, sampler_logp, adv, action, int(rows[0]), proxy, entropy.detach()
         )
         if expert is not None:  # LUFFY: -A f(pi_theta) on the traces, unclipped
             shaped = algorithms.expert_loss(algo.expert.shaping, logp, adv, **algo.expert.params)
