@@ -1,5 +1,6 @@
 """Verifiable rewards on real examples: math-verify equivalences, numbers, strings, multiple
-choice, format tags, JSON Schema, BLEU/chrF, DAPO overlong and DLER truncation."""
+choice, format tags, JSON Schema, BLEU/chrF, DAPO overlong, DLER truncation and RLSP's
+exploration reward."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from rlvr.answers import answer_span, extract_choice, normalize_text
 from rlvr.data.base import Problem
 from rlvr.rewards import CombinedReward
+from rlvr.rewards.exploration import reasoning_length, rlsp_exploration
 from rlvr.rewards.final_answer import exact_match, math_reward, multiple_choice, numeric
 from rlvr.rewards.length import length_truncation, overlong_penalty, truncation_penalty
 from rlvr.rewards.similarity import bleu_reward, chrf_reward, sentence_bleu
@@ -294,3 +296,48 @@ def test_dler_truncation_penalty():
     with CombinedReward([("length_truncation", 1.0, {"max_tokens": 64})]) as reward:
         out = reward([r"\boxed{3}", r"\boxed{3}"], [_p("3")] * 2, num_tokens=[10, 100])
     assert out.total == [1.0, 0.0]
+
+
+def test_rlsp_rewards_the_reasoning_before_the_box_for_right_and_wrong_answers():
+    """L = characters before the first \\boxed{ / 4: 800 characters of reasoning are L = 200,
+    so -1000 / 200 = -5 whatever the answer; 4000 give -1; 100 characters (L = 25, -40) hit the
+    floor -10; without a box the whole text counts. Beside the verifier (weights 1 and 1) the
+    total is outcome - C / L, their server's reward."""
+    long, short = "x" * 796 + r" so \boxed{4}", "y" * 100 + r"\boxed{4}"
+    assert reasoning_length(long) == 200 and reasoning_length("z" * 40) == 10
+    assert rlsp_exploration(long, _p("4")) == -5.0
+    assert rlsp_exploration("w" * 4000 + r"\boxed{5}", _p("4")) == -1.0
+    assert (
+        rlsp_exploration(short, _p("4")) == -10.0
+        and rlsp_exploration(r"\boxed{4}", _p("4")) == -10.0
+    )
+    assert rlsp_exploration(long, _p("4"), c=0.0) == 0.0
+    with pytest.raises(ValueError, match="c must be >= 0"):
+        rlsp_exploration(long, _p("4"), c=-1.0)
+    terms = [("math", 1.0, {}), ("rlsp_exploration", 1.0, {"c": 1000.0})]
+    with CombinedReward(terms) as reward:
+        out = reward([long, long.replace("{4}", "{5}")], [_p("4"), _p("4")])
+    assert out.total == [1.0 - 5.0, -5.0]
+
+
+def test_rlsps_reward_trains_from_yaml_beside_the_verifier(tmp_path):
+    """``reward.terms: [task, rlsp_exploration]`` on the tiny model: each logged sample's reward
+    is its verdict plus max(-C / L, -10), and the term's mean is logged."""
+    from test_trainer import tiny_config
+
+    from rlvr.config import build_config
+    from rlvr.trainer import train
+
+    cfg = tiny_config(tmp_path / "run", steps=1)
+    cfg["reward"] = {
+        "terms": [{"name": "task"}, {"name": "rlsp_exploration", "params": {"c": 20.0}}]
+    }
+    cfg["logging"]["samples_per_step"] = 8
+    train(build_config(cfg))
+    rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    for row in rows:
+        explore = rlsp_exploration(row["completion"], _p(row["answer"]), c=20.0)
+        assert row["terms"]["rlsp_exploration"] == pytest.approx(explore)
+        assert row["reward"] == pytest.approx(row["terms"]["task"] + explore)
+    assert any(row["terms"]["rlsp_exploration"] > -10.0 for row in rows)

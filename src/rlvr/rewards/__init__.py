@@ -16,7 +16,7 @@ rewards.
 - built-in rewards: ``math``, ``numeric``, ``exact_match``, ``multiple_choice``
   (:mod:`.answers`), ``format``, ``json_schema`` (:mod:`.structure`), ``bleu``, ``chrf``
   (:mod:`.similarity`), ``overlong``, ``length_truncation`` (:mod:`.length`),
-  ``python_unit_tests`` (:mod:`.code`, run in :mod:`rlvr.sandbox`); label-free
+  ``rlsp_exploration`` (RLSP, :mod:`.exploration`), ``python_unit_tests`` (:mod:`.code`, run in :mod:`rlvr.sandbox`); label-free
   ``majority_vote`` (TTRL), ``self_certainty`` (Intuitor), ``negative_entropy`` (RENT)
   (:mod:`.label_free`) and ``evol_novelty`` (EVOL-RL, :mod:`.novelty`, embeddings in
   :mod:`.embeddings`); verifier-free ``rlpr``, ``verifree``, ``reference_probability``

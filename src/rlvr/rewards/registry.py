@@ -26,6 +26,7 @@ _BUILTIN_MODULES = (
     "rlvr.rewards.structure",
     "rlvr.rewards.similarity",
     "rlvr.rewards.length",
+    "rlvr.rewards.exploration",
     "rlvr.rewards.code",
     "rlvr.rewards.label_free",
     "rlvr.rewards.reference_probability",
