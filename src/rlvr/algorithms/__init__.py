@@ -44,6 +44,12 @@ from rlvr.algorithms.disco import (
     drpo_positive_weights,
 )
 from rlvr.algorithms.distillation import reverse_kl_advantages
+from rlvr.algorithms.diver import MEASURES as DIVER_MEASURES
+from rlvr.algorithms.diver import (
+    diver_rewards,
+    equation_diversity,
+    textual_diversity,
+)
 from rlvr.algorithms.diversity import diversity_adjusted_rewards, graph_cut_smi
 from rlvr.algorithms.dppo import binary_kl, dppo_kl_policy_loss, dppo_tv_policy_loss
 from rlvr.algorithms.edge import entropy_driven_advantages
@@ -250,6 +256,10 @@ __all__ = [
     "drpo_loss",
     "drpo_positive_weights",
     "diversity_adjusted_rewards",
+    "DIVER_MEASURES",
+    "diver_rewards",
+    "equation_diversity",
+    "textual_diversity",
     "graph_cut_smi",
     "dppo_kl_policy_loss",
     "dppo_tv_policy_loss",

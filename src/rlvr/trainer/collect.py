@@ -140,7 +140,7 @@ class Collector:
         produced = signals.produce(wanted, moment(table), before_update=True)
         own = table.sampled()  # the sampler hears how the policy did, not the expert traces
         self.sampler.update(own.problems, own.rewards, own.group_ids)  # before any filter
-        state = DrawState(self, table, torch.arange(len(table)), n, base)
+        state = DrawState(self, table, torch.arange(len(table)), n, base, step=step)
         for stage, settings in self.stages:
             if not stage.after_select:
                 stage.apply(state, settings)

@@ -11,7 +11,8 @@ before the selection in their listed order, the step's group accumulator (a grou
 - ``hints`` (:mod:`.hints`): GHPO's hint-guided groups for the groups that failed;
 - ``group_filter`` (:mod:`.group_filter`): GFPO's filter of oversampled groups;
 - ``replay`` (:mod:`.replay`): RePO's replayed samples of the kept groups, after the selection;
-- ``dra`` (:mod:`.diversity`): DRA-GRPO's diversity-aware reward adjustment.
+- ``dra`` (:mod:`.diversity`): DRA-GRPO's diversity-aware reward adjustment;
+- ``diver`` (:mod:`.diver`): DIVER's diversity bonus on the correct completions.
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -32,6 +33,7 @@ from rlvr.trainer.stages import hints  # noqa: F401
 from rlvr.trainer.stages import group_filter  # noqa: F401
 from rlvr.trainer.stages import replay  # noqa: F401
 from rlvr.trainer.stages import diversity  # noqa: F401
+from rlvr.trainer.stages import diver  # noqa: F401
 
 # isort: on
 

@@ -31,6 +31,7 @@ class DrawState:
         base: the draw's stream key (:func:`rlvr.rollout.streams.stream_key`).
         batch: the kept rows with their signals, once selected (the stages after the
             selection extend it), else None.
+        step: the training step (1-based) the draw is for.
     """
 
     collector: Collector
@@ -39,6 +40,7 @@ class DrawState:
     n: int
     base: int
     batch: Samples | None = None
+    step: int = 0
 
 
 @dataclass(frozen=True)
