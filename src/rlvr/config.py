@@ -688,8 +688,9 @@ class ObjectiveConfig(Part):
     )
     margin: float | None = Field(
         None,
-        gt=0,
-        description="pairing: margin: a pair's least reward gap r_chosen - r_rejected",
+        ge=0,
+        description="pairing: margin: a pair's least reward gap r_chosen - r_rejected (> 0; "
+        "0 with the other pairings)",
     )
     min_chosen: float | None = Field(
         None, description="pairing: margin: the least reward of a chosen sample (None: any)"
