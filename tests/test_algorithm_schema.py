@@ -197,7 +197,10 @@ def test_an_unknown_stage_or_setting_stops_the_run_naming_it(tmp_path):
     from rlvr.trainer.build import resolve_algorithm
 
     for stages, message in (
-        ([{"name": "nope"}], "unknown draw stage 'nope'; registered: diver, dra, group_filter, hints"),
+        (
+            [{"name": "nope"}],
+            "unknown draw stage 'nope'; registered: diver, dra, group_filter, hints",
+        ),
         ([{"name": "hints", "fraction": [0.5]}], "unknown setting.*fraction; accepted: fractions"),
         ([{"name": "hints", "fractions": [0.5, 0.2]}], "increasing fractions"),
         ([{"name": "group_filter", "criterion": "shortest"}], "oversample"),
