@@ -551,7 +551,8 @@ def test_online_dpo_picks_the_best_and_worst_of_each_group_and_skips_ties():
 def test_the_margin_pairing_takes_every_pair_of_a_group_a_margin_apart():
     """DNO's large-margin pairs: a 6-point judge's scores (6, 3, 5, 4, 1) with margin 2 and
     chosen >= 5 give (6, 3), (6, 4), (6, 1), (5, 3), (5, 1); a group whose best is below 5 gives
-    none; with 0/1 rewards and margin 1, every (right, wrong) pair."""
+    none; with 0/1 rewards and margin 1, every (right, wrong) pair; the student's own positive
+    takes the relaxed margin (DNO: 1), a gold response's the full one."""
     rewards = _t([6, 3, 5, 4, 1, 4, 2, 2])
     groups = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
     chosen, rejected, skipped = preference_pairs(rewards, groups, "margin", 2.0, 5.0)
@@ -571,6 +572,14 @@ def test_the_margin_pairing_takes_every_pair_of_a_group_a_margin_apart():
     assert (chosen.tolist(), rejected.tolist(), skipped) == ([0, 0, 3, 3], [1, 2, 1, 2], 1)
     with pytest.raises(ValueError, match="margin > 0"):
         preference_pairs(rewards, groups, "margin")
+    # a gold response (6) needs the margin 2, a student's positive (5) the relaxed 1
+    scores, one = _t([6, 5, 4, 3]), torch.zeros(4, dtype=torch.long)
+    gold = torch.tensor([True, False, False, False])
+    chosen, rejected, _ = preference_pairs(scores, one, "margin", 2.0, 5.0, gold, 1.0)
+    pairs = list(zip(chosen.tolist(), rejected.tolist(), strict=True))
+    assert pairs == [(0, 2), (0, 3), (1, 2), (1, 3)]
+    chosen, rejected, _ = preference_pairs(scores, one, "margin", 2.0, 5.0, gold)
+    assert list(zip(chosen.tolist(), rejected.tolist(), strict=True)) == [(0, 2), (0, 3), (1, 3)]
 
 
 def test_dno_iterates_from_pi_t_as_both_sampler_and_reference(tmp_path):

@@ -695,6 +695,12 @@ class ObjectiveConfig(Part):
     min_chosen: float | None = Field(
         None, description="pairing: margin: the least reward of a chosen sample (None: any)"
     )
+    student_margin: float | None = Field(
+        None,
+        gt=0,
+        description="pairing: margin: the margin when the chosen is the policy's own sample "
+        "rather than a gold response (expert.traces; DNO: 1 where the margin is 2). None: margin",
+    )
     sync_every: int | None = Field(
         None,
         ge=1,

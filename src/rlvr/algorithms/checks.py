@@ -152,9 +152,11 @@ def _objective(a: Algorithm) -> list[str]:
         found.append(f"objective.pairing must be one of {PAIRINGS}, got {o.pairing!r}")
     if o.pairing == "margin" and not o.margin > 0:
         found.append(f"objective.pairing: margin needs objective.margin > 0, got {o.margin}")
-    if o.pairing != "margin" and (o.margin != 0 or o.min_chosen is not None):
+    if o.pairing != "margin" and (
+        o.margin != 0 or o.min_chosen is not None or o.student_margin is not None
+    ):
         found.append(
-            "objective.margin and objective.min_chosen select the pairs of pairing: margin "
+            "objective.margin, min_chosen and student_margin select the pairs of pairing: margin "
             f"(DNO's large-margin pairs); objective {o.name!r} pairs by {o.pairing!r}"
         )
     if o.sync_every < 1:

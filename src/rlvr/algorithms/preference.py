@@ -29,6 +29,8 @@ def preference_pairs(
     pairing: str = "best_worst",
     margin: float = 0.0,
     min_chosen: float | None = None,
+    expert: torch.Tensor | None = None,
+    student_margin: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Pairs (chosen, rejected) of samples of the same group.
 
@@ -39,8 +41,9 @@ def preference_pairs(
     ties included (REBEL regresses their reward difference, 0). ``margin``: every pair (i, j)
     of a group with r_i - r_j >= ``margin`` and r_i >= ``min_chosen`` (DNO-Prct's large-margin
     pairs, Rosset et al. 2024, arXiv:2404.03715, section 5.1: positives scoring 5 or 6 on a
-    6-point scale, negatives at least 2 lower), chosen in batch order, then rejected; a group
-    with none is skipped. Groups appear in order of their first sample.
+    6-point scale, negatives at least 2 lower, 1 when the positive is the student's own sample:
+    ``student_margin`` for the rows ``expert`` does not flag), chosen in batch order, then
+    rejected; a group with none is skipped. Groups appear in order of their first sample.
 
     Args:
         rewards: [N] rewards.
@@ -48,6 +51,8 @@ def preference_pairs(
         pairing: ``best_worst``, ``adjacent`` or ``margin``.
         margin: the ``margin`` pairing's least reward gap, > 0.
         min_chosen: the ``margin`` pairing's least chosen reward (None: any).
+        expert: [N] bool, the gold responses (``expert.traces``), or None (all sampled).
+        student_margin: the ``margin`` pairing's margin for a sampled chosen (None: margin).
     Returns:
         chosen [P] and rejected [P] long row indices, and the number of groups skipped.
     """
@@ -65,10 +70,17 @@ def preference_pairs(
         members.setdefault(group, []).append(row)
     r = rewards.tolist()
     chosen, rejected, skipped = [], [], 0
+    gold = [False] * len(r) if expert is None else expert.tolist()
+    relaxed = margin if student_margin is None else student_margin
     for rows in members.values():
         if pairing == "margin":
             floor = -math.inf if min_chosen is None else min_chosen
-            found = [(i, j) for i in rows for j in rows if r[i] >= floor and r[i] - r[j] >= margin]
+            found = [
+                (i, j)
+                for i in rows
+                for j in rows
+                if r[i] >= floor and r[i] - r[j] >= (margin if gold[i] else relaxed)
+            ]
             chosen.extend(i for i, _ in found)
             rejected.extend(j for _, j in found)
             skipped += not found

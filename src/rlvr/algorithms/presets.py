@@ -419,7 +419,8 @@ for _preset in (
         summary="DNO-Prct: iterations of 5 updates, each on pairs sampled from pi_t (the "
         "sampler synced every 5 updates) with pi_t the reference (reset every 5 steps); every "
         "pair of a group whose rewards differ by at least objective.margin (1), DPO's loss "
-        "with beta = 0.1. For a judge's 6-point scores: objective {margin: 2, min_chosen: 5}.",
+        "with beta = 0.1. For a judge's 6-point scores: objective {margin: 2, min_chosen: 5, "
+        "student_margin: 1}.",
     ),
     Algorithm(
         name="disco",

@@ -41,6 +41,8 @@ class ObjectivePart:
         margin: the ``margin`` pairing's least reward gap r_c - r_r of a pair (DNO's
             large-margin pairs); 0 with the other pairings.
         min_chosen: the ``margin`` pairing's least reward of a chosen sample (None: any).
+        student_margin: the ``margin`` pairing's margin when the chosen is the policy's own
+            sample, not a gold response (DNO's relaxed 1 point); None: ``margin``.
         sync_every: the rollouts get the trained weights every this many updates (1: online;
             s > 1: semi-online, Lanchantin et al. 2025).
         sft_coef: weight of an SFT term on the problems' demonstrations beside the RL loss.
@@ -52,6 +54,7 @@ class ObjectivePart:
     pairing: str | None = None
     margin: float = 0.0
     min_chosen: float | None = None
+    student_margin: float | None = None
     sync_every: int = 1
     sft_coef: float = 0.0
     params: Mapping[str, Any] = _params()

@@ -80,6 +80,8 @@ class PairObjective(ObjectiveKind):
             algorithms.pairing(learner.algo),
             objective.margin,
             objective.min_chosen,
+            data.expert,
+            objective.student_margin,
         )
         pairs = torch.stack([chosen, rejected], dim=1).reshape(-1, 2)
         batch = learner.batch(data)
