@@ -609,6 +609,9 @@ def test_dno_iterates_from_pi_t_as_both_sampler_and_reference(tmp_path):
     bad = objective_config(tmp_path / "bad", "online_dpo", steps=1, objective={"margin": 2.0})
     with pytest.raises(ConfigError, match="select the pairs of pairing: margin"):
         build_config(bad)
+    alone = objective_config(tmp_path / "bad", "dno", steps=1, objective={"student_margin": 1.0})
+    with pytest.raises(ConfigError, match="student_margin .* needs expert.traces > 0"):
+        build_config(alone)
 
 
 def test_dno_pairs_each_groups_gold_response_with_the_samples_it_beats(tmp_path):

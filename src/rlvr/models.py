@@ -29,6 +29,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -439,6 +440,11 @@ def _convert_gguf(gguf: Path, name: str) -> Path:
     return _build_once(cache_dir() / "models" / name, functools.partial(_dequantise, gguf))
 
 
+_GGUF_PATCH = threading.Lock()
+"""Held by :func:`_gguf_parsed_once` while it patches the ``gguf`` module (threads of one
+process converting at once would otherwise restore each other's patches)."""
+
+
 @contextlib.contextmanager
 def _gguf_parsed_once() -> Iterator[None]:
     """Within the block, ``gguf.GGUFReader`` parses each file once and ``gguf.get_tensor_name_map``
@@ -447,17 +453,19 @@ def _gguf_parsed_once() -> Iterator[None]:
     transformers' GGUF loading imports both from ``gguf`` inside its functions, parses the file
     three times (config, weights, tokenizer; ~11 s each for SmolLM2 on a 2-core CPU) and builds
     the tensor-name map once per tensor (397 times, ~14 s). The reader is a read-only memory map
-    of the file, so one parse serves all three readers."""
+    of the file, so one parse serves all three readers. The patch is the process's: one block
+    at a time holds it (:data:`_GGUF_PATCH`), and the originals are back when it ends."""
     import gguf
 
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    parsed = functools.lru_cache(maxsize=None)(reader)
-    gguf.GGUFReader = lambda path, mode="r": parsed(str(path), mode)
-    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+    with _GGUF_PATCH:
+        reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        parsed = functools.lru_cache(maxsize=None)(reader)
+        gguf.GGUFReader = lambda path, mode="r": parsed(str(path), mode)
+        gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _dequantise(gguf: Path, out: Path) -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -150,14 +151,30 @@ def _objective(a: Algorithm) -> list[str]:
         )
     if o.pairing is not None and o.pairing not in PAIRINGS:
         found.append(f"objective.pairing must be one of {PAIRINGS}, got {o.pairing!r}")
-    if o.pairing == "margin" and not o.margin > 0:
-        found.append(f"objective.pairing: margin needs objective.margin > 0, got {o.margin}")
-    if o.pairing != "margin" and (
-        o.margin != 0 or o.min_chosen is not None or o.student_margin is not None
-    ):
+    pairs_by = pairing(a) if kind == "pairs" else None
+    if pairs_by == "margin":
+        if not o.margin > 0:
+            found.append(f"objective.pairing: margin needs objective.margin > 0, got {o.margin}")
+        if o.student_margin is not None and not o.student_margin > 0:
+            found.append(f"objective.student_margin must be > 0, got {o.student_margin}")
+        if o.student_margin is not None and a.expert.traces <= 0:
+            found.append(
+                "objective.student_margin relaxes the margin of the policy's own positives "
+                "beside a gold response: it needs expert.traces > 0 (without one every "
+                "positive is the policy's and objective.margin would never apply)"
+            )
+    elif o.margin != 0 or o.min_chosen is not None or o.student_margin is not None:
+        by = f"pairs by {pairs_by!r}" if pairs_by else "is not a pair objective"
         found.append(
             "objective.margin, min_chosen and student_margin select the pairs of pairing: margin "
-            f"(DNO's large-margin pairs); objective {o.name!r} pairs by {o.pairing!r}"
+            f"(DNO's large-margin pairs); objective {o.name!r} {by}"
+        )
+    spec = OBJECTIVES[o.name]
+    named = set(inspect.signature(spec.fn).parameters) if spec.fn is not None else set()
+    if named & {"ref_logp", "tokens"} and not spec.needs_reference:
+        found.append(
+            f"objective {o.name!r} reads the reference's log-probs (ref_logp / tokens) but is "
+            "not registered with needs_reference=True: the run would keep no reference"
         )
     if o.sync_every < 1:
         found.append(f"objective.sync_every must be >= 1, got {o.sync_every}")

@@ -25,7 +25,7 @@ the policy loss ``hapo`` (:func:`hapo_policy_loss`), as the authors' code comput
 Each token's entropy under the current policy (no gradient) is scored against the micro-batch's
 tokens:
 
-    x     = log max(H, 1e-8),   m = the 0.8-quantile of x over the trained tokens
+    x     = log max(H, 1e-8),   m = the 0.8-quantile of x over the completion tokens
     h_hat = (x - m) / max_{x > m} (x - m)        above the pivot, in (0, 1]
           = (x - m) / |min_{x < m} (x - m)|      below it, in [-1, 0]
 
@@ -117,8 +117,9 @@ def entropy_scores(
     entropy: torch.Tensor, mask: torch.Tensor, pivot: float = 0.8, as_released: bool = False
 ) -> torch.Tensor:
     """HAPO's h_hat [B, T] (see the module): each token's log-entropy against the ``pivot``
-    quantile of the trained tokens' (``mask`` [B, T]), scaled into [-1, 1] (``as_released``:
-    the authors' code's [0, 1]); 0 outside ``mask``."""
+    quantile of the ``mask`` [B, T] tokens' (the loss's mask: the micro-batch's completion
+    tokens, as the authors' response mask), scaled into [-1, 1] (``as_released``: the authors'
+    code's [0, 1]); 0 outside ``mask``."""
     if not 0 <= pivot <= 1:
         raise ValueError(f"hapo: pivot must be in [0, 1], got {pivot}")
     valid = mask.bool()

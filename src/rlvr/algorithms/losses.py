@@ -339,9 +339,10 @@ def register_policy_loss(
     min_p_proxy: bool = False,
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: add ``fn(logp, old_logp, advantages, [mask, clip_low, clip_high,
-    dual_clip, seed, proxy_logp,] **params) -> (loss [B, T], info)`` to :data:`POLICY_LOSSES`
-    (the flags: :class:`PolicyLoss`). :func:`policy_loss` passes ``fn`` those of ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed`` and ``proxy_logp`` its signature names
+    dual_clip, seed, proxy_logp, entropy,] **params) -> (loss [B, T], info)`` to
+    :data:`POLICY_LOSSES` (the flags: :class:`PolicyLoss`). :func:`policy_loss` passes ``fn``
+    those of ``mask``, ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp`` and
+    ``entropy`` its signature names
     (as keywords), so a plain loss
     function registers as it is; the ``algorithm.policy_loss`` section's other keys fill its
     other arguments."""

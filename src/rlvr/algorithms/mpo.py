@@ -95,6 +95,6 @@ def mpo_loss(
     info = {
         "valid": valid,
         "implicit_reward": (beta * scores).detach().mean(),
-        "positive_mass": mass.mean() if len(mass) else torch.zeros((), dtype=mass.dtype),
+        "positive_mass": mass.mean() if len(mass) else mass.new_zeros(()),
     }
-    return terms, torch.zeros((), dtype=terms.dtype), info
+    return terms, terms.new_zeros(()), info

@@ -79,7 +79,7 @@ def preference_pairs(
                 (i, j)
                 for i in rows
                 for j in rows
-                if r[i] >= floor and r[i] - r[j] >= (margin if gold[i] else relaxed)
+                if i != j and r[i] >= floor and r[i] - r[j] >= (margin if gold[i] else relaxed)
             ]
             chosen.extend(i for i, _ in found)
             rejected.extend(j for _, j in found)

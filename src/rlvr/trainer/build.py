@@ -450,11 +450,15 @@ def load_teacher(cfg: Config, dtype: torch.dtype) -> torch.nn.Module:
     none or its vocabulary is not the student's (its log-probs would be of other tokens)."""
     spec = cfg.model.teacher
     if spec is None:
-        algo = cfg.algorithm
+        algo = resolve_algorithm(cfg)
+        who = (
+            f"objective {algo.objective.name!r}"
+            if algorithms.OBJECTIVES[algo.objective.name].needs_teacher
+            else f"algorithm.advantage.name {algo.advantage.name!r}"
+        )
         raise ConfigError(
-            f"algorithm {algo.preset or algo.objective.name or algo.advantage.name!r} needs a "
-            "teacher: set model.teacher to a model spec (a trained run's checkpoint, a larger "
-            "model with the same tokenizer)"
+            f"{who} needs a teacher: set model.teacher to a model spec (a trained run's "
+            "checkpoint, a larger model with the same tokenizer)"
         )
     from rlvr.models import load_tokenizer
 

@@ -1,7 +1,8 @@
 """DIVER's diversity-incentivised reward shaping as a draw stage (Hu et al. 2025,
 arXiv:2509.26209; :func:`rlvr.algorithms.diver_rewards`): each correct sample's reward gains
 lambda times its clipped diversity against the rest of its group, before the advantages. The
-prompt sampler and the logged reward metrics see the unshaped rewards."""
+prompt sampler and the logged reward terms (``reward/<term>/mean``) see the unshaped rewards;
+``reward/mean``, the group selector and the advantages see the shaped ones."""
 
 from __future__ import annotations
 

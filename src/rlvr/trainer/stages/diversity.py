@@ -1,7 +1,9 @@
 """DRA-GRPO's diversity-aware reward adjustment as a draw stage (Chen et al. 2025,
 arXiv:2505.09655; :func:`rlvr.algorithms.diversity_adjusted_rewards`): each sample's reward is
 divided by one plus its summed cosine similarity to the rest of its group, before the
-advantages. The prompt sampler and the logged reward metrics see the unadjusted rewards."""
+advantages. The prompt sampler and the logged reward terms (``reward/<term>/mean``) see the
+unadjusted rewards; ``reward/mean``, the group selector and the advantages see the adjusted
+ones."""
 
 from __future__ import annotations
 
