@@ -121,7 +121,11 @@ def test_a_run_shows_and_records_its_choice(tmp_path, monkeypatch, capsys):
 
     fake = Choice(torch.float32, torch.float32, "measured", timings(0.5, 0.5), "/c/x.json")
     monkeypatch.setattr(precision, "_cpu_choice_once", lambda shapes: fake)
-    cfg = build_config(tiny_config(tmp_path / "run", steps=1, train={"autocast": "auto"}))
+    cfg = build_config(
+        tiny_config(
+            tmp_path / "run", steps=1, train={"autocast": "auto"}, rollout={"dtype": "auto"}
+        )
+    )
     train(cfg)
     assert "auto precision: rollout fp32, train fp32 (measured" in capsys.readouterr().err
     record = json.loads((tmp_path / "run" / "precision.json").read_text())

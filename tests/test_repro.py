@@ -31,11 +31,13 @@ from rlvr.repro import (
 )
 
 
-def _claim(folder: Path, **extra) -> Path:
+def _claim(folder: Path, auto_precision: bool = False, **extra) -> Path:
     folder.mkdir(parents=True)
     for arm, lr in (("trained", 1e-2), ("frozen", 1e-12)):
         cfg = tiny_config(Path("unused"), steps=2)
         cfg["train"]["lr"] = lr
+        if auto_precision:  # the record carries what auto chose
+            cfg["rollout"]["dtype"] = "auto"
         cfg["checkpoint"] = {"every": 0, "save_final": True}
         del cfg["logging"]["run_dir"]
         (folder / f"{arm}.yaml").write_text(yaml.safe_dump(cfg))
@@ -59,10 +61,14 @@ def test_a_two_arm_two_seed_claim_runs_once_and_its_table_comes_from_the_records
     tmp_path, monkeypatch
 ):
     claims_dir, root = tmp_path / "repro", tmp_path / "runs"
-    _claim(claims_dir / "moves", figure="reward/mean")
+    _claim(claims_dir / "moves", figure="reward/mean", auto_precision=True)
     claims = find_claims(claims_dir)
     assert len(pending_runs(claims[0])) == 4
     import rlvr.trainer
+    from rlvr import precision
+
+    measured = precision.Choice(torch.float32, torch.float32, "measured", None, "/c/x.json")
+    monkeypatch.setattr(precision, "_cpu_choice_once", lambda shapes: measured)
 
     trained, train = [], rlvr.trainer.train
 

@@ -37,6 +37,9 @@ def tiny_config(run_dir: Path, steps: int = 4, **sections) -> dict:
             "prompts_per_step": 2,
             "max_new_tokens": 12,
             "temperature": 1.0,
+            # not auto: its probe times bf16 against fp32, and under the test suite's load the
+            # choice could differ between two runs a test compares (tests/test_precision.py)
+            "dtype": "fp32",
         },
         "reward": {"function": "rewards_for_tests:letter_fraction"},
         "algorithm": {"preset": "grpo", "kl": {"beta": 0.0}},
