@@ -348,17 +348,24 @@ def test_gvpo_regresses_centred_implicit_rewards_on_centred_rewards_by_hand():
         algorithms.gvpo_loss((logp[:, :1], old[:, :1], mask[:, :1], rewards[:, :1]))
 
 
+def _update_on_graded_rewards(cfg: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """One update of ``cfg``'s first step (micro-batches of 4) with two groups' graded rewards
+    put in place of the sampled ones: the rewards [8] and the update's metrics."""
+    cfg["train"]["micro_batch_size"] = 4
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.2, 0.2, 0.8, 0.2])
+        metrics, bad = parts.learners.update(data.with_columns(rewards=rewards))
+    assert bad is None
+    return rewards, metrics
+
+
 def test_gvpo_trains_whole_groups_from_the_preset(tmp_path):
     """The gvpo preset on the tiny model with one minibatch: pi = pi_old, so the update's
     loss is the mean over groups of sum_i (R_i - R̄)^2 / (2 (G - 1)); the preset's 4
     minibatches then move pi off pi_old (a non-zero implicit reward is logged)."""
     cfg = objective_config(tmp_path / "run", "gvpo", steps=1, minibatches=1)
-    cfg["train"]["micro_batch_size"] = 4
-    with built(cfg) as parts:
-        data, _ = parts.collector.collect(1)
-        rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.2, 0.2, 0.8, 0.2])  # graded rewards
-        metrics, bad = parts.learners.update(data.with_columns(rewards=rewards))
-    assert bad is None
+    rewards, metrics = _update_on_graded_rewards(cfg)
     centred = rewards.view(2, 4) - rewards.view(2, 4).mean(-1, keepdim=True)
     expected = (0.5 * centred.pow(2).sum(-1) / 3).mean().item()
     assert metrics["policy/loss"] == pytest.approx(expected, rel=1e-5)
@@ -406,13 +413,7 @@ def test_mpo_reads_pi_refs_log_probs_and_trains_from_the_preset(tmp_path):
     """The mpo preset on the tiny model: the run keeps a reference, and at step 1 pi = pi_ref,
     so s = 0 and each group's J is alpha's alone: logsumexp over Y+ of (r - r̄) minus that over
     the group. Two steps from the preset then move pi off pi_ref."""
-    cfg = objective_config(tmp_path / "run", "mpo", steps=1)
-    cfg["train"]["micro_batch_size"] = 4
-    with built(cfg) as parts:
-        data, _ = parts.collector.collect(1)
-        rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 0.2, 0.2, 0.8, 0.2])  # graded rewards
-        metrics, bad = parts.learners.update(data.with_columns(rewards=rewards))
-    assert bad is None
+    rewards, metrics = _update_on_graded_rewards(objective_config(tmp_path / "run", "mpo", steps=1))
     deviation = rewards.view(2, 4) - rewards.view(2, 4).mean(-1, keepdim=True)
     chosen = deviation.masked_fill(deviation <= 0, float("-inf")).logsumexp(-1)
     expected = -(chosen - deviation.logsumexp(-1)).mean().item()
