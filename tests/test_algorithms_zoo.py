@@ -242,6 +242,7 @@ def test_compute_advantages_uniform_convention() -> None:
         token_entropy=torch.ones(4, 2, dtype=torch.float64),
         baselines=torch.full((4,), 0.5, dtype=torch.float64),
         reference_rewards=torch.zeros(4, dtype=torch.float64),
+        reference_values=torch.full((4,), 0.5, dtype=torch.float64),
         reward_terms=rewards[:, None],
         term_weights=torch.ones(1, dtype=torch.float64),
         tree_segments=torch.tensor([[0, 0], [1, 1], [0, 0], [1, 1]]),  # one-segment trees
@@ -257,6 +258,8 @@ def test_compute_advantages_uniform_convention() -> None:
         compute_advantages("dr_grpo", inputs).advantages, dr_grpo(rewards, ids)
     )
     torch.testing.assert_close(compute_advantages("remax", inputs).advantages, _t([0, -1, 0, 1]))
+    alol = compute_advantages("alol", inputs).advantages  # max(r - V_ref, 0)
+    torch.testing.assert_close(alol, _t([0.5, 0, 0, 0.5]))
 
 
 def test_compute_advantages_missing_inputs_are_named() -> None:
@@ -431,7 +434,7 @@ def test_policy_loss_errors() -> None:
     logp, old = _logps([[1.0, 1.0]])
     with pytest.raises(
         ValueError,
-        match="'ppo'; registered: cispo, clip_cov, dppo_kl, dppo_tv, geometric, hapo, kl_cov, lp_reg, "
+        match="'ppo'; registered: alol, cispo, clip_cov, dppo_kl, dppo_tv, geometric, hapo, kl_cov, lp_reg, "
         "none, sapo, sequence, simple_po, token",
     ):
         policy_loss("ppo", logp, old, _t([1.0]), torch.ones(1, 2))
@@ -443,8 +446,11 @@ def _proxy(kind: str, like: torch.Tensor) -> dict[str, torch.Tensor]:
     """The inputs a kind reads beside the standard ones, set so that its loss is the clipped
     surrogate the others are checked against: a min-p proxy (Lp-Reg) filtered everywhere (-inf,
     no token is regularised); token entropies (HAPO) all equal, so every token sits at the
-    pivot (h_hat = 0: neither its clip nor its advantage adapts)."""
+    pivot (h_hat = 0: neither its clip nor its advantage adapts); the reference's log-probs
+    (A-LoL) those of pi_old, so its importance weight is the ratio to pi_old."""
     extras = {}
+    if POLICY_LOSSES[kind].needs_reference:
+        extras["ref_logp"] = like.detach()
     if POLICY_LOSSES[kind].min_p_proxy:
         extras["proxy_logp"] = torch.full_like(like, float("-inf"))
     if "entropy" in inspect.signature(POLICY_LOSSES[kind].fn).parameters:
@@ -635,6 +641,7 @@ def test_top_entropy_mask() -> None:
 def test_every_preset_validates_and_is_documented() -> None:
     expected = {
         "grpo",
+        "alol",
         "dr_grpo",
         "dapo",
         "gspo",

@@ -259,7 +259,7 @@ def test_bad_literal_names_field_and_allowed_values() -> None:
     msg = str(info.value)
     assert "algorithm.preset:" in msg and "'foo'" in msg
     assert (
-        "registered: aapo, cispo, copg, dapo, disco, dno, dpo, dpo_norm, dr_grpo" in msg
+        "registered: aapo, alol, cispo, copg, dapo, disco, dno, dpo, dpo_norm, dr_grpo" in msg
         and "rloo" in msg
     )
 

@@ -120,7 +120,7 @@ def test_unknown_names_are_refused_with_the_registered_ones(tmp_path):
     with pytest.raises(ConfigError, match="unknown policy loss 'nope'; registered: .*cispo"):
         build_config({"algorithm": {"policy_loss": "nope"}})
     with pytest.raises(
-        ConfigError, match="unknown preset 'nope'; registered: aapo, cispo, copg, dapo"
+        ConfigError, match="unknown preset 'nope'; registered: aapo, alol, cispo, copg, dapo"
     ):
         build_config({"algorithm": {"preset": "nope"}})
     with pytest.raises(ConfigError, match="unknown credit rule 'nope'"):

@@ -17,6 +17,7 @@ from rlvr.algorithms.advantages import (
     group_stats,
     grpo,
     normalize_batch,
+    plays_reference,
     register_advantage,
     reinforce,
     reinforce_pp,
@@ -26,6 +27,7 @@ from rlvr.algorithms.advantages import (
     token_rewards,
     weight_by_sign,
 )
+from rlvr.algorithms.alol import alol_advantages, alol_policy_loss
 from rlvr.algorithms.bnpo import bnpo
 from rlvr.algorithms.checks import (
     KL_PLACEMENTS,
@@ -247,6 +249,8 @@ __all__ = [
     "PolicyLoss",
     "Preset",
     "aapo",
+    "alol_advantages",
+    "alol_policy_loss",
     "adapt_entropy_coef",
     "add_objective",
     "binary_kl",
@@ -342,6 +346,7 @@ __all__ = [
     "rebel_loss",
     "tpo_loss",
     "tgdpo_loss",
+    "plays_reference",
     "reinforce",
     "reinforce_policy_loss",
     "reinforce_pp",

@@ -398,6 +398,9 @@ INPUT_HINTS = {
     "sampler with a baselines() method)",
     "reference_rewards": "the reward of the reference model's completion paired with each sample, "
     "[N]: the rollouts sample each prompt's group from the reference too (advantage aapo)",
+    "reference_values": "V_ref(x), the reward of the reference model's greedy completion of each "
+    "sample's prompt, [N]: the rollouts play each prompt greedily from the reference too "
+    "(advantage alol)",
     "student_logp": "the [N, T] sampler's log-probs of the sampled tokens",
     "teacher_logp": "the [N, T] log-probs of a teacher model (model.teacher) of the sampled tokens",
     "token_entropy": "the [N, T] policy's entropy at each completion token (the trainer's no-grad "
@@ -410,6 +413,17 @@ INPUT_HINTS = {
     "give the run a process reward, reward.terms: judge_steps or prm_steps",
 }
 """The inputs rlvr computes itself, each with what it is and how a run gets it."""
+
+REFERENCE_PLAYED = ("reference_rewards", "reference_values")
+"""The inputs scored on completions the frozen reference policy plays (AAPO's paired samples,
+A-LoL's greedy value): a run whose estimator requires one keeps a rollout engine over the
+initial policy (:func:`plays_reference`)."""
+
+
+def plays_reference(advantage: str) -> bool:
+    """The estimator ``advantage`` reads rewards of the reference policy's own completions."""
+    return any(name in REFERENCE_PLAYED for name in ADVANTAGES[advantage].requires)
+
 
 INPUT_FIELDS = frozenset(INPUT_HINTS)
 """The names of :data:`INPUT_HINTS`; any other column an estimator requires is a produced

@@ -75,9 +75,15 @@ def part_function(a: Algorithm, part: str) -> Callable[..., Any]:
 
 
 def needs_reference(a: Algorithm) -> bool:
-    """The run keeps a reference policy: a KL term (kl.beta > 0) or an objective that reads it
-    (DPO, IPO)."""
-    return a.kl.beta > 0 or OBJECTIVES[a.objective.name].needs_reference
+    """The run keeps a reference policy: a KL term (kl.beta > 0), an objective that reads it
+    (DPO, IPO) or a policy-gradient objective's policy loss that does (A-LoL)."""
+    objective = OBJECTIVES[a.objective.name]
+    loss = POLICY_LOSSES[a.policy_loss.name]
+    return (
+        a.kl.beta > 0
+        or objective.needs_reference
+        or (objective.kind == "policy_gradient" and loss.needs_reference)
+    )
 
 
 def needs_teacher(a: Algorithm) -> bool:
@@ -217,10 +223,12 @@ def _objective(a: Algorithm) -> list[str]:
                 f"objective {o.name!r} reads the log-probs its pairs were sampled with: it "
                 f"trains on the policy's own samples (samples: policy), not the data's"
             )
-        if o.name == "policy_gradient":
+        if o.name == "policy_gradient" and not POLICY_LOSSES[a.policy_loss.name].offline:
+            offline = ", ".join(k for k, s in POLICY_LOSSES.items() if s.offline)
             found.append(
                 "objective.samples: data needs an objective that learns from given completions "
-                "(imitation, dpo, ipo, rebel)"
+                f"(imitation, dpo, ipo, rebel), or an offline policy loss ({offline}): "
+                f"policy_loss {a.policy_loss.name!r} measures its ratio to a sampling policy"
             )
         if "student_logp" in ADVANTAGES[a.advantage.name].requires:
             found.append(f"advantage {a.advantage.name!r} scores the policy's own samples")

@@ -309,6 +309,11 @@ class PolicyLoss:
             under pi_old filtered by min-p at the loss's ``kappa`` and renormalised (Lp-Reg):
             the learner computes it in a no-grad pass before the update
             (:func:`rlvr.policy.min_p_logprobs`).
+        needs_reference: the loss reads ``ref_logp`` [B, T], the reference policy's log-probs
+            of the tokens: a run with it keeps a reference (A-LoL's importance weight).
+        offline: the loss is an offline policy gradient that may train on the data's own
+            completions (``objective.samples: data``), which no policy sampled: it measures
+            no ratio to pi_old or the sampler (A-LoL).
     """
 
     name: str
@@ -321,6 +326,8 @@ class PolicyLoss:
     paper: str = ""
     sampler_anchored: bool = False
     min_p_proxy: bool = False
+    needs_reference: bool = False
+    offline: bool = False
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -337,13 +344,14 @@ def register_policy_loss(
     paper: str = "",
     sampler_anchored: bool = False,
     min_p_proxy: bool = False,
+    needs_reference: bool = False,
+    offline: bool = False,
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator: add ``fn(logp, old_logp, advantages, [mask, clip_low, clip_high,
-    dual_clip, seed, proxy_logp, entropy,] **params) -> (loss [B, T], info)`` to
+    dual_clip, seed, proxy_logp, entropy, ref_logp,] **params) -> (loss [B, T], info)`` to
     :data:`POLICY_LOSSES` (the flags: :class:`PolicyLoss`). :func:`policy_loss` passes ``fn``
-    those of ``mask``, ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp`` and
-    ``entropy`` its signature names
-    (as keywords), so a plain loss
+    those of ``mask``, ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``,
+    ``entropy`` and ``ref_logp`` its signature names (as keywords), so a plain loss
     function registers as it is; the ``algorithm.policy_loss`` section's other keys fill its
     other arguments."""
 
@@ -361,6 +369,8 @@ def register_policy_loss(
                 paper,
                 sampler_anchored,
                 min_p_proxy,
+                needs_reference,
+                offline,
             ),
         )
         return fn
@@ -402,15 +412,15 @@ register_policy_loss(
 
 
 STANDARD_ARGUMENTS = frozenset(
-    {"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp", "entropy"}
+    {"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp", "entropy", "ref_logp"}
 )
 """What :func:`policy_loss` hands a loss function whose signature names it."""
 
 
 def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
     """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``, ``entropy`` (None:
-    all, it takes ``**kwargs``)."""
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``, ``entropy``,
+    ``ref_logp`` (None: all, it takes ``**kwargs``)."""
     parameters = inspect.signature(fn).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
@@ -429,6 +439,7 @@ def policy_loss(
     seed: int = 0,
     proxy_logp: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
     **params: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token policy loss of the kind registered as ``kind``.
@@ -453,6 +464,8 @@ def policy_loss(
         proxy_logp: [B, T] pi_old's min-p proxy log-probs, for a ``min_p_proxy`` kind (Lp-Reg).
         entropy: [B, T] the current policy's token entropy (no gradient), for a kind whose
             function names it (HAPO's entropy-adaptive clip and advantage).
+        ref_logp: [B, T] the reference policy's log-probs of the tokens (no gradient), for a
+            ``needs_reference`` kind (A-LoL's importance weight).
         params: the loss's own keyword arguments (the ``algorithm.policy_loss`` section's other keys).
     Returns:
         loss [B, T] (unmasked: reduce with :func:`aggregate`) and detached [B, T] metrics
@@ -476,7 +489,10 @@ def policy_loss(
         "seed": seed,
         "proxy_logp": proxy_logp,
         "entropy": entropy,
+        "ref_logp": ref_logp,
     }
+    if spec.needs_reference and ref_logp is None:
+        raise ValueError(f"policy loss {kind!r} needs ref_logp, the reference's log-probs")
     if spec.min_p_proxy and proxy_logp is None:
         raise ValueError(f"policy loss {kind!r} needs proxy_logp, pi_old's min-p proxy log-probs")
     takes = _standard_arguments(spec.fn)

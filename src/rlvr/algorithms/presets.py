@@ -248,6 +248,20 @@ for _preset in (
         "from the initial policy too); plain -A log pi loss, token mean, no clip, no KL.",
     ),
     Algorithm(
+        name="alol",
+        objective=ObjectivePart(name="policy_gradient", samples="data"),
+        advantage=AdvantagePart(name="alol"),
+        policy_loss=PolicyLossPart(name="alol", clip_low=0.9, clip_high=0.9),
+        aggregation=AggregationPart(name="seq-mean-token-sum"),
+        citation="Baheti et al. 2023, Improving Language Models with Advantage-based Offline "
+        "Policy Gradients (A-LoL), arXiv:2305.14718; the authors' code (abaheti95/LoL-RL)",
+        summary="Offline policy gradient on the data's completions, each scored by the run's "
+        "reward: A = max(R(x, y) - V_ref(x), 0) with V_ref(x) the reward of the frozen "
+        "reference's greedy completion of x, loss -A x sg[clip(pi(y|x) / pi_ref(y|x), 0.1, "
+        "1.9)] x log pi(y|x), summed over tokens, mean over rows; policy_loss.ratio: token "
+        "(A-LoL seq) or none (ref-free), kl_beta (A-LoL KL).",
+    ),
+    Algorithm(
         name="ppo",
         advantage=AdvantagePart(name="gae", normalize="batch", params={"gamma": 1.0, "lam": 0.95}),
         aggregation=AggregationPart(name="token-mean"),

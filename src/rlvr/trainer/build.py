@@ -439,8 +439,9 @@ def build_player(
         algo.expert.traces,
         partial(demonstration_tokens, tokenizer, cfg.model.system_prompt, stops, budget),
     )
-    if algo.objective.samples == "data":
-        return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget)
+    if algo.objective.samples == "data":  # a policy gradient on them reads the run's reward
+        score = algorithms.OBJECTIVES[algo.objective.name].kind == "policy_gradient"
+        return Given(sampled, tokenizer, cfg.model.system_prompt, stops, budget, score)
     return sampled
 
 

@@ -377,14 +377,16 @@ class Given:
     data's rewards (1, and 0 for a rejected one), tokenized through the chat template with the
     loss mask on the assistant tokens (:func:`rlvr.envs.chat.encode_demonstration`), cut at
     ``max_tokens``. Nothing is sampled; the sampler log-probs are 0 (there is no behaviour
-    policy). Held-out problems are still sampled and judged by ``sampled`` (the run's
-    :class:`OneStep`)."""
+    policy). With ``score`` the completions are scored by the run's reward instead of the
+    data's labels (an offline policy gradient's R(x, y): A-LoL). Held-out problems are still
+    sampled and judged by ``sampled`` (the run's :class:`OneStep`)."""
 
     sampled: OneStep
     tokenizer: Any
     system_prompt: str | None
     stop_token_ids: tuple[int, ...]
     max_tokens: int
+    score: bool = False
 
     def play(
         self,
@@ -414,7 +416,13 @@ class Given:
                 owners.append(i)
                 texts.append(demo.text)
             prompts.append(prompt)
-        breakdown = RewardBreakdown.single("data", rewards)
+        scoring = time.perf_counter()
+        if self.score:  # R(x, y) of each given completion by the run's reward
+            owned = [problems[i] for i in owners]
+            lengths = {"num_tokens": [len(c) for c in completions]}
+            breakdown = self.sampled.reward(texts, owned, group_ids=owners, **lengths)
+        else:
+            breakdown = RewardBreakdown.single("data", rewards)
         columns = {
             "completion_ids": completions,
             "sampler_logprobs": [[0.0] * len(c) for c in completions],
@@ -424,7 +432,11 @@ class Given:
             "breakdown": breakdown,
             "action_mask": masks,
         }
-        info = {"seconds": time.perf_counter() - start, "tokens_per_s": 0.0, "reward_seconds": 0.0}
+        info = {
+            "seconds": scoring - start,
+            "tokens_per_s": 0.0,
+            "reward_seconds": time.perf_counter() - scoring,
+        }
         return Samples(problems=problems, prompt_ids=prompts, columns=columns, info=info)
 
     def records(

@@ -12,7 +12,10 @@ only when the run's advantage estimator declares that name in its ``requires``
 - ``reference_rewards``: the reward of the reference model's completion paired with each
   sample, the reference playing each group from its own streams (AAPO, Xiong et al. 2025,
   "AAPO: Enhancing the Reasoning Capabilities of LLMs with Advantage Momentum",
-  arXiv:2505.14264).
+  arXiv:2505.14264);
+- ``reference_values``: V_ref(x), the reward of the reference model's greedy completion of each
+  sample's prompt (A-LoL, Baheti et al. 2023, arXiv:2305.14718: the target its value head is
+  fit to).
 
 A producer runs at one of two moments of a draw (:attr:`Signal.before_update`): before the
 prompt sampler's update (it reads the sampler's state as the draw found it), or once the draw's
@@ -126,3 +129,14 @@ def reference_rewards(draw: Draw) -> torch.Tensor:
     keys = group_keys(draw.base, len(draw.problems), draw.n, first_prompt=10**6)
     played = collector.rollouts.run_reference(draw.problems, draw.n, collector.sampling, keys)
     return collector.rewards(played, record=False)
+
+
+@register_signal("reference_values")
+def reference_values(draw: Draw) -> torch.Tensor:
+    """[N] V_ref(x): the reward of the reference model's greedy completion of each sample's
+    prompt (one per prompt, not counted in the step's reward metrics). The reference is the
+    initial policy and greedy decoding is deterministic, so a prompt's value is the same at
+    every step."""
+    collector = draw.collector
+    played = collector.rollouts.run_reference(draw.problems, 1, collector.greedy, None)
+    return collector.rewards(played, record=False)[draw.group_ids]

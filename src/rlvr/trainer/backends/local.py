@@ -13,7 +13,7 @@ from functools import partial
 
 import torch
 
-from rlvr.algorithms import ADVANTAGES
+from rlvr.algorithms import plays_reference
 from rlvr.config import Config
 from rlvr.data import Problem, limit_task_prompts
 from rlvr.engines import build_engine, close_engine
@@ -37,7 +37,7 @@ from rlvr.trainer.build import (
 )
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.publish_check import EngineProbe
-from rlvr.trainer.rollouts import Player
+from rlvr.trainer.rollouts import Given, Player
 
 
 @dataclass
@@ -59,8 +59,12 @@ class LocalRollouts:
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Samples:
         if self.reference is None:
-            raise RuntimeError("this run keeps no reference engine (advantage aapo keeps one)")
-        return self.player.play(self.reference, problems, n, sampling, keys)
+            raise RuntimeError(
+                "this run keeps no reference engine (advantages aapo and alol keep one)"
+            )
+        # the reference samples even where the run trains on the data's completions
+        player = self.player.sampled if isinstance(self.player, Given) else self.player
+        return player.play(self.reference, problems, n, sampling, keys)
 
     def publish(self, weights: torch.nn.Module, version: int) -> dict[str, float]:
         self.engine.update_weights(weights)
@@ -111,7 +115,7 @@ def local_rollouts(
     if cleanup is not None:
         cleanup.callback(close_engine, engine)
     reference = None
-    if "reference_rewards" in ADVANTAGES[front.algo.advantage.name].requires:  # AAPO
+    if plays_reference(front.algo.advantage.name):  # AAPO, A-LoL
         frozen = copy.deepcopy(policy).requires_grad_(False)  # the initial policy, before any step
         reference = build_engine(cfg, frozen, tokenizer, dtypes.rollout, decode)
         if cleanup is not None:

@@ -42,6 +42,7 @@ class Imitation(PolicyGradient):
         first_row: int,
         proxy_logp: torch.Tensor | None = None,
         entropy: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         return algorithms.nll_loss(logp, advantages), {}
 

@@ -239,10 +239,11 @@ class PolicyGradient(ObjectiveKind):
         first_row: int,
         proxy_logp: torch.Tensor | None = None,
         entropy: torch.Tensor | None = None,
+        ref_logp: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         """(2): the per-token policy loss l^PG [n, T] of a micro-batch and its statistics
         (``proxy_logp``: pi_old's min-p proxy, for Lp-Reg; ``entropy``: the policy's token
-        entropy, detached, for HAPO)."""
+        entropy, detached, for HAPO; ``ref_logp``: pi_ref's, for A-LoL)."""
         algo = learner.algo
         # DPPO's trust region is anchored to the sampler's policy, not pi_old (arXiv:2602.04879,
         # "The Correct Anchor for the Trust Region"): such a loss gets the sampler's log-probs
@@ -264,6 +265,7 @@ class PolicyGradient(ObjectiveKind):
             seed=stream_key(learner.cfg.train.seed, learner.minibatches, first_row),
             proxy_logp=proxy_logp,
             entropy=entropy,
+            ref_logp=ref_logp,
             **algo.policy_loss.params,
         )
 
@@ -313,8 +315,18 @@ class PolicyGradient(ObjectiveKind):
         expert = None if p.expert is None else p.expert[rows][:, None]  # [n, 1]
         if expert is not None:  # a trace has no sampler to correct: pi_old stands for it
             sampler_logp = torch.where(expert, old, sampler_logp)
+        ref = None if p.ref_logp is None else p.ref_logp[rows, :width]
         surrogate, info = self.surrogate(
-            learner, logp, old, sampler_logp, adv, action, int(rows[0]), proxy, entropy.detach()
+            learner,
+            logp,
+            old,
+            sampler_logp,
+            adv,
+            action,
+            int(rows[0]),
+            proxy,
+            entropy.detach(),
+            ref,
         )
         if expert is not None:  # LUFFY: -A f(pi_theta) on the traces, unclipped
             shaped = algorithms.expert_loss(algo.expert.shaping, logp, adv, **algo.expert.params)

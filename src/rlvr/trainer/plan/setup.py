@@ -129,7 +129,6 @@ def setup_of(
     config = model_config(cfg.model.name)
     quantize = lora.quantize if lora is not None else None
     rollout_bytes = 4 if quantize else _dtype_bytes(cfg.rollout.dtype, device, config, "rollout")
-    requires = algorithms.ADVANTAGES[algo.advantage.name].requires
     backend = cfg.distributed.backend
     reference = None
     if algorithms.needs_reference(algo):
@@ -170,7 +169,7 @@ def setup_of(
         value_head=algo.advantage.name == "gae",
         snapshot=cfg.logging.update_sparsity,
         semi_online=algo.objective.sync_every > 1,
-        reference_engine="reference_rewards" in requires,
+        reference_engine=algorithms.plays_reference(algo.advantage.name),
         optimizer_steps=cfg.train.steps * algo.ppo_epochs * algo.minibatches,
         rollout_workers=cfg.distributed.rollout_workers if backend == "ray" else 0,
         host_shared=device == "cpu"
