@@ -66,6 +66,7 @@ class TrainerState:
     policy_version: int | None = None  # optimizer updates so far (None: = step, older runs)
     minibatches: int | None = None  # the learner's minibatches so far (None: older runs)
     replay: dict[str, Any] = field(default_factory=dict)  # the replay buffer's state_dict()
+    stages: dict[str, Any] = field(default_factory=dict)  # each stage state's, by stage name
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

@@ -1285,6 +1285,8 @@ class Config(Section):
             )
         if any(stage.name == "replay" for stage in algo.stages):
             self._check_replay(algo)
+        if any(stage.name == "guidance" for stage in algo.stages):
+            self._check_guidance(algo)
         if algo.expert.traces:
             self._check_expert(algo)
         return self
@@ -1299,6 +1301,32 @@ class Config(Section):
         _refuse_group_size_stages(
             algo, "algorithm.expert.traces makes groups of group_size + traces rows"
         )
+
+    def _check_guidance(self, algo: Any) -> None:
+        """G2RPO-A's guided samples join one-step groups of the policy's samples as the first
+        stage, scored and advantaged with them by a policy-gradient objective."""
+        from rlvr import algorithms
+
+        problems = []
+        if self.env.name is not None or self.rollout.tree is not None:
+            problems.append("guides one-step completions (not agent episodes or tree rollouts)")
+        if algo.objective.samples != "policy":
+            problems.append("adds to the policy's own groups (objective.samples: policy)")
+        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
+            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        if algo.expert.traces:
+            problems.append("and algorithm.expert.traces both add rows to each group: use one")
+        if algo.stages[0].name != "guidance":
+            problems.append("must be the first stage (it adds rows to the draw's whole groups)")
+        made = {"greedy_rewards", "baselines", *algorithms.REFERENCE_PLAYED}  # one per sample
+        requires = algorithms.ADVANTAGES[algo.advantage.name].requires
+        if any(name in made or name not in algorithms.INPUT_FIELDS for name in requires):
+            problems.append(
+                f"adds samples that advantage {algo.advantage.name!r}'s produced inputs "
+                "would not cover"
+            )
+        if problems:
+            raise ValueError(f"algorithm.stages guidance: {'; '.join(problems)}")
 
     def _check_replay(self, algo: Any) -> None:
         """RePO's replay needs a correction for a replayed sample's age: TIS

@@ -7,6 +7,7 @@ from rlvr.algorithms.aapo import aapo
 from rlvr.algorithms.advantages import (
     ADVANTAGES,
     INPUT_FIELDS,
+    REFERENCE_PLAYED,
     AdvantageEstimator,
     AdvantageInputs,
     AdvantageOutput,
@@ -79,6 +80,7 @@ from rlvr.algorithms.filters import (
     variance_band,
 )
 from rlvr.algorithms.gdpo import gdpo
+from rlvr.algorithms.guidance import adapt_guidance_length
 from rlvr.algorithms.gvpo import gvpo_loss
 from rlvr.algorithms.hapo import entropy_scores, hapo_policy_loss, token_level_group_average
 from rlvr.algorithms.imitation import nll_loss, verified
@@ -225,6 +227,7 @@ __all__ = [
     "pairing",
     "ADVANTAGES",
     "INPUT_FIELDS",
+    "REFERENCE_PLAYED",
     "AGGREGATIONS",
     "CREDIT",
     "GROUP_FILTERS",
@@ -249,6 +252,7 @@ __all__ = [
     "PolicyLoss",
     "Preset",
     "aapo",
+    "adapt_guidance_length",
     "alol_advantages",
     "alol_policy_loss",
     "adapt_entropy_coef",

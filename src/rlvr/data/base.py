@@ -61,9 +61,11 @@ class Problem:
     """One problem: a stable ``id`` (e.g. "arith-L2-train-17"), the user message ``prompt``, the
     reference ``answer`` as a string (e.g. "71"), the ``category`` it was drawn from in a
     :class:`CategorizedTask` ("" otherwise), for a chat-format data row the whole ``chat``
-    it is prompted with (``prompt`` is then that chat's last user message), and the
+    it is prompted with (``prompt`` is then that chat's last user message), the
     completions the data gives for it (``demonstrations``: a demonstration, or a chosen and a
-    rejected completion)."""
+    rejected completion), and a ``response_prefix``: text that starts the reply, given rather
+    than sampled (G2RPO-A's guidance): the policy continues from it, and the completion is its
+    tokens, then the sampled ones ("" for none)."""
 
     id: str
     prompt: str
@@ -71,6 +73,7 @@ class Problem:
     category: str = ""
     chat: Chat | None = None
     demonstrations: tuple[Demonstration, ...] = ()
+    response_prefix: str = ""
 
     def messages(self, system_prompt: str | None = None) -> list[dict[str, str]]:
         """The chat the policy is prompted with: the stored ``chat``, else the user message;

@@ -86,7 +86,8 @@ class Samples:
             within its group; the completions are the trees' leaves), ``expert`` (bool tensor:
             a worked solution added to its group, ``algorithm.expert.traces``; not sampled),
             ``step_rewards`` (a process reward's ``[(token, value)]``: each reasoning step's
-            reward on its last token).
+            reward on its last token), ``given_tokens`` (the leading completion tokens that were
+            given, not sampled: a guided sample's prefix, G2RPO-A).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the
@@ -115,6 +116,7 @@ class Samples:
     infos = Column[list[list[dict[str, Any]]] | None]()
     faults = Column[list[str | None] | None]()
     expert = Column[torch.Tensor | None]()
+    given_tokens = Column[list[int] | None]()
 
     REQUIRED = (
         "completion_ids",

@@ -438,6 +438,7 @@ def build_player(
         cfg.rollout.tree.branching_rule() if cfg.rollout.tree is not None else None,
         algo.expert.traces,
         partial(demonstration_tokens, tokenizer, cfg.model.system_prompt, stops, budget),
+        partial(encode_text, tokenizer),
     )
     if algo.objective.samples == "data":  # a policy gradient on them reads the run's reward
         score = algorithms.OBJECTIVES[algo.objective.name].kind == "policy_gradient"
@@ -477,6 +478,11 @@ def load_teacher(cfg: Config, dtype: torch.dtype) -> torch.nn.Module:
 def decode_tokens(tokenizer: Any, ids: list[int]) -> str:
     """A completion's text: its ids decoded without special tokens."""
     return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Plain text's ids, no special tokens added (a reply's given prefix)."""
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
 
 
 def load_policy(cfg: Config) -> torch.nn.Module:

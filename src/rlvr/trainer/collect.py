@@ -58,7 +58,12 @@ class Collector:
         warn: shows a one-line warning (environment faults of a draw).
         version: the policy version the rollouts serve (see :meth:`publish`).
         replay: RePO's buffer (the replay stage's; checkpointed by the loop), or None.
+        tokenizer: the policy's tokenizer (a stage that writes text in tokens: G2RPO-A's
+            guidance), or None.
         stages: the run's draw stages, in order (:func:`rlvr.trainer.stages.stages_for`).
+        stage_states: the state of each stage whose settings make one (``new_state()``), by
+            the stage's name: what it carries from step to step (checkpointed by the loop:
+            ``state_dict`` / ``load_state_dict``; ``metrics`` logged each step).
         counts: what the stages counted this step (their ``counts`` metrics), reset by
             :meth:`collect`.
     """
@@ -77,7 +82,9 @@ class Collector:
     _generated: float = 0.0  # tokens sampled this step, kept or not (tokens/generated)
     _episode_counts: dict[str, float] = dataclasses.field(default_factory=dict)
     replay: ReplayBuffer | None = None
+    tokenizer: Any = None
     stages: list[tuple[Stage, Any]] = dataclasses.field(default_factory=list)
+    stage_states: dict[str, Any] = dataclasses.field(default_factory=dict)
     counts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -85,6 +92,11 @@ class Collector:
         for _, settings in self.stages:
             if isinstance(settings, Replay):  # what replay needs: Config._check_replay
                 self.replay = ReplayBuffer(settings.replayed, settings.buffer, settings.threshold)
+        self.stage_states = {
+            stage.name: settings.new_state()
+            for stage, settings in self.stages
+            if callable(getattr(settings, "new_state", None))
+        }
         self.counts = {key: 0.0 for stage, _ in self.stages for key in stage.counts}
 
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
@@ -235,6 +247,8 @@ class Collector:
             self.counts[key] = 0.0
         if self.replay is not None:
             metrics.update(self.replay.metrics())
+        for stage_state in self.stage_states.values():
+            metrics.update(stage_state.metrics())
         if self._episode_counts:
             metrics.update(episode_metrics(self._episode_counts))
             self._episode_counts.clear()

@@ -314,6 +314,7 @@ class Loop:
         self.state.sampler = self.collector.sampler.state_dict()
         if self.collector.replay is not None:
             self.state.replay = self.collector.replay.state_dict()
+        self.state.stages = {k: s.state_dict() for k, s in self.collector.stage_states.items()}
         keep = max(self.cfg.checkpoint.keep, 2)  # the one before the newest survives
         try:
             self.learners.save_checkpoint(

@@ -165,7 +165,11 @@ class OneStep:
     demonstration for an SFT term beside the RL loss (``sft_coef``); with ``expert_traces`` > 0
     each group also holds its problem's first ``expert_traces`` demonstrations (``trace``:
     :func:`demonstration_tokens`), after its samples, scored with them (LUFFY's mixed groups,
-    :mod:`rlvr.algorithms.expert`; :func:`with_expert_traces`)."""
+    :mod:`rlvr.algorithms.expert`; :func:`with_expert_traces`). A problem's
+    ``response_prefix`` (G2RPO-A's guidance) is encoded by ``encode_text`` and appended to its
+    prompt: the engine continues from it, and each of its completions is the prefix's tokens
+    then the sampled ones (sampler log-probs 0 on the prefix, which nothing sampled; the
+    ``given_tokens`` column counts them per row, 0 for an expert trace)."""
 
     reward: CombinedReward
     reference_scorer: ReferenceScorer | None
@@ -177,6 +181,7 @@ class OneStep:
     branching: Branching | None = None
     expert_traces: int = 0
     trace: Callable[[Problem, int], tuple[list[int], list[int], list[int], bool]] | None = None
+    encode_text: Callable[[str], list[int]] | None = None
 
     def play(
         self,
@@ -187,16 +192,23 @@ class OneStep:
         keys: torch.Tensor | None,
     ) -> Samples:
         prompt_ids = [self.encode(p) for p in problems]
+        given = self._prefixes(problems)
         if self.branching is None:
-            rollout = engine.generate(prompt_ids, n, sampling, keys)
+            continued = [p + g for p, g in zip(prompt_ids, given, strict=True)]
+            rollout = engine.generate(continued, n, sampling, keys)
         else:  # n trees per problem, their leaves the group (rollout.tree)
             rollout = engine.generate_tree(prompt_ids, n, sampling, self.branching, keys)
+        ids = rollout.group_ids.tolist()
+        sampled = zip(ids, rollout.completion_ids, rollout.logprobs, strict=True)
+        completions, logprobs = [], []
+        for g, completion, logprob in sampled:  # a given prefix first: its tokens, log-probs 0
+            completions.append(given[g] + completion)
+            logprobs.append([0.0] * len(given[g]) + logprob)
         rows = {
-            "completion_ids": rollout.completion_ids,
-            "sampler_logprobs": rollout.logprobs,
+            "completion_ids": completions,
+            "sampler_logprobs": logprobs,
             "finished": rollout.finished,
         }
-        ids = rollout.group_ids.tolist()
         if self.expert_traces:  # LUFFY: each group's worked solutions join its samples
             if rollout.token_entropy or self.reference_scorer is not None:
                 raise ValueError(
@@ -227,6 +239,11 @@ class OneStep:
         }
         if isinstance(rollout, TreeRollout):
             columns["tree_segments"] = rollout.token_segments
+        if any(given):  # the prefix's tokens start each completion of a guided problem
+            expert = rows.get("expert")
+            columns["given_tokens"] = [
+                0 if expert is not None and expert[i] else len(given[g]) for i, g in enumerate(ids)
+            ]
         steps = breakdown.step_rewards()
         if steps is not None:  # a process reward: each step's reward at its last token
             columns["step_rewards"] = [
@@ -248,6 +265,17 @@ class OneStep:
                 "reward_seconds": time.perf_counter() - start,
             },
         )
+
+    def _prefixes(self, problems: list[Problem]) -> list[list[int]]:
+        """Each problem's ``response_prefix`` as tokens ([] for none)."""
+        if not any(p.response_prefix for p in problems):
+            return [[] for _ in problems]
+        if self.branching is not None or self.encode_text is None:
+            raise ValueError(
+                "a response prefix (the guidance stage's) starts a one-step completion: not "
+                "with tree rollouts"
+            )
+        return [self.encode_text(p.response_prefix) if p.response_prefix else [] for p in problems]
 
     def records(
         self,

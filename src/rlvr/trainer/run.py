@@ -225,6 +225,8 @@ def _run(
         )
         if parts.collector.replay is not None:
             parts.collector.replay.load_state_dict(state.replay)
+        for name, stage_state in parts.collector.stage_states.items():
+            stage_state.load_state_dict(state.stages.get(name, {}))
         with parts.learners.published() as version:  # semi-online: the snapshot again
             parts.collector.publish(parts.learners.weights(), version)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)

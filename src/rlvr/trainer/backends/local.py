@@ -147,5 +147,5 @@ def build(
     sampler = build_sampler(cfg, task, front.algo)
     with startup("building the rollout engine"):
         rollouts = local_rollouts(cfg, front, tokenizer, policy, dtypes, cleanup)
-    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy, tokenizer=tokenizer)
     return front.parts(tokenizer, learner, collector, vocabulary_size(policy, tokenizer))

@@ -572,5 +572,5 @@ def build(
         file=sys.stderr,
         flush=True,
     )
-    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy, tokenizer=tokenizer)
     return front.parts(tokenizer, learners, collector, int(shape.config.vocab_size))

@@ -186,5 +186,5 @@ def build(
         local = local_rollouts(cfg, front, tokenizer, served, dtypes, cleanup)
     rollouts = ServedRollouts(**vars(local), served=served)
     sampler = build_sampler(cfg, front.task, front.algo)
-    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy)
+    collector = Collector(rollouts, sampler, front.algo, cfg, sampling, greedy, tokenizer=tokenizer)
     return front.parts(tokenizer, learners, collector, vocabulary_size(served, tokenizer))

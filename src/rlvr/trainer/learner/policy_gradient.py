@@ -74,7 +74,8 @@ class SampleTensors(Prepared):
         old_logp: pi_old [N, T], or None on-policy (the detached current log-probs).
         old_values: [N, T] the value head's before the update, or None.
         ref_logp: pi_ref [N, T], or None without a reference.
-        sampler_logp: [N, T] the behaviour policy's (the rollout engine's).
+        sampler_logp: [N, T] the behaviour policy's (the rollout engine's); pi_old's on the
+            tokens a guided sample was given (``given_tokens``), which nothing sampled.
         token_kl: [N, T] the KL to the reference as a reward (``kl_in: reward``), or None.
         trained: [N] bool (CPU): the rows the update computes; the others (zero advantage, with
             nothing else in the loss) contribute zero loss and gradient but count in the
@@ -102,6 +103,16 @@ class SampleTensors(Prepared):
     proxy_logp: torch.Tensor | None = None
 
 
+def given_mask(data: Samples, mask: torch.Tensor) -> torch.Tensor | None:
+    """[N, T] bool: the leading completion tokens each row was given rather than sampled (a
+    guided sample's prefix, ``given_tokens``), or None when no row has any."""
+    counts = data.given_tokens
+    if not counts or not any(counts):
+        return None
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return positions[None, :] < torch.tensor(counts, device=mask.device)[:, None]
+
+
 @register_objective_kind("policy_gradient")
 class PolicyGradient(ObjectiveKind):
     """J(theta) of the module docstring."""
@@ -111,12 +122,14 @@ class PolicyGradient(ObjectiveKind):
         algo = learner.algo
         batch = learner.batch(data)
         kl_in_reward = learner.reference is not None and algo.kl.placement == "reward"
+        given = given_mask(data, batch.action_mask)
         need_old = (
             not learner.on_policy
             or kl_in_reward
             or algo.entropy.top_rho is not None
             or learner.value_head is not None
             or "token_entropy" in algorithms.ADVANTAGES[algo.advantage.name].requires
+            or given is not None
         )
         passes = learner.no_grad_passes(batch, torch.arange(len(data)), need_old)
         mask = batch.action_mask
@@ -127,6 +140,9 @@ class PolicyGradient(ObjectiveKind):
             )
             token_kl = token_kl * mask
         sampler_logp = padded(data.sampler_logprobs, mask.shape).to(mask.device)  # behaviour
+        if given is not None:  # a given prefix has no sampler to correct: pi_old stands for it
+            assert passes.old_logp is not None
+            sampler_logp = torch.where(given, passes.old_logp, sampler_logp)
         inputs = advantage_inputs(data, mask, sampler_logp, passes, token_kl)
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages

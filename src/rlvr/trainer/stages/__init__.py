@@ -12,7 +12,9 @@ before the selection in their listed order, the step's group accumulator (a grou
 - ``group_filter`` (:mod:`.group_filter`): GFPO's filter of oversampled groups;
 - ``replay`` (:mod:`.replay`): RePO's replayed samples of the kept groups, after the selection;
 - ``dra`` (:mod:`.diversity`): DRA-GRPO's diversity-aware reward adjustment;
-- ``diver`` (:mod:`.diver`): DIVER's diversity bonus on the correct completions.
+- ``diver`` (:mod:`.diver`): DIVER's diversity bonus on the correct completions;
+- ``guidance`` (:mod:`.guidance`): G2RPO-A's guided samples in every group, their guidance
+  length adapted to the reward.
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -34,6 +36,7 @@ from rlvr.trainer.stages import group_filter  # noqa: F401
 from rlvr.trainer.stages import replay  # noqa: F401
 from rlvr.trainer.stages import diversity  # noqa: F401
 from rlvr.trainer.stages import diver  # noqa: F401
+from rlvr.trainer.stages import guidance  # noqa: F401
 
 # isort: on
 

@@ -52,15 +52,19 @@ class Stage:
         settings: the frozen dataclass of its settings (``algorithm.stages`` entries give its
             fields, and any other key its ``params`` field when it has one; its
             ``__post_init__`` refuses bad values). A settings object with an ``oversample``
-            field makes each draw sample that many times G per problem.
+            field makes each draw sample that many times G per problem; one with a
+            ``new_state()`` method gives the stage a state the collector keeps from step to
+            step and the checkpoints hold (``Collector.stage_states``).
         after_select: it runs on the kept rows (``state.batch``), after the group selection.
         counts: the step metrics it counts (logged as 0 in a step where it did nothing).
+        name: its name in :data:`STAGES`.
     """
 
     apply: Callable[[DrawState, Any], None]
     settings: type
     after_select: bool = False
     counts: tuple[str, ...] = ()
+    name: str = ""
 
 
 STAGES: Registry[Stage] = Registry("draw stage")
@@ -73,7 +77,7 @@ def register_stage(
     ``algorithm.stages`` entry ``{name: NAME, ...settings}`` runs it."""
 
     def add(fn: Callable[[DrawState, Any], None]) -> Callable[[DrawState, Any], None]:
-        STAGES.add(name, Stage(fn, settings, after_select, counts))
+        STAGES.add(name, Stage(fn, settings, after_select, counts, name))
         return fn
 
     return add
