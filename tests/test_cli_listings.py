@@ -42,7 +42,9 @@ def test_algorithms_lists_every_registered_part() -> None:
         assert key in parts
     assert "pass_rate" in parts and "reward_per_token" in parts
     flat = " ".join(parts.split())  # the 40-column listing wraps
-    assert "algorithm.stages" in flat and "diver, dra, group_filter, guidance, hints, replay" in flat
+    assert (
+        "algorithm.stages" in flat and "diver, dra, group_filter, guidance, hints, replay" in flat
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from test_trainer import COMPARED, step_rows, tiny_config
 
 from rlvr import algorithms
 from rlvr.config import ConfigError, build_config, load_config
-from rlvr.policy import completion_logprobs, make_batch
+from rlvr.policy import make_batch
 from rlvr.trainer import train
 from rlvr.trainer.build import resolve_algorithm
 from rlvr.trainer.stages.guidance import Guidance, GuidanceLength
