@@ -1287,6 +1287,8 @@ class Config(Section):
             self._check_replay(algo)
         if any(stage.name == "guidance" for stage in algo.stages):
             self._check_guidance(algo)
+        if any(stage.name == "error_correction" for stage in algo.stages):
+            self._check_error_correction(algo)
         if algo.expert.traces:
             self._check_expert(algo)
         return self
@@ -1327,6 +1329,21 @@ class Config(Section):
             )
         if problems:
             raise ValueError(f"algorithm.stages guidance: {'; '.join(problems)}")
+
+    def _check_error_correction(self, algo: Any) -> None:
+        """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy
+        gradient."""
+        from rlvr import algorithms
+
+        problems = []
+        if self.env.name is not None or self.rollout.tree is not None:
+            problems.append("corrects one-step replies (not agent episodes or tree rollouts)")
+        if algo.objective.samples != "policy" or algo.expert.traces:
+            problems.append("corrects the policy's own samples (not the data's or expert traces)")
+        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
+            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        if problems:
+            raise ValueError(f"algorithm.stages error_correction: {'; '.join(problems)}")
 
     def _check_replay(self, algo: Any) -> None:
         """RePO's replay needs a correction for a replayed sample's age: TIS

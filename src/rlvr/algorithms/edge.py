@@ -20,8 +20,8 @@ code, which computes P_i in the loss's forward under pi_theta:
 - mean_j P_j is over the group (theirs over the gathered batch, which was one group: 8
   processes x 1 sample, G = 8).
 GEC, the paper's other half (wrong answers continued after "Wait! Something is wrong here",
-or given the correct answer or the reference solution in the response), needs text forced
-into a response, which the rollout engines do not do: not built.
+or given the correct answer or the reference solution in the response), is the
+``error_correction`` draw stage (:mod:`rlvr.trainer.stages.error_correction`).
 """
 
 from __future__ import annotations

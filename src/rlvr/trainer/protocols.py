@@ -47,6 +47,13 @@ class Rollouts(Protocol):
         """As :meth:`run`, sampled from the initial (reference) policy: an engine kept for it when
         the advantage needs the reference's rewards (AAPO)."""
 
+    def score(
+        self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
+    ) -> Samples:
+        """Given one-step completions (token ids nothing sampled; row i answers
+        ``problems[group_ids[i]]``) scored by the run's reward, as a table whose tokens are all
+        given (:meth:`rlvr.trainer.rollouts.OneStep.score`)."""
+
     def publish(self, weights: Weights, version: int) -> dict[str, float]:
         """Serve ``weights`` (what :meth:`Learners.weights` returns) as policy ``version``;
         statistics of the publication (Ray: ``rollout/publish_bytes``), else empty."""

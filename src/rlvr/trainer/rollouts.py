@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import torch
@@ -220,34 +221,21 @@ class OneStep:
             rows, ids = with_expert_traces(
                 rows, ids, problems, prompt_ids, self.expert_traces, self.trace
             )
-        completions = rows["completion_ids"]
-        texts = [self.decode(c) for c in completions]
-        start = time.perf_counter()
-        owners = [problems[i] for i in ids]
-        fields: dict[str, list[float]] = {"num_tokens": [len(c) for c in completions]}
+        fields: dict[str, list[float]] = {}
         if rollout.token_entropy:  # mean over each completion's tokens
             fields["token_entropy"] = [sum(e) / max(len(e), 1) for e in rollout.token_entropy]
             fields["self_certainty"] = [sum(c) / max(len(c), 1) for c in rollout.self_certainty]
-        if self.reference_scorer is not None:
-            fields.update(self.reference_scorer(rollout, texts, owners))
-        breakdown = self.reward(texts, owners, group_ids=ids, **fields)
-        columns = {
-            **rows,
-            "texts": texts,
-            "group_ids": torch.tensor(ids, dtype=torch.long),
-            "breakdown": breakdown,
-        }
+        scorer = self.reference_scorer
+        start = time.perf_counter()
+        columns = self._scored(
+            problems, rows, ids, fields, None if scorer is None else partial(scorer, rollout)
+        )
         if isinstance(rollout, TreeRollout):
             columns["tree_segments"] = rollout.token_segments
         if any(given):  # the prefix's tokens start each completion of a guided problem
             expert = rows.get("expert")
             columns["given_tokens"] = [
                 0 if expert is not None and expert[i] else len(given[g]) for i, g in enumerate(ids)
-            ]
-        steps = breakdown.step_rewards()
-        if steps is not None:  # a process reward: each step's reward at its last token
-            columns["step_rewards"] = [
-                step_tokens(self.decode, ids, s) for ids, s in zip(completions, steps, strict=True)
             ]
         group_columns = {}
         if self.demonstration is not None:  # sft_coef: each problem's demonstration
@@ -262,6 +250,68 @@ class OneStep:
             info={
                 "seconds": rollout.stats["rollout/seconds"],
                 "tokens_per_s": rollout.stats["rollout/tokens_per_s"],
+                "reward_seconds": time.perf_counter() - start,
+            },
+        )
+
+    def _scored(
+        self,
+        problems: list[Problem],
+        rows: dict[str, Any],
+        ids: list[int],
+        fields: dict[str, list[float]],
+        reference: Callable[[list[str], list[Problem]], dict[str, list[float]]] | None = None,
+    ) -> dict[str, Any]:
+        """``rows`` (their ``completion_ids`` answering ``problems[ids[i]]``) with their texts,
+        groups and the reward's breakdown (``fields`` and ``num_tokens`` the reward's per-sample
+        inputs; ``reference``: the reference answer's probability fields of the texts), and each
+        reasoning step's reward on its last token under a process reward."""
+        completions = rows["completion_ids"]
+        texts = [self.decode(c) for c in completions]
+        owners = [problems[i] for i in ids]
+        fields = {"num_tokens": [len(c) for c in completions], **fields}
+        if reference is not None:
+            fields.update(reference(texts, owners))
+        breakdown = self.reward(texts, owners, group_ids=ids, **fields)
+        columns = {
+            **rows,
+            "texts": texts,
+            "group_ids": torch.tensor(ids, dtype=torch.long),
+            "breakdown": breakdown,
+        }
+        steps = breakdown.step_rewards()
+        if steps is not None:  # a process reward: each step's reward at its last token
+            columns["step_rewards"] = [
+                step_tokens(self.decode, ids, s) for ids, s in zip(completions, steps, strict=True)
+            ]
+        return columns
+
+    def score(
+        self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
+    ) -> Samples:
+        """Given completions (row i answers ``problems[group_ids[i]]``; none of their tokens
+        sampled: sampler log-probs 0, ``given_tokens`` all of them, finished) scored like
+        sampled ones; the prompts are the problems' own. EDGE-GRPO's corrections written from
+        the reference answer or solution."""
+        if self.reference_scorer is not None:
+            raise ValueError(
+                "a reward read from the reference answer's probability scores sampled replies"
+            )
+        rows = {
+            "completion_ids": [list(c) for c in completions],
+            "sampler_logprobs": [[0.0] * len(c) for c in completions],
+            "finished": [True] * len(completions),
+        }
+        start = time.perf_counter()
+        columns = self._scored(problems, rows, list(group_ids), {})
+        columns["given_tokens"] = [len(c) for c in completions]
+        return Samples(
+            problems=problems,
+            prompt_ids=[self.encode(p) for p in problems],
+            columns=columns,
+            info={
+                "seconds": 0.0,
+                "tokens_per_s": 0.0,
                 "reward_seconds": time.perf_counter() - start,
             },
         )

@@ -37,7 +37,7 @@ from rlvr.trainer.build import (
 )
 from rlvr.trainer.collect import Collector
 from rlvr.trainer.publish_check import EngineProbe
-from rlvr.trainer.rollouts import Given, Player
+from rlvr.trainer.rollouts import Given, OneStep, Player
 
 
 @dataclass
@@ -65,6 +65,13 @@ class LocalRollouts:
         # the reference samples even where the run trains on the data's completions
         player = self.player.sampled if isinstance(self.player, Given) else self.player
         return player.play(self.reference, problems, n, sampling, keys)
+
+    def score(
+        self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
+    ) -> Samples:
+        if not isinstance(self.player, OneStep):
+            raise ValueError("given completions are scored as one-step replies to a plain task")
+        return self.player.score(problems, completions, group_ids)
 
     def publish(self, weights: torch.nn.Module, version: int) -> dict[str, float]:
         self.engine.update_weights(weights)

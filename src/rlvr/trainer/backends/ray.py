@@ -415,6 +415,12 @@ class RayRollouts:
     ) -> Samples:
         return self._run("run", problems, n, sampling, keys)
 
+    def score(
+        self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
+    ) -> Samples:
+        """Scored on the first worker (no decoding: the reward's time only)."""
+        return self._call("score", {0: (problems, completions, group_ids)})[0]
+
     def run_reference(
         self, problems: list[Problem], n: int, sampling: SamplingParams, keys: torch.Tensor | None
     ) -> Samples:

@@ -131,6 +131,11 @@ class RolloutWorker(Reusable):
     ) -> Samples:
         return self.rollouts.run_reference(problems, n, sampling, keys)
 
+    def score(
+        self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
+    ) -> Samples:
+        return self.rollouts.score(problems, completions, group_ids)
+
     def records(
         self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int
     ) -> AccuracyRecords:

@@ -14,7 +14,9 @@ before the selection in their listed order, the step's group accumulator (a grou
 - ``dra`` (:mod:`.diversity`): DRA-GRPO's diversity-aware reward adjustment;
 - ``diver`` (:mod:`.diver`): DIVER's diversity bonus on the correct completions;
 - ``guidance`` (:mod:`.guidance`): G2RPO-A's guided samples in every group, their guidance
-  length adapted to the reward.
+  length adapted to the reward;
+- ``error_correction`` (:mod:`.error_correction`): EDGE-GRPO's corrections of the wrong
+  responses (a reflection the policy continues, the answer, or the reference solution).
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -37,6 +39,7 @@ from rlvr.trainer.stages import replay  # noqa: F401
 from rlvr.trainer.stages import diversity  # noqa: F401
 from rlvr.trainer.stages import diver  # noqa: F401
 from rlvr.trainer.stages import guidance  # noqa: F401
+from rlvr.trainer.stages import error_correction  # noqa: F401
 
 # isort: on
 
