@@ -43,7 +43,8 @@ def test_algorithms_lists_every_registered_part() -> None:
     assert "pass_rate" in parts and "reward_per_token" in parts
     flat = " ".join(parts.split())  # the 40-column listing wraps
     assert (
-        "algorithm.stages" in flat and "diver, dra, error_correction, group_filter, guidance, hints, replay" in flat
+        "algorithm.stages" in flat
+        and "diver, dra, error_correction, group_filter, guidance, hints, replay" in flat
     )
 
 

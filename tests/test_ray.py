@@ -221,14 +221,20 @@ def test_a_lora_tree_run_on_ray_equals_one_process_and_sends_only_the_adapter(
     [
         {"preset": "semi_online_dpo", "sync_every": 2},
         {"preset": "on_policy_distillation"},
+        {
+            "preset": "grpo",
+            "stages": [{"name": "guidance", "length": 4}, {"name": "error_correction"}],
+        },
     ],
-    ids=["semi_online_dpo", "distillation"],
+    ids=["semi_online_dpo", "distillation", "guidance_and_correction"],
 )
 def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorithm):
-    """Semi-online DPO (the worker keeps the snapshot between syncs) and on-policy
-    distillation (the learner actor's teacher scores the samples the worker sent) on a rollout
-    worker: the same steps as one process (several workers split the groups the same way for
-    every objective: the AAPO and judge tests)."""
+    """Semi-online DPO (the worker keeps the snapshot between syncs), on-policy distillation
+    (the learner actor's teacher scores the samples the worker sent), and G2RPO-A's guided
+    samples with EDGE-GRPO's corrections (replies continued from given prefixes, written
+    corrections scored by the worker) on a rollout worker: the same steps as one process
+    (several workers split the groups the same way for every objective: the AAPO and judge
+    tests)."""
     settings = {
         "algorithm": {"beta": None, **algorithm},
         "model": {"name": "tiny-random-llama", "teacher": "tiny-random-llama"},
@@ -245,6 +251,8 @@ def test_objectives_on_ray_equal_one_process(cluster, tmp_path_factory, algorith
     train(build_config(cfg))
     assert comparable(step_rows(run_dir)) == local
     assert local[4]["policy/loss"] != local[1]["policy/loss"]
+    if "stages" in algorithm:  # guided rows and written corrections were played and scored
+        assert local[1]["sampling/guided"] == 4 and local[1]["sampling/corrected"] > 0
 
 
 def test_a_judge_rewards_on_each_rollout_worker_as_in_one_process(cluster, tmp_path_factory):
