@@ -145,3 +145,18 @@ def test_alol_trains_from_yaml_and_refuses_a_ratio_to_a_sampler_on_the_data(tmp_
     cfg = alol_config(tmp_path / "bad", policy_loss={"name": "token"})
     with pytest.raises((ConfigError, ValueError), match="offline policy loss \\(alol\\)"):
         build_config(cfg)
+
+
+def test_a_data_completion_cut_at_the_budget_is_scored_as_trained(tmp_path):
+    """A completion longer than rollout.max_new_tokens is trained on its first tokens; the
+    reward reads that cut text (its tokens decoded), not the whole completion: the verifier
+    gives the cut right answers no reward."""
+    cfg = alol_config(tmp_path / "run")
+    cfg["rollout"]["max_new_tokens"] = 2
+    with built(cfg) as parts:
+        data, _ = parts.collector.collect(1)
+        tokenizer = parts.collector.tokenizer
+    assert not any(data.finished)
+    for ids, text in zip(data.completion_ids, data.texts, strict=True):
+        assert len(ids) == 2 and text == tokenizer.decode(ids, skip_special_tokens=True)
+    assert data.rewards.tolist() == [0.0] * len(data)

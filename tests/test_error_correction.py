@@ -74,7 +74,9 @@ def test_each_wrong_reply_is_replaced_in_place_by_its_correction(tmp_path):
                 assert data.given_tokens[i] == len(data.completion_ids[i])
                 assert data.sampler_logprobs[i] == [0.0] * len(data.completion_ids[i])
         assert math.isfinite(update["policy/loss"]) and update["mismatch/abs_log_ratio"] < 1e-3
-    mixed, metrics, _, _ = _draw(gec_config(tmp_path / "mixed"))
+    cfg = gec_config(tmp_path / "mixed")  # hints after it: the tables it joins have one form
+    cfg["algorithm"]["stages"].append({"name": "hints", "fractions": [0.5]})
+    mixed, metrics, _, _ = _draw(cfg)
     kinds = {
         0 if t.startswith(before.texts[i] + REFLECT) else 1 if t.startswith(before.texts[i]) else 2
         for i, t in enumerate(mixed.texts)
@@ -103,3 +105,11 @@ def test_error_correction_is_refused_where_it_has_no_meaning(tmp_path):
         cfg["algorithm"].update(change)
         with pytest.raises(ConfigError, match=message):
             build_config(cfg)
+    cfg = gec_config(tmp_path / "shaped")
+    cfg["algorithm"]["stages"].insert(0, {"name": "diver"})
+    with pytest.raises(ConfigError, match="must come before diver"):
+        build_config(cfg)
+    cfg = gec_config(tmp_path / "group")  # a corrected reply is scored apart from its group
+    cfg["reward"] = {"terms": [{"name": "majority_vote"}]}
+    with pytest.raises(ConfigError, match="term.s. majority_vote score a whole group"):
+        train(build_config(cfg))

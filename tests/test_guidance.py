@@ -42,12 +42,12 @@ def test_the_length_moves_once_per_cycle_on_the_steps_mean_reward():
     2 = 50; steps 4-6 the next cycle. Not adaptive: l stays."""
     settings = Guidance(length=100, max_length=400)
     tracker = settings.new_state()
-    tracker.observe(1, torch.tensor([1.0, 0.0]), settings)
-    tracker.observe(2, torch.tensor([0.0, 0.0]), settings)
-    tracker.observe(2, torch.tensor([1.0, 0.0]), settings)  # a second draw of step 2
-    tracker.observe(3, torch.tensor([1.0, 1.0, 0.0, 1.0]), settings)
+    draws = [(1, [1.0, 0.0]), (2, [0.0, 0.0]), (2, [1.0, 0.0]), (3, [1.0, 1.0, 0.0, 1.0])]
+    for step, rewards in draws:  # step 2 has two draws
+        tracker.begin(step, settings)
+        tracker.observe(torch.tensor(rewards))
     assert tracker.recorded == [0.5, 0.25] and tracker.length == 100
-    tracker.observe(4, torch.tensor([0.0]), settings)
+    tracker.begin(4, settings)  # step 4's samples are guided by the new l
     assert tracker.recorded == [] and tracker.length == 50
     again = GuidanceLength(1)
     again.load_state_dict(tracker.state_dict())
@@ -55,7 +55,8 @@ def test_the_length_moves_once_per_cycle_on_the_steps_mean_reward():
     fixed = Guidance(length=100, adaptive=False)
     state = fixed.new_state()
     for step, r in enumerate([1.0, 0.0, 0.0, 1.0], start=1):
-        state.observe(step, torch.tensor([r]), fixed)
+        state.begin(step, fixed)
+        state.observe(torch.tensor([r]))
     assert state.length == 100 and state.recorded == []
     with pytest.raises(ValueError, match="max_length 50 is below length 100"):
         Guidance(length=100, max_length=50)
@@ -101,8 +102,10 @@ def test_each_group_gains_its_guided_samples_and_the_loss_is_grpos_over_the_mixe
 ):
     """group_size samples, then 2 whose completion starts with the first 4 tokens of the worked
     solution; step 1's loss is -mean_t A over every token (ratio 1), A GRPO's over the mixed
-    group, the given tokens included (the authors' code trains them)."""
+    group, the given tokens included (the authors' code trains them). DAPO's overlong penalty
+    counts the sampled tokens only."""
     cfg = guidance_config(tmp_path / "run")
+    cfg["algorithm"]["overlong"] = {"buffer_frac": 0.5}  # 12 tokens, the last 6 penalised
     n = cfg["rollout"]["group_size"]
     with built(cfg) as parts:
         collector, learner = parts.collector, parts.learners
@@ -120,6 +123,11 @@ def test_each_group_gains_its_guided_samples_and_the_loss_is_grpos_over_the_mixe
                 assert data.completion_ids[row][:4] == prefix
                 assert data.sampler_logprobs[row][:4] == [0.0] * 4
                 assert data.texts[row].startswith(tokenizer.decode(prefix))
+        sampled = [len(c) - g for c, g in zip(data.completion_ids, data.given_tokens, strict=True)]
+        penalty = algorithms.overlong_penalty(torch.tensor(sampled), 12, 6)
+        raw = torch.tensor(data.breakdown.total)
+        torch.testing.assert_close(data.rewards, (raw + penalty).float())
+        assert max(len(c) for c in data.completion_ids) > 12  # 4 given + up to 12 sampled
         batch = make_batch(
             data.prompt_ids, data.completion_ids, learner.pad_token_id, data.group_ids.tolist()
         )
@@ -170,6 +178,10 @@ def test_guidance_is_refused_where_it_has_no_meaning(tmp_path):
     cfg = guidance_config(tmp_path / "first")
     cfg["algorithm"]["stages"].insert(0, {"name": "diver"})
     with pytest.raises(ConfigError, match="must be the first stage"):
+        build_config(cfg)
+    cfg = guidance_config(tmp_path / "sized")
+    cfg["algorithm"]["stages"].append({"name": "hints", "fractions": [0.5]})
+    with pytest.raises(ConfigError, match="which hints would count as group_size"):
         build_config(cfg)
     cfg = guidance_config(tmp_path / "bad", guided=0)
     with pytest.raises(ConfigError, match="stages guidance: guided, length and window must be"):

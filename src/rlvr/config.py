@@ -1320,6 +1320,12 @@ class Config(Section):
             problems.append("and algorithm.expert.traces both add rows to each group: use one")
         if algo.stages[0].name != "guidance":
             problems.append("must be the first stage (it adds rows to the draw's whole groups)")
+        sized = [s.name for s in algo.stages if s.name in ("hints", "group_filter")]
+        if sized:
+            problems.append(
+                f"makes groups of group_size + guided samples, which {', '.join(sized)} would "
+                "count as group_size"
+            )
         made = {"greedy_rewards", "baselines", *algorithms.REFERENCE_PLAYED}  # one per sample
         requires = algorithms.ADVANTAGES[algo.advantage.name].requires
         if any(name in made or name not in algorithms.INPUT_FIELDS for name in requires):
@@ -1342,6 +1348,13 @@ class Config(Section):
             problems.append("corrects the policy's own samples (not the data's or expert traces)")
         if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
             problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        names = [s.name for s in algo.stages]
+        shaped = [n for n in names[: names.index("error_correction")] if n in ("dra", "diver")]
+        if shaped:
+            problems.append(
+                f"must come before {', '.join(shaped)}, whose shaped rewards its corrections "
+                "would not get"
+            )
         if problems:
             raise ValueError(f"algorithm.stages error_correction: {'; '.join(problems)}")
 

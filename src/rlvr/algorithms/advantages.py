@@ -438,7 +438,7 @@ _PER_TOKEN = (
     "tree_segments",
     "step_rewards",
 )
-_PER_SAMPLE = ("greedy_rewards", "baselines", "reference_rewards")
+_PER_SAMPLE = ("greedy_rewards", "baselines", "reference_rewards", "reference_values")
 
 
 class AdvantageInputs:

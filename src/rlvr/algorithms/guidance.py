@@ -12,7 +12,7 @@ every sample, guided or not), the last compares its own mean r_k with their mean
     l <- min(floor(l r_bar / r_k), l_max)   if r_k < r_bar  (worse: more guidance)
     l <- max(floor(l r_bar / r_k), 1)       if r_k > r_bar  (better: less)
 
-and l is unchanged when the two are equal or either is 0. The authors' code: window 2 (3-step
+and l is unchanged when the two are equal or either is <= 0. The authors' code: window 2 (3-step
 cycles), l_0 = l_max = 3072 tokens.
 """
 

@@ -279,6 +279,22 @@ LossOutput = tuple[torch.Tensor, dict[str, torch.Tensor]]
 PolicyLossFn = Callable[..., LossOutput]
 
 
+STANDARD_ARGUMENTS = frozenset(
+    {"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp", "entropy", "ref_logp"}
+)
+"""What :func:`policy_loss` hands a loss function whose signature names it."""
+
+
+def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
+    """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
+    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``, ``entropy``,
+    ``ref_logp`` (None: all, it takes ``**kwargs``)."""
+    parameters = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters) & STANDARD_ARGUMENTS
+
+
 @dataclass(frozen=True)
 class PolicyLoss:
     """A registered policy loss kind.
@@ -356,6 +372,12 @@ def register_policy_loss(
     other arguments."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        takes = _standard_arguments(fn)
+        if takes is not None and "ref_logp" in takes and not needs_reference:
+            raise ValueError(
+                f"policy loss {name!r} reads ref_logp: register it with needs_reference=True, "
+                "so that a run with it keeps a reference"
+            )
         POLICY_LOSSES.add(
             name,
             PolicyLoss(
@@ -409,22 +431,6 @@ register_policy_loss(
     clip_space=None,
     summary="REINFORCE / GPG: -A log pi, no ratio",
 )(reinforce_policy_loss)
-
-
-STANDARD_ARGUMENTS = frozenset(
-    {"mask", "clip_low", "clip_high", "dual_clip", "seed", "proxy_logp", "entropy", "ref_logp"}
-)
-"""What :func:`policy_loss` hands a loss function whose signature names it."""
-
-
-def _standard_arguments(fn: PolicyLossFn) -> frozenset[str] | None:
-    """The standard arguments after (logp, old_logp, advantages) that ``fn`` takes: ``mask``,
-    ``clip_low``, ``clip_high``, ``dual_clip``, ``seed``, ``proxy_logp``, ``entropy``,
-    ``ref_logp`` (None: all, it takes ``**kwargs``)."""
-    parameters = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return None
-    return frozenset(parameters) & STANDARD_ARGUMENTS
 
 
 def policy_loss(

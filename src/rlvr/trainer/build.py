@@ -150,6 +150,22 @@ def encode_problem(tokenizer: Any, system_prompt: str | None, problem: Any) -> l
     return encode_messages(tokenizer, problem.messages(system_prompt))
 
 
+def _scores_written_text(reward: CombinedReward, who: str, groups: bool) -> None:
+    """ConfigError when the run's reward cannot score a reply nothing sampled (EDGE-GRPO's
+    written corrections, A-LoL's data completions): it reads the sampler's token statistics
+    or the reference answer's probability; with ``groups``, when a term scores a whole group
+    (a corrected reply is scored apart from its group)."""
+    sampled = sorted((CONFIDENCE_FIELDS | REFERENCE_FIELDS) & reward.field_names())
+    whole = [t.label for t in reward.terms if t.entry.kind != "sample"] if groups else []
+    if sampled or whole:
+        what = [f"reads {', '.join(sampled)} of a sampled reply"] if sampled else []
+        what += [f"term(s) {', '.join(whole)} score a whole group"] if whole else []
+        raise ConfigError(
+            f"{who} scores replies nothing sampled, but the reward {'; '.join(what)}: use a "
+            "reward on the reply's text"
+        )
+
+
 def _no_token_stats(reward: CombinedReward) -> str:
     """Why rollout.engine: vllm cannot serve the run's confidence rewards (named)."""
     names = [t.label for t in reward.terms if CONFIDENCE_FIELDS & set(t.signature.names)]
@@ -424,6 +440,10 @@ def build_player(
     stops, budget = stop_token_ids(tokenizer), cfg.max_completion_tokens
     demonstration = None
     kind = algorithms.OBJECTIVES[algo.objective.name].kind
+    if any(stage.name == "error_correction" for stage in algo.stages):
+        _scores_written_text(front.reward, "algorithm.stages error_correction", groups=True)
+    if algo.objective.samples == "data" and kind == "policy_gradient":
+        _scores_written_text(front.reward, "objective.samples: data (A-LoL)", groups=False)
     if algo.objective.sft_coef > 0 and kind == "policy_gradient":  # SFT on demonstrations
         system = cfg.model.system_prompt
         demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)

@@ -116,7 +116,10 @@ class Collector:
             self._reward_metrics.setdefault(key, []).append(value)
         frac = self.algo.overlong.buffer_frac
         if frac is not None:
-            lengths = torch.tensor([len(c) for c in played.completion_ids])
+            given = played.given_tokens or [0] * len(played)  # a given prefix was not sampled
+            lengths = torch.tensor(
+                [len(c) - g for c, g in zip(played.completion_ids, given, strict=True)]
+            )
             budget = self.cfg.max_completion_tokens
             cache_len = max(1, round(frac * budget))
             rewards = rewards + algorithms.overlong_penalty(lengths, budget, cache_len)

@@ -170,7 +170,8 @@ class OneStep:
     ``response_prefix`` (G2RPO-A's guidance) is encoded by ``encode_text`` and appended to its
     prompt: the engine continues from it, and each of its completions is the prefix's tokens
     then the sampled ones (sampler log-probs 0 on the prefix, which nothing sampled; the
-    ``given_tokens`` column counts them per row, 0 for an expert trace)."""
+    ``given_tokens`` column counts them per row: 0 without a prefix and for an expert trace,
+    so every table of this player has the column)."""
 
     reward: CombinedReward
     reference_scorer: ReferenceScorer | None
@@ -232,11 +233,10 @@ class OneStep:
         )
         if isinstance(rollout, TreeRollout):
             columns["tree_segments"] = rollout.token_segments
-        if any(given):  # the prefix's tokens start each completion of a guided problem
-            expert = rows.get("expert")
-            columns["given_tokens"] = [
-                0 if expert is not None and expert[i] else len(given[g]) for i, g in enumerate(ids)
-            ]
+        expert = rows.get("expert")  # a given prefix's tokens start a guided problem's rows
+        columns["given_tokens"] = [
+            0 if expert is not None and expert[i] else len(given[g]) for i, g in enumerate(ids)
+        ]
         group_columns = {}
         if self.demonstration is not None:  # sft_coef: each problem's demonstration
             demos = [self.demonstration(p) for p in problems]
@@ -466,6 +466,10 @@ class Given:
     max_tokens: int
     score: bool = False
 
+    def _cut_text(self, ids: list[int]) -> str:
+        """The assistant text of a demonstration cut at ``max_tokens`` (its tokens as trained)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
     def play(
         self,
         engine: RolloutEngine,
@@ -492,7 +496,8 @@ class Given:
                 finished.append(fits)
                 rewards.append(demo.reward)
                 owners.append(i)
-                texts.append(demo.text)
+                # scored by the run's reward: the text as trained (cut at max_tokens)
+                texts.append(demo.text if fits or not self.score else self._cut_text(ids))
             prompts.append(prompt)
         scoring = time.perf_counter()
         if self.score:  # R(x, y) of each given completion by the run's reward

@@ -418,7 +418,8 @@ class RayRollouts:
     def score(
         self, problems: list[Problem], completions: list[list[int]], group_ids: list[int]
     ) -> Samples:
-        """Scored on the first worker (no decoding: the reward's time only)."""
+        """Scored on the first worker (no sampling: the decoding of the texts and the reward's
+        time only)."""
         return self._call("score", {0: (problems, completions, group_ids)})[0]
 
     def run_reference(

@@ -14,7 +14,8 @@ three corrections drawn at random (the code's ``random.choice`` twice: 1/2, 1/4,
   instead of the response; a problem without one gets the answer's correction.
 
 Each correction is scored by the run's reward and trained like a sample, every token of it
-(the written ones included: their behaviour policy is pi_old, no sampler correction), and the
+(the written ones included: their behaviour policy is pi_old, no sampler correction; like the
+code's re-tokenised text, a written one ends without a stop token), and the
 group's advantages are over the corrected group (GRPO; the ``edge_grpo`` estimator adds the
 paper's entropy-driven advantage). The prompt sampler heard the uncorrected rewards. The code
 corrects only prompts shorter than 256 tokens; here every one.
@@ -73,7 +74,8 @@ def gec(state: DrawState, settings: ErrorCorrection) -> None:
     collector, table = state.collector, state.table
     if collector.algo.objective.samples != "policy":
         raise ValueError("the error_correction stage corrects the policy's own samples")
-    wrong = [i for i in range(len(table)) if float(table.rewards[i]) < settings.threshold]
+    raw = table.breakdown.total  # the reward's own values (before DAPO's or a stage's shaping)
+    wrong = [i for i in range(len(table)) if float(raw[i]) < settings.threshold]
     if not wrong:
         return
     draws = torch.Generator().manual_seed(stream_key(state.base, STREAMS - 1) % 2**63)
@@ -106,12 +108,7 @@ def gec(state: DrawState, settings: ErrorCorrection) -> None:
         parts.append(
             ([i for i, _ in written], scored.with_columns(rewards=collector.rewards(scored)))
         )
-    own = (
-        table
-        if table.given_tokens is not None
-        else table.with_columns(given_tokens=[0] * len(table))
-    )
-    order = list(range(len(table)))
+    own, order = table, list(range(len(table)))
     for rows_of, part in parts:
         more = dataclasses.replace(
             part,

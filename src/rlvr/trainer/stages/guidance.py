@@ -75,12 +75,16 @@ class GuidanceLength:
         self.step = 0
         self.total, self.count = 0.0, 0
 
-    def observe(self, step: int, rewards: torch.Tensor, settings: Guidance) -> None:
-        """Add a draw's rewards of ``step`` (every sample's); the first draw of a later step
-        closes the step before it (:meth:`close`)."""
+    def begin(self, step: int, settings: Guidance) -> None:
+        """Before a draw of ``step`` is guided: the first draw of a later step closes the step
+        before it (:meth:`close`), so its new l guides this step, as the authors' callback
+        updates l at a step's end."""
         if step != self.step:
             self.close(settings)
             self.step = step
+
+    def observe(self, rewards: torch.Tensor) -> None:
+        """Add a draw's rewards (every sample's, guided or not) to the current step's."""
         self.total += float(rewards.sum())
         self.count += len(rewards)
 
@@ -130,6 +134,9 @@ def guided(problem: Problem, length: int, tokenizer: Any) -> Problem | None:
         return None
     ids = tokenizer(solutions[0].text, add_special_tokens=False).input_ids[:length]
     prefix = tokenizer.decode(ids)
+    while ids and prefix.endswith("\ufffd"):  # a cut inside a character: end before it
+        ids = ids[:-1]
+        prefix = tokenizer.decode(ids)
     return dataclasses.replace(problem, id=f"{problem.id}#guided{length}", response_prefix=prefix)
 
 
@@ -139,6 +146,7 @@ def g2rpo_a(state: DrawState, settings: Guidance) -> None:
     rewards (every sample's) go to l's cycle."""
     collector, table = state.collector, state.table
     tracker = collector.stage_states["guidance"]
+    tracker.begin(state.step, settings)
     if collector.algo.objective.samples != "policy" or len(state.keep) != len(table):
         raise ValueError("the guidance stage adds to the policy's own groups, as the first stage")
     problems = table.problems
@@ -149,7 +157,7 @@ def g2rpo_a(state: DrawState, settings: Guidance) -> None:
         keys = torch.cat([group_keys(state.base, 1, k, first_prompt=STREAMS + g) for g in todo])
         again = collector.play([hinted[g] for g in todo], k, keys)
         again = again.with_columns(rewards=collector.rewards(again))
-        own = table.with_columns(given_tokens=[0] * len(table))
+        own = table
         index = {g: i for i, g in enumerate(todo)}
         parts = []
         for g in range(len(problems)):
@@ -161,4 +169,4 @@ def g2rpo_a(state: DrawState, settings: Guidance) -> None:
         table = merge_shards(parts)
         collector.counts[GUIDED] += len(again)
         state.table, state.keep = table, torch.arange(len(table))
-    tracker.observe(state.step, table.rewards, settings)
+    tracker.observe(table.rewards)

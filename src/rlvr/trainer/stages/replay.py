@@ -34,7 +34,16 @@ from rlvr.trainer.stages.base import DrawState, register_stage
 
 REPLAYED = "sampling/replayed"
 STORED = frozenset(
-    {"completion_ids", "sampler_logprobs", "finished", "texts", "group_ids", "breakdown", "rewards"}
+    {
+        "completion_ids",
+        "sampler_logprobs",
+        "finished",
+        "texts",
+        "group_ids",
+        "breakdown",
+        "rewards",
+        "given_tokens",
+    }
 )
 """The columns of a replayed sample (the buffer's fields; produced signals are its group's)."""
 
@@ -127,6 +136,7 @@ def repo(state: DrawState, settings: Replay) -> None:
                 "text": table.texts[i],
                 "reward": float(table.rewards[i]),
                 "finished": bool(table.finished[i]),
+                "given": int(table.given_tokens[i]) if table.given_tokens is not None else 0,
                 "terms": {label: values[i] for label, values in terms.items()},
             },
         )
@@ -148,10 +158,12 @@ def repo(state: DrawState, settings: Replay) -> None:
         "completion_ids": [s["completion_ids"] for _, s in extra],
         "sampler_logprobs": [s["logprobs"] for _, s in extra],  # the behaviour policy's
         "finished": [s["finished"] for _, s in extra],
+        "given_tokens": [s.get("given", 0) for _, s in extra],  # a buffer of older runs: none
         "texts": [s["text"] for _, s in extra],
         "group_ids": group_ids,
         "breakdown": breakdown,
         "rewards": torch.tensor(rewards, dtype=batch.rewards.dtype),
         **{SIGNAL + name: values[first] for name, values in table.signals.items()},
     }
+    columns = {k: v for k, v in columns.items() if k in batch.columns}  # the batch's own
     state.batch = batch.add_rows(dataclasses.replace(batch, columns=columns))
