@@ -243,6 +243,7 @@ def test_compute_advantages_uniform_convention() -> None:
         baselines=torch.full((4,), 0.5, dtype=torch.float64),
         reference_rewards=torch.zeros(4, dtype=torch.float64),
         reference_values=torch.full((4,), 0.5, dtype=torch.float64),
+        budgets=torch.tensor([512.0, 512.0, 1024.0, 1024.0], dtype=torch.float64),
         reward_terms=rewards[:, None],
         term_weights=torch.ones(1, dtype=torch.float64),
         tree_segments=torch.tensor([[0, 0], [1, 1], [0, 0], [1, 1]]),  # one-segment trees
@@ -642,6 +643,7 @@ def test_every_preset_validates_and_is_documented() -> None:
     expected = {
         "grpo",
         "alol",
+        "hbpo",
         "dr_grpo",
         "dapo",
         "gspo",

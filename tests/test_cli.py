@@ -96,7 +96,7 @@ def test_algorithms_lists_presets(monkeypatch) -> None:
     names = re.findall(r"^│ (\w+)", presets, flags=re.M)
     from rlvr.algorithms import PRESETS
 
-    assert names == list(PRESETS) and len(names) == 40
+    assert names == list(PRESETS) and len(names) == 41
     assert "0.2/0.28" in result.clean  # dapo's clip-higher
     dpo = next(line for line in presets.splitlines() if line.startswith("│ dpo "))
     assert "dpo on the data" in dpo  # its objective, and where its completions come from
@@ -246,6 +246,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
         "policy_version": 2,
         "minibatches": 2,  # one per step (Clip-Cov's stream counts them)
         "replay": {},  # no replay buffer (rollout.replay: 0)
+        "stages": {},  # no draw stage with a state (G2RPO-A's guidance length)
     }
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")

@@ -44,7 +44,7 @@ def test_algorithms_lists_every_registered_part() -> None:
     flat = " ".join(parts.split())  # the 40-column listing wraps
     assert (
         "algorithm.stages" in flat
-        and "diver, dra, error_correction, group_filter, guidance, hints, replay" in flat
+        and "budgets, diver, dra, error_correction, group_filter, guidance, hints, replay" in flat
     )
 
 

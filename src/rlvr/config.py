@@ -1289,6 +1289,8 @@ class Config(Section):
             self._check_guidance(algo)
         if any(stage.name == "error_correction" for stage in algo.stages):
             self._check_error_correction(algo)
+        if any(stage.name == "budgets" for stage in algo.stages) or algo.advantage.name == "hbpo":
+            self._check_budgets(algo)
         if algo.expert.traces:
             self._check_expert(algo)
         return self
@@ -1335,6 +1337,37 @@ class Config(Section):
             )
         if problems:
             raise ValueError(f"algorithm.stages guidance: {'; '.join(problems)}")
+
+    def _check_budgets(self, algo: Any) -> None:
+        """HBPO's budget subgroups split one-step groups of the policy's samples, as the draw;
+        its advantage reads their budgets."""
+        from rlvr import algorithms
+
+        names = [s.name for s in algo.stages]
+        if "budgets" not in names:
+            raise ValueError(
+                "algorithm.advantage.name: hbpo reads each sample's budget subgroup: add "
+                "algorithm.stages: [{name: budgets}] (or use algorithm.preset: hbpo)"
+            )
+        problems = []
+        if self.env.name is not None or self.rollout.tree is not None:
+            problems.append("splits one-step groups (not agent episodes or tree rollouts)")
+        if algo.objective.samples != "policy" or algo.expert.traces:
+            problems.append("plays the policy's own groups (not the data's or expert traces)")
+        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
+            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        sized = [n for n in names if n in ("hints", "group_filter", "guidance")]
+        if sized:
+            problems.append(f"plays the draw itself, which {', '.join(sized)} would replay")
+        entry = algo.stages[names.index("budgets")]
+        count = len(entry.params.get("budgets", algorithms.HBPO_BUDGETS))
+        if self.rollout.group_size % count:
+            problems.append(
+                f"splits rollout.group_size {self.rollout.group_size} into {count} equal "
+                "subgroups: use a multiple"
+            )
+        if problems:
+            raise ValueError(f"algorithm.stages budgets: {'; '.join(problems)}")
 
     def _check_error_correction(self, algo: Any) -> None:
         """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy

@@ -83,6 +83,8 @@ from rlvr.algorithms.gdpo import gdpo
 from rlvr.algorithms.guidance import adapt_guidance_length
 from rlvr.algorithms.gvpo import gvpo_loss
 from rlvr.algorithms.hapo import entropy_scores, hapo_policy_loss, token_level_group_average
+from rlvr.algorithms.hbpo import BUDGETS as HBPO_BUDGETS
+from rlvr.algorithms.hbpo import budget_ceiling, budget_reward, hbpo_advantages
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -246,6 +248,7 @@ __all__ = [
     "AdvantageInputs",
     "AdvantageOutput",
     "GroupAccumulator",
+    "HBPO_BUDGETS",
     "Objective",
     "PairLogps",
     "PairTokens",
@@ -258,6 +261,8 @@ __all__ = [
     "adapt_entropy_coef",
     "add_objective",
     "binary_kl",
+    "budget_ceiling",
+    "budget_reward",
     "disco_loss",
     "disco_objective",
     "disco_scores",
@@ -323,6 +328,7 @@ __all__ = [
     "mismatch_metrics",
     "entropy_scores",
     "hapo_policy_loss",
+    "hbpo_advantages",
     "mpo_loss",
     "mpo_objective",
     "off_policy_sequence_mask",

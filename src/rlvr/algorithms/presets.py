@@ -262,6 +262,20 @@ for _preset in (
         "(A-LoL seq) or none (ref-free), kl_beta (A-LoL KL).",
     ),
     Algorithm(
+        name="hbpo",
+        advantage=AdvantagePart(name="hbpo"),
+        policy_loss=PolicyLossPart(name="token", clip_low=0.2, clip_high=0.28, dual_clip=3.0),
+        aggregation=AggregationPart(name="token-mean"),
+        stages=(StageEntry(name="budgets"),),
+        citation="Lyu et al. 2025, Hierarchical Budget Policy Optimization for Adaptive "
+        "Reasoning, arXiv:2507.15844; the authors' code (ZJU-REAL/HBPO)",
+        summary="Each group split into subgroups of token budgets 512 / 1024 / 2048 / 2560, "
+        "each reply starting with its budget's statement (the budgets stage); advantage "
+        "GRPO's over the group + (the subgroup's mean reward - f2(b)); with reward.terms: "
+        "hbpo_budget (min(beta cos(pi n / 2L) - |n - b| / L, beta cos(pi b / 2L)) for a right "
+        "reply, beta 4, L 4096); clip 0.2 / 0.28, dual clip 3, token mean, no KL.",
+    ),
+    Algorithm(
         name="ppo",
         advantage=AdvantagePart(name="gae", normalize="batch", params={"gamma": 1.0, "lam": 0.95}),
         aggregation=AggregationPart(name="token-mean"),

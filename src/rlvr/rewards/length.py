@@ -1,5 +1,5 @@
-"""Length rewards: DAPO's soft overlong punishment, DLER's truncation penalty and GRPO-LEAD's
-length-dependent accuracy reward.
+"""Length rewards: DAPO's soft overlong punishment, DLER's truncation penalty, GRPO-LEAD's
+length-dependent accuracy reward and HBPO's budget-aware reward.
 
 Both need the completion's length in tokens, passed as the per-sample field ``num_tokens``
 (the rollout engine knows it; counting characters would be a different reward).
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -171,3 +172,37 @@ def lead_accuracy(
     ]
     lengths = [int(n) for n in num_tokens]
     return lead_accuracy_rewards(correct, lengths, alpha, eps, penalty, min_shortest)
+
+
+HBPO_BUDGET = re.compile(r"I will answer the question with (\d+) tokens")
+"""The budget statement HBPO's replies start with (the authors' code's regex)."""
+
+
+@register_reward("hbpo_budget")
+def hbpo_budget(
+    completion: str,
+    problem: Problem,
+    num_tokens: int,
+    scale: float = 4.0,
+    alpha: float | None = None,
+    max_len: int = 4096,
+    threshold: float = 1.0,
+    reward: str = "math",
+    reward_params: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> float:
+    """HBPO's budget-aware reward (Lyu et al. 2025, arXiv:2507.15844;
+    :func:`rlvr.algorithms.budget_reward`): the budget b is read from the reply's budget
+    statement (:data:`HBPO_BUDGET`, as the authors' code does; a reply without one scores 0),
+    n is its length in tokens (the statement's included, as the code's), and it is correct when
+    the per-sample reward ``reward`` (a registered name, with ``reward_params``) reaches
+    ``threshold``; ``scale`` is the paper's beta (4), ``alpha`` its alpha (None: 1 / max_len).
+    The ``hbpo`` advantage's f2(b) reads the same ``scale`` and ``max_len``: set both alike."""
+    found = HBPO_BUDGET.search(completion)
+    if found is None:
+        return 0.0
+    value = _inner("hbpo_budget", reward, reward_params, completion, problem, num_tokens, fields)
+    correct = value >= threshold
+    return algorithms.budget_reward(
+        int(num_tokens), float(found.group(1)), correct, scale, alpha, int(max_len)
+    )

@@ -184,6 +184,10 @@ class Collector:
         """The draw's groups: n samples of each problem, or as many as the prompt sampler's
         ``group_sizes`` gives it (Knapsack RL's budgets); the sizes and the played table (its
         problems in the order they were played)."""
+        for _, settings in self.stages:  # a stage that plays the draw itself (HBPO's budgets)
+            play_draw = getattr(settings, "play_draw", None)
+            if callable(play_draw):
+                return [n] * len(problems), play_draw(self, problems, n, base)
         allocate = getattr(self.sampler, "group_sizes", None)
         sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
         if len(set(sizes)) == 1:

@@ -16,7 +16,8 @@ before the selection in their listed order, the step's group accumulator (a grou
 - ``guidance`` (:mod:`.guidance`): G2RPO-A's guided samples in every group, their guidance
   length adapted to the reward;
 - ``error_correction`` (:mod:`.error_correction`): EDGE-GRPO's corrections of the wrong
-  responses (a reflection the policy continues, the answer, or the reference solution).
+  responses (a reflection the policy continues, the answer, or the reference solution);
+- ``budgets`` (:mod:`.budgets`): HBPO's budget subgroups, each reply starting with its budget.
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -40,6 +41,7 @@ from rlvr.trainer.stages import diversity  # noqa: F401
 from rlvr.trainer.stages import diver  # noqa: F401
 from rlvr.trainer.stages import guidance  # noqa: F401
 from rlvr.trainer.stages import error_correction  # noqa: F401
+from rlvr.trainer.stages import budgets  # noqa: F401
 
 # isort: on
 

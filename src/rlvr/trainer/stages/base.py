@@ -54,7 +54,9 @@ class Stage:
             ``__post_init__`` refuses bad values). A settings object with an ``oversample``
             field makes each draw sample that many times G per problem; one with a
             ``new_state()`` method gives the stage a state the collector keeps from step to
-            step and the checkpoints hold (``Collector.stage_states``).
+            step and the checkpoints hold (``Collector.stage_states``); one with a
+            ``play_draw(collector, problems, n, base)`` method plays the draw's groups itself
+            (HBPO's budget subgroups).
         after_select: it runs on the kept rows (``state.batch``), after the group selection.
         counts: the step metrics it counts (logged as 0 in a step where it did nothing).
         name: its name in :data:`STAGES`.
