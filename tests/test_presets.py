@@ -20,9 +20,12 @@ TRAINABLE = sorted(
     for name, preset in PRESETS.items()
     if preset.objective.samples == "policy"
     and "teacher_logp" not in ADVANTAGES[preset.advantage.name].requires
+    and not any(stage.name == "budgets" for stage in preset.stages)
 )
 """Presets that learn from their own samples and a reward alone (SFT and offline DPO learn from
-the data's completions, distillation from a teacher: tests/test_objectives.py)."""
+the data's completions, distillation from a teacher: tests/test_objectives.py; HBPO's replies
+start with a budget statement and its advantage is on its budget reward's scale:
+tests/test_hbpo.py)."""
 
 
 def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:
