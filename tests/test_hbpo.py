@@ -72,6 +72,11 @@ def test_the_reward_reads_the_budget_its_reply_states():
     assert value == pytest.approx(algorithms.budget_reward(100, 512, True))
     assert hbpo_budget(reply.replace("{5}", "{6}"), problem, num_tokens=100) == 0.0
     assert hbpo_budget("2 + 3 = 5. \\boxed{5}", problem, num_tokens=100) == 0.0  # no budget
+    # the statement is not graded as the answer: a reply stating budget 5 but answering nothing
+    assert hbpo_budget("<think> I will answer the question with 5 tokens", problem, 10) == 0.0
+    custom = "Budget: {budget} tokens."
+    mine = hbpo_budget("Budget: 64 tokens. \\boxed{5}", problem, 10, template=custom)
+    assert mine == pytest.approx(algorithms.budget_reward(10, 64, True))
 
 
 def hbpo_config(run_dir, steps: int = 1) -> dict:
@@ -134,3 +139,19 @@ def test_hbpo_is_refused_where_it_has_no_meaning(tmp_path):
     cfg["algorithm"]["stages"].insert(0, {"name": "guidance"})
     with pytest.raises(ConfigError, match="algorithm.stages guidance: adds samples"):
         build_config(cfg)
+    cfg = hbpo_config(tmp_path / "d")
+    cfg["algorithm"]["stages"].append({"name": "error_correction"})
+    with pytest.raises(ConfigError, match="error_correction would add replies outside"):
+        build_config(cfg)
+    cfg = hbpo_config(tmp_path / "e")
+    cfg["reward"] = {"function": "rewards_for_tests:letter_fraction"}
+    with pytest.raises(ConfigError, match="set reward.terms: .{name: hbpo_budget}"):
+        build_config(cfg)
+    cfg = hbpo_config(tmp_path / "f")
+    cfg["algorithm"]["advantage"] = {"max_len": 4096}
+    with pytest.raises(ConfigError, match="max_len 64 differs from advantage hbpo's 4096"):
+        build_config(cfg)
+    cfg = hbpo_config(tmp_path / "g")
+    cfg["reward"]["terms"].append({"name": "majority_vote"})
+    with pytest.raises(ConfigError, match="majority_vote score a whole group"):
+        train(build_config(cfg))

@@ -1359,15 +1359,50 @@ class Config(Section):
         sized = [n for n in names if n in ("hints", "group_filter", "guidance")]
         if sized:
             problems.append(f"plays the draw itself, which {', '.join(sized)} would replay")
+        unbudgeted = [n for n in names if n in ("replay", "error_correction")]
+        if unbudgeted:
+            problems.append(
+                f"{', '.join(unbudgeted)} would add replies outside their budget subgroups"
+            )
         entry = algo.stages[names.index("budgets")]
-        count = len(entry.params.get("budgets", algorithms.HBPO_BUDGETS))
-        if self.rollout.group_size % count:
+        budgets = entry.params.get("budgets", algorithms.HBPO_BUDGETS)
+        count = len(budgets) if isinstance(budgets, (list, tuple)) else 0
+        if count == 0:
+            problems.append(f"budgets must be a list of token counts, got {budgets!r}")
+        elif self.rollout.group_size % count:
             problems.append(
                 f"splits rollout.group_size {self.rollout.group_size} into {count} equal "
                 "subgroups: use a multiple"
             )
+        if algo.advantage.name == "hbpo":
+            problems += self._hbpo_reward(algo, entry.params.get("template"))
         if problems:
             raise ValueError(f"algorithm.stages budgets: {'; '.join(problems)}")
+
+    def _hbpo_reward(self, algo: Any, template: str | None) -> list[str]:
+        """HBPO's advantage subtracts f2(b) on the scale of ``reward.terms: hbpo_budget``: the
+        run needs that term, with the advantage's scale and max_len and the stage's
+        statement."""
+        from rlvr import algorithms
+
+        terms = [t for t in self.reward.terms if t.name == "hbpo_budget"]
+        if not terms:
+            return [
+                "advantage hbpo is on the scale of the budget reward: set reward.terms: "
+                "[{name: hbpo_budget}]"
+            ]
+        found = []
+        params, adv = terms[0].params, algo.advantage.params
+        for key, default in (("scale", 4.0), ("max_len", 4096)):
+            if params.get(key, default) != adv.get(key, default):
+                found.append(
+                    f"reward hbpo_budget's {key} {params.get(key, default)} differs from "
+                    f"advantage hbpo's {adv.get(key, default)}"
+                )
+        stated = template or algorithms.HBPO_TEMPLATE
+        if params.get("template", algorithms.HBPO_TEMPLATE) != stated:
+            found.append("reward hbpo_budget's template differs from the budgets stage's")
+        return found
 
     def _check_error_correction(self, algo: Any) -> None:
         """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy

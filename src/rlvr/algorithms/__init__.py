@@ -84,7 +84,13 @@ from rlvr.algorithms.guidance import adapt_guidance_length
 from rlvr.algorithms.gvpo import gvpo_loss
 from rlvr.algorithms.hapo import entropy_scores, hapo_policy_loss, token_level_group_average
 from rlvr.algorithms.hbpo import BUDGETS as HBPO_BUDGETS
-from rlvr.algorithms.hbpo import budget_ceiling, budget_reward, hbpo_advantages
+from rlvr.algorithms.hbpo import TEMPLATE as HBPO_TEMPLATE
+from rlvr.algorithms.hbpo import (
+    budget_ceiling,
+    budget_pattern,
+    budget_reward,
+    hbpo_advantages,
+)
 from rlvr.algorithms.imitation import nll_loss, verified
 from rlvr.algorithms.importance import (
     MISMATCH_BAND,
@@ -249,6 +255,7 @@ __all__ = [
     "AdvantageOutput",
     "GroupAccumulator",
     "HBPO_BUDGETS",
+    "HBPO_TEMPLATE",
     "Objective",
     "PairLogps",
     "PairTokens",
@@ -262,6 +269,7 @@ __all__ = [
     "add_objective",
     "binary_kl",
     "budget_ceiling",
+    "budget_pattern",
     "budget_reward",
     "disco_loss",
     "disco_objective",

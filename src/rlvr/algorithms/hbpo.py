@@ -24,6 +24,7 @@ line adds it twice).
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -40,6 +41,16 @@ PAPER = (
 )
 BUDGETS = (512, 1024, 2048, 2560)
 """The paper's and the code's token budgets."""
+TEMPLATE = "<think> I will answer the question with {budget} tokens"
+"""The budget statement a reply starts with (the authors' code's; the paper writes "within")."""
+
+
+def budget_pattern(template: str = TEMPLATE) -> re.Pattern[str]:
+    """The regex that finds ``template``'s statement in a reply, its budget the group."""
+    if template.count("{budget}") != 1:
+        raise ValueError(f"a budget statement holds {{budget}} once; got {template!r}")
+    head, tail = template.split("{budget}")
+    return re.compile(re.escape(head) + r"(\d+)" + re.escape(tail))
 
 
 def budget_ceiling(budget: float, scale: float = 4.0, max_len: int = 4096) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -174,10 +173,6 @@ def lead_accuracy(
     return lead_accuracy_rewards(correct, lengths, alpha, eps, penalty, min_shortest)
 
 
-HBPO_BUDGET = re.compile(r"I will answer the question with (\d+) tokens")
-"""The budget statement HBPO's replies start with (the authors' code's regex)."""
-
-
 @register_reward("hbpo_budget")
 def hbpo_budget(
     completion: str,
@@ -187,21 +182,24 @@ def hbpo_budget(
     alpha: float | None = None,
     max_len: int = 4096,
     threshold: float = 1.0,
+    template: str = algorithms.HBPO_TEMPLATE,
     reward: str = "math",
     reward_params: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> float:
     """HBPO's budget-aware reward (Lyu et al. 2025, arXiv:2507.15844;
     :func:`rlvr.algorithms.budget_reward`): the budget b is read from the reply's budget
-    statement (:data:`HBPO_BUDGET`, as the authors' code does; a reply without one scores 0),
-    n is its length in tokens (the statement's included, as the code's), and it is correct when
-    the per-sample reward ``reward`` (a registered name, with ``reward_params``) reaches
-    ``threshold``; ``scale`` is the paper's beta (4), ``alpha`` its alpha (None: 1 / max_len).
-    The ``hbpo`` advantage's f2(b) reads the same ``scale`` and ``max_len``: set both alike."""
-    found = HBPO_BUDGET.search(completion)
+    statement (``template``, the budgets stage's, as the authors' code reads it by regex; a
+    reply without one scores 0), n is its length in tokens (the statement's included, as the
+    code's), and it is correct when the per-sample reward ``reward`` (a registered name, with
+    ``reward_params``) of the reply without its statement reaches ``threshold``; ``scale`` is
+    the paper's beta (4), ``alpha`` its alpha (None: 1 / max_len). The ``hbpo`` advantage's
+    f2(b) reads the same ``scale`` and ``max_len``: the config checks they agree."""
+    found = algorithms.budget_pattern(template).search(completion)
     if found is None:
         return 0.0
-    value = _inner("hbpo_budget", reward, reward_params, completion, problem, num_tokens, fields)
+    answer = completion[: found.start()] + completion[found.end() :]  # the statement is no answer
+    value = _inner("hbpo_budget", reward, reward_params, answer, problem, num_tokens, fields)
     correct = value >= threshold
     return algorithms.budget_reward(
         int(num_tokens), float(found.group(1)), correct, scale, alpha, int(max_len)

@@ -444,6 +444,12 @@ def build_player(
         _scores_written_text(front.reward, "algorithm.stages error_correction", groups=True)
     if algo.objective.samples == "data" and kind == "policy_gradient":
         _scores_written_text(front.reward, "objective.samples: data (A-LoL)", groups=False)
+    whole = [t.label for t in front.reward.terms if t.entry.kind != "sample"]
+    if whole and any(stage.name == "budgets" for stage in algo.stages):
+        raise ConfigError(
+            f"algorithm.stages budgets plays each budget subgroup apart, but reward term(s) "
+            f"{', '.join(whole)} score a whole group: use a reward on each reply"
+        )
     if algo.objective.sft_coef > 0 and kind == "policy_gradient":  # SFT on demonstrations
         system = cfg.model.system_prompt
         demonstration = partial(demonstration_tokens, tokenizer, system, stops, budget)

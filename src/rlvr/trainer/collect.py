@@ -184,11 +184,16 @@ class Collector:
         """The draw's groups: n samples of each problem, or as many as the prompt sampler's
         ``group_sizes`` gives it (Knapsack RL's budgets); the sizes and the played table (its
         problems in the order they were played)."""
+        allocate = getattr(self.sampler, "group_sizes", None)
         for _, settings in self.stages:  # a stage that plays the draw itself (HBPO's budgets)
             play_draw = getattr(settings, "play_draw", None)
             if callable(play_draw):
+                if callable(allocate):
+                    raise ValueError(
+                        "a stage that plays the draw itself (budgets) gives every problem "
+                        "group_size samples: not with a curriculum's group sizes (knapsack)"
+                    )
                 return [n] * len(problems), play_draw(self, problems, n, base)
-        allocate = getattr(self.sampler, "group_sizes", None)
         sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)
         if len(set(sizes)) == 1:
             return sizes, self.play(problems, sizes[0], group_keys(base, len(problems), sizes[0]))

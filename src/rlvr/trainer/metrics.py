@@ -107,6 +107,9 @@ def generated_tokens(table: Samples) -> float:
     episode's actions, not its observations), a tree's shared segment once."""
     table = table.sampled()  # expert traces were not sampled
     masks = table.action_mask or [[1] * len(c) for c in table.completion_ids]
+    given = table.given_tokens  # a given prefix was not sampled either
+    if given is not None and any(given):
+        masks = [[0] * g + list(m[g:]) for m, g in zip(masks, given, strict=True)]
     segments = table.columns.get("tree_segments")
     if segments is None:
         return float(sum(sum(m) for m in masks))

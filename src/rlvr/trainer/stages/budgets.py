@@ -20,19 +20,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlvr.algorithms.hbpo import BUDGETS
+from rlvr.algorithms.hbpo import BUDGETS, TEMPLATE, budget_pattern
 from rlvr.rollout.streams import group_keys
 from rlvr.trainer.batch import Samples
-from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.signals import Draw, register_signal
 from rlvr.trainer.stages.base import DrawState, register_stage
 
 if TYPE_CHECKING:
     from rlvr.data import Problem
     from rlvr.trainer.collect import Collector
-
-TEMPLATE = "<think> I will answer the question with {budget} tokens"
-"""The authors' code's budget statement (the paper writes "within")."""
 
 
 @dataclass(frozen=True)
@@ -52,33 +48,33 @@ class Budgets:
         budgets = tuple(int(b) for b in self.budgets)
         if not budgets or min(budgets) < 1 or len(set(budgets)) != len(budgets):
             raise ValueError(f"budgets must be distinct token counts >= 1; got {list(budgets)}")
-        if "{budget}" not in self.template:
-            raise ValueError(f"template must contain {{budget}}; got {self.template!r}")
+        budget_pattern(self.template)  # {budget} once: the reward finds the statement
         object.__setattr__(self, "budgets", budgets)
 
     def play_draw(
         self, collector: Collector, problems: list[Problem], n: int, base: int
     ) -> Samples:
-        """The draw: ``n`` samples of each problem, n / k per budget, sample j of problem i
-        from the stream (base, i, j) as in a plain draw; each group's samples in budget order."""
+        """The draw in one engine call: ``n`` samples of each problem, n / k per budget (the
+        variant of problem i with budget j is played i k + j), sample j of problem i from the
+        stream (base, i, j) as in a plain draw; each group's samples in budget order."""
         k = len(self.budgets)
         if n % k:
             raise ValueError(f"the budgets stage splits {n} samples into {k} equal subgroups")
-        size = n // k
-        keys = group_keys(base, len(problems), n).view(len(problems), n)
-        played = []
-        for j, budget in enumerate(self.budgets):
-            stated = self.template.format(budget=budget)
-            variant = [dataclasses.replace(p, response_prefix=stated) for p in problems]
-            part = collector.play(variant, size, keys[:, j * size : (j + 1) * size].reshape(-1))
-            played.append(dataclasses.replace(part, problems=problems))
-        groups = []
-        for g in range(len(problems)):
-            group = played[0].groups([g])
-            for part in played[1:]:
-                group = group.add_rows(part.groups([g]))
-            groups.append(group)
-        return merge_shards(groups)
+        statements = [self.template.replace("{budget}", str(b)) for b in self.budgets]
+        variants = [
+            dataclasses.replace(p, response_prefix=stated)
+            for p in problems
+            for stated in statements
+        ]
+        keys = group_keys(base, len(problems), n)  # [P n]: problem-major, as the variants' rows
+        played = collector.play(variants, n // k, keys)
+        return dataclasses.replace(
+            played,
+            problems=problems,
+            prompt_ids=played.prompt_ids[::k],  # a variant's prompt is its problem's
+            columns={**played.columns, "group_ids": played.group_ids // k},
+            group_columns={name: rows[::k] for name, rows in played.group_columns.items()},
+        )
 
     def budget_of(self, n: int) -> torch.Tensor:
         """[n] the budget of each sample of a group of ``n``, in play order."""
