@@ -75,7 +75,8 @@ class SampleTensors(Prepared):
         old_values: [N, T] the value head's before the update, or None.
         ref_logp: pi_ref [N, T], or None without a reference.
         sampler_logp: [N, T] the behaviour policy's (the rollout engine's); pi_old's on the
-            tokens a guided sample was given (``given_tokens``), which nothing sampled.
+            tokens a row was given (``given_tokens``), which nothing sampled: filled here when
+            a no-grad pass gave pi_old, else in the loss (``given``).
         token_kl: [N, T] the KL to the reference as a reward (``kl_in: reward``), or None.
         trained: [N] bool (CPU): the rows the update computes; the others (zero advantage, with
             nothing else in the loss) contribute zero loss and gradient but count in the
@@ -85,6 +86,8 @@ class SampleTensors(Prepared):
         expert: [N] bool, the expert traces of mixed groups (``algorithm.expert``), or None.
         proxy_logp: [N, T] pi_old's min-p proxy log-probs (a ``min_p_proxy`` policy loss:
             Lp-Reg), or None.
+        given: [N, T] bool, the given tokens whose behaviour log-probs the loss takes from
+            pi_old (the detached current ones, on-policy), or None.
     """
 
     batch: Batch
@@ -101,6 +104,7 @@ class SampleTensors(Prepared):
     demonstrations: Batch | None
     expert: torch.Tensor | None = None
     proxy_logp: torch.Tensor | None = None
+    given: torch.Tensor | None = None
 
 
 def given_mask(data: Samples, mask: torch.Tensor) -> torch.Tensor | None:
@@ -129,7 +133,11 @@ class PolicyGradient(ObjectiveKind):
             or algo.entropy.top_rho is not None
             or learner.value_head is not None
             or "token_entropy" in algorithms.ADVANTAGES[algo.advantage.name].requires
-            or given is not None
+            # an estimator that reads the sampler's log-probs needs the given tokens' now
+            or (
+                given is not None
+                and "student_logp" in algorithms.ADVANTAGES[algo.advantage.name].requires
+            )
         )
         passes = learner.no_grad_passes(batch, torch.arange(len(data)), need_old)
         mask = batch.action_mask
@@ -140,9 +148,8 @@ class PolicyGradient(ObjectiveKind):
             )
             token_kl = token_kl * mask
         sampler_logp = padded(data.sampler_logprobs, mask.shape).to(mask.device)  # behaviour
-        if given is not None:  # a given prefix has no sampler to correct: pi_old stands for it
-            assert passes.old_logp is not None
-            sampler_logp = torch.where(given, passes.old_logp, sampler_logp)
+        if given is not None and passes.old_logp is not None:  # a given prefix: pi_old for it
+            sampler_logp, given = torch.where(given, passes.old_logp, sampler_logp), None
         inputs = advantage_inputs(data, mask, sampler_logp, passes, token_kl)
         estimated = algorithms.preset_advantages(algo, inputs)
         advantages = estimated.advantages
@@ -176,6 +183,7 @@ class PolicyGradient(ObjectiveKind):
             demonstrations=self.demonstrations(learner, data),
             expert=None if data.expert is None else data.expert.to(mask.device),
             proxy_logp=self.min_p_proxy(learner, batch),
+            given=given,
         )
 
     def min_p_proxy(self, learner: Learner, batch: Batch) -> torch.Tensor | None:
@@ -328,6 +336,8 @@ class PolicyGradient(ObjectiveKind):
         adv = adv[:, :width] if adv.dim() == 2 else adv
         sampler_logp = p.sampler_logp[rows, :width]
         proxy = None if p.proxy_logp is None else p.proxy_logp[rows, :width]
+        if p.given is not None:  # on-policy: pi_old, the detached current log-probs, for them
+            sampler_logp = torch.where(p.given[rows, :width], old, sampler_logp)
         expert = None if p.expert is None else p.expert[rows][:, None]  # [n, 1]
         if expert is not None:  # a trace has no sampler to correct: pi_old stands for it
             sampler_logp = torch.where(expert, old, sampler_logp)
