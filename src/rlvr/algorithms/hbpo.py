@@ -32,6 +32,7 @@ from rlvr.algorithms.advantages import (
     AdvantageInputs,
     AdvantageOutput,
     _need,
+    grpo,
     register_advantage,
 )
 
@@ -100,17 +101,15 @@ def hbpo_advantages(
     if budgets.shape != rewards.shape:
         raise ValueError(f"budgets must be [N] like rewards, got {tuple(budgets.shape)}")
     r = rewards.double()
-    out = torch.zeros_like(r)
-    for g in torch.unique(group_ids):
-        rows = group_ids == g
-        inter = (r[rows] - r[rows].mean()) / (r[rows].std() + eps)  # unbiased std
-        if rows.sum() < 2:
-            inter = torch.zeros_like(r[rows])
-        intra = torch.zeros_like(inter)
-        for b in torch.unique(budgets[rows]):
-            sub = budgets[rows] == b
-            intra[sub] = r[rows][sub].mean() - budget_ceiling(float(b), scale, max_len)
-        out[rows] = inter + intra
+    inter = grpo(r, group_ids, eps)  # (R - mean) / (unbiased std + eps) over the prompt's group
+    pairs = torch.stack([group_ids.to(r.device), budgets.to(r.device).double().round().long()])
+    subgroups, inverse = torch.unique(pairs, dim=1, return_inverse=True)
+    count = torch.zeros(subgroups.shape[1], dtype=r.dtype).index_add_(
+        0, inverse, torch.ones_like(r)
+    )
+    mean = torch.zeros_like(count).index_add_(0, inverse, r) / count  # mean_j R_ij
+    ceiling = scale * torch.cos(math.pi * subgroups[1].double() / (2 * max_len))  # f2(b_i)
+    out = inter + (mean - ceiling)[inverse]
     return out.to(rewards.dtype if rewards.is_floating_point() else torch.float32)
 
 

@@ -28,14 +28,21 @@ def solution_prefix(solution: str, fraction: float) -> str:
     return solution[: round(len(solution) * fraction)]
 
 
+def reference_solution(problem: Problem) -> str | None:
+    """The problem's reference solution: the text of its first demonstration that solves it
+    (reward 1), or None (hints, G2RPO-A's guidance, EDGE-GRPO's solution correction)."""
+    solutions = [d for d in problem.demonstrations if d.reward >= 1.0 and d.text]
+    return solutions[0].text if solutions else None
+
+
 def hinted(problem: Problem, fraction: float) -> Problem | None:
     """``problem`` with ``fraction`` of its reference solution after its question (in its last
     user turn for a chat), or None when it has no solution to give. The id gains
     ``#hint<percent>``, so a hinted prompt is never taken for the plain one."""
-    solutions = [d for d in problem.demonstrations if d.reward >= 1.0 and d.text]
-    if not solutions:
+    solution = reference_solution(problem)
+    if solution is None:
         return None
-    hint = HINT_INTRO + solution_prefix(solutions[0].text, fraction)
+    hint = HINT_INTRO + solution_prefix(solution, fraction)
     chat = problem.chat
     if chat is not None:
         last = max(i for i, (role, _) in enumerate(chat) if role == "user")

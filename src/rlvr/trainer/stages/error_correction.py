@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.data import Problem
+from rlvr.data import hints
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer.stages.base import DrawState, register_stage
 
@@ -62,11 +62,6 @@ class ErrorCorrection:
         object.__setattr__(self, "shares", shares)
 
 
-def _solution(problem: Problem) -> str | None:
-    solutions = [d for d in problem.demonstrations if d.reward >= 1.0 and d.text]
-    return solutions[0].text if solutions else None
-
-
 @register_stage("error_correction", ErrorCorrection, counts=(CORRECTED,))
 def gec(state: DrawState, settings: ErrorCorrection) -> None:
     """Replace each response below ``threshold`` by its correction (see the module docstring),
@@ -85,7 +80,7 @@ def gec(state: DrawState, settings: ErrorCorrection) -> None:
     written: list[tuple[int, str]] = []
     for i, kind in zip(wrong, chosen.tolist(), strict=True):
         problem = problems[groups[i]]
-        solution = _solution(problem) if kind == 2 else None
+        solution = hints.reference_solution(problem) if kind == 2 else None
         if kind == 0:
             reflect.append(i)
         elif solution is not None:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from rlvr import algorithms
-from rlvr.data import Problem
+from rlvr.data import Problem, hints
 from rlvr.rollout.streams import group_keys
 from rlvr.trainer.rollouts import merge_shards
 from rlvr.trainer.stages.base import DrawState, register_stage
@@ -129,10 +129,10 @@ def guided(problem: Problem, length: int, tokenizer: Any) -> Problem | None:
     """``problem`` whose reply starts with the first ``length`` tokens of its reference
     reasoning (the first demonstration that solves it), or None when it has none. The id gains
     ``#guided<length>``."""
-    solutions = [d for d in problem.demonstrations if d.reward >= 1.0 and d.text]
-    if not solutions:
+    solution = hints.reference_solution(problem)
+    if solution is None:
         return None
-    ids = tokenizer(solutions[0].text, add_special_tokens=False).input_ids[:length]
+    ids = tokenizer(solution, add_special_tokens=False).input_ids[:length]
     prefix = tokenizer.decode(ids)
     while ids and prefix.endswith("\ufffd"):  # a cut inside a character: end before it
         ids = ids[:-1]

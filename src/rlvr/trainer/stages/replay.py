@@ -29,22 +29,11 @@ from typing import Any
 import torch
 
 from rlvr.rewards.combined import RewardBreakdown
-from rlvr.trainer.batch import SIGNAL
+from rlvr.trainer.batch import SIGNAL, Samples
 from rlvr.trainer.stages.base import DrawState, register_stage
 
 REPLAYED = "sampling/replayed"
-STORED = frozenset(
-    {
-        "completion_ids",
-        "sampler_logprobs",
-        "finished",
-        "texts",
-        "group_ids",
-        "breakdown",
-        "rewards",
-        "given_tokens",
-    }
-)
+STORED = frozenset({*Samples.REQUIRED, "rewards", "given_tokens"})
 """The columns of a replayed sample (the buffer's fields; produced signals are its group's)."""
 
 
