@@ -37,9 +37,13 @@ def test_the_probe_reads_the_models_shapes():
     config = SimpleNamespace(hidden_size=64, intermediate_size=128, num_attention_heads=4)
     shapes = Shapes.of(config)
     assert (shapes.hidden, shapes.intermediate, shapes.heads) == (64, 128, 4)
-    assert shapes.train_tokens == 128  # small layers: the full block
+    assert shapes.train_tokens == 512  # small layers: a micro-batch's 512 tokens
+    # Qwen2.5-0.5B's layer: 4 * 896^2 + 3 * 896 * 4864 = 16.3M parameters, so 1.5e10 FLOPs
+    # are 1.5e10 / (6 * 16.3M) = 153 tokens, in blocks of 4
+    qwen = Shapes.of(SimpleNamespace(hidden_size=896, intermediate_size=4864))
+    assert qwen.train_tokens == 152
     wide = Shapes.of(SimpleNamespace(hidden_size=4096, intermediate_size=14336))
-    assert wide.heads == 64 and 16 <= wide.train_tokens < 128  # wide layers: fewer tokens
+    assert wide.heads == 64 and wide.train_tokens == 64  # 10 tokens by the budget: the floor
     assert Shapes.of(None) == Shapes()
 
 

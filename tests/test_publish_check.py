@@ -30,10 +30,14 @@ class Rollouts:
         self.streams: list[int] = []
 
     def probe(self, prompt, sampling, keys) -> list[EngineProbe]:
-        (stream,) = keys[:, 0].tolist()
-        self.streams.append(int(stream))
-        logprobs = self.by_stream.get(int(stream), self.logprobs)
-        return [EngineProbe("torch engine", self.dtype, list(range(len(logprobs))), logprobs)]
+        out = []
+        for stream in keys[:, 0].tolist():  # one completion per stream
+            self.streams.append(int(stream))
+            logprobs = self.by_stream.get(int(stream), self.logprobs)
+            out.append(
+                EngineProbe("torch engine", self.dtype, list(range(len(logprobs))), logprobs)
+            )
+        return out
 
 
 class Learners:

@@ -252,7 +252,7 @@ def test_gemma_samples_carry_the_training_forwards_logprobs(name):
 
     model, tok = load_model(name, torch.float32), load_tokenizer(name)
     assert model.config._attn_implementation == (
-        "eager" if name == "tiny-random-gemma2" else "sdpa"
+        "eager" if name == "tiny-random-gemma2" else "rlvr_sdpa"
     )
     prompts = _prompts(tok)
     engine = TorchEngine(model, tok.pad_token_id, dtype=torch.float32)

@@ -49,7 +49,7 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
-from rlvr import adapters
+from rlvr import adapters, train_attention
 from rlvr.distributed import is_sharded_checkpoint
 from rlvr.errors import RlvrError
 
@@ -548,9 +548,12 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def attention_implementation(config: PretrainedConfig) -> str:
-    """The training forward's attention: PyTorch's SDPA, or transformers' eager attention for a
-    model whose attention scores are soft-capped (Gemma 2: SDPA would drop the cap)."""
-    return "eager" if getattr(config, "attn_logit_softcapping", None) is not None else "sdpa"
+    """The training forward's attention: PyTorch's SDPA (in fp32 on a CPU under bf16 autocast,
+    :mod:`rlvr.train_attention`), or transformers' eager attention for a model whose attention
+    scores are soft-capped (Gemma 2: SDPA would drop the cap)."""
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        return "eager"
+    return train_attention.NAME
 
 
 def _build_tiny_random(name: str, architecture: str, heads: int) -> Path:

@@ -6,7 +6,8 @@ runs a 2048x2048 bf16 matmul at 80 GFLOP/s against 136 in fp32. So on a CPU, ``a
 decoder layer at the model's shapes in both precisions, the way each side uses it:
 
 - ``train``: the layer's forward and backward under ``torch.autocast`` (fp32 weights, bf16
-  matmuls) against plain fp32, on a block of up to 128 tokens;
+  matmuls) against plain fp32, on a block of a micro-batch's size (up to 512 tokens,
+  :data:`TRAIN_PROBE_FLOP`);
 - ``rollout``: the layer's forward with its weights cast (the engine holds the policy in its
   dtype), on one new token for each of a decoding batch's rows, plus a prompt block;
 
@@ -36,12 +37,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rlvr import train_attention
 from rlvr.models import cache_dir
 
 BF16_MARGIN = 1.1
 """bf16 is chosen for a side only when its probe runs at least this many times faster."""
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 """Part of the cache key: a changed probe measures again."""
+TRAIN_PROBE_FLOP = 1.5e10
+"""The training probe's block holds about this many FLOPs of forward and backward (6 per
+parameter and token), up to 512 tokens. Autocast casts every fp32 weight to bf16 at each
+forward, a cost of the weights, not the tokens: on a small block it decides the result. On a
+2-core Intel Xeon with AMX (2026-11-29) SmolLM2-135M's layer ran bf16 at 0.6-1.0x fp32's speed
+on 40 tokens (the block before this constant) and at 1.4x on 512, and the whole model's forward
+and backward on 512-1024 tokens (a demo micro-batch's size) at 1.6-1.8x."""
 _log = logging.getLogger(__name__)
 
 Use = Literal["rollout", "train"]
@@ -55,21 +64,23 @@ class Shapes:
 
     Attributes:
         hidden: d_model; intermediate: the MLP's inner width; heads: attention heads.
-        train_tokens: tokens of the training probe's block, [4, train_tokens / 4].
+        train_tokens: tokens of the training probe's block, [4, train_tokens / 4]: a
+            micro-batch's worth (see :data:`TRAIN_PROBE_FLOP`).
         decode_rows: sequences of the decoding probe, one new token each ([decode_rows, 1]).
     """
 
     hidden: int = 576
     intermediate: int = 1536
     heads: int = 9
-    train_tokens: int = 128
+    train_tokens: int = 512
     decode_rows: int = 64
 
     @classmethod
     def of(cls, model_config: Any | None) -> Shapes:
         """The shapes of a Hugging Face config (``hidden_size``, ``intermediate_size``,
         ``num_attention_heads``); the defaults (SmolLM2-135M's) for what it lacks. The
-        training block shrinks for wide layers so the probe stays well under a second."""
+        training block is 512 tokens, fewer (at least 64) for wide layers so that one probe
+        call stays within :data:`TRAIN_PROBE_FLOP`."""
         if model_config is None:
             return cls()
         hidden = int(getattr(model_config, "hidden_size", cls.hidden))
@@ -78,7 +89,7 @@ class Shapes:
         if hidden % heads:
             heads = 1
         params = 4 * hidden * hidden + 3 * hidden * inner
-        tokens = int(min(128, max(16, 1e9 / (6 * params))) // 4 * 4)
+        tokens = int(min(512, max(64, TRAIN_PROBE_FLOP / (6 * params))) // 4 * 4)
         return cls(hidden, inner, heads, tokens, 64)
 
 
@@ -161,8 +172,10 @@ def decide(timings: Timings, margin: float = BF16_MARGIN) -> tuple[torch.dtype, 
 
 class _Layer(nn.Module):
     """A pre-norm decoder layer of Llama's form at the given shapes: RMSNorm, causal
-    multi-head attention (fused q/k/v), RMSNorm, SwiGLU MLP. The same matmuls as the model's
-    layer, without its architecture's details (the probe times precision, not a model)."""
+    multi-head attention (fused q/k/v; in fp32 under autocast while training, as
+    :mod:`rlvr.train_attention` computes it), RMSNorm, SwiGLU MLP. The same matmuls as the
+    model's layer, without its architecture's details (the probe times precision, not a
+    model)."""
 
     def __init__(self, shapes: Shapes) -> None:
         super().__init__()
@@ -176,9 +189,14 @@ class _Layer(nn.Module):
         """x: [B, T, hidden] -> [B, T, hidden]."""
         b, t, h = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, h // self.heads).unbind(2)
-        attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if train_attention.upcast(q, k, v):  # as the training forward computes it
+            with torch.autocast("cpu", enabled=False):
+                attn = F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), is_causal=True
+                ).to(v.dtype)
+        else:
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.out(attn.transpose(1, 2).reshape(b, t, h))
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)

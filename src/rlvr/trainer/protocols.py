@@ -66,8 +66,9 @@ class Rollouts(Protocol):
     def probe(
         self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor
     ) -> list[EngineProbe]:
-        """One completion of ``prompt`` from the stream ``keys`` [1] by every engine (one per
-        Ray rollout worker): the publish check (:mod:`rlvr.trainer.publish_check`)."""
+        """One completion of ``prompt`` from each stream of ``keys`` [S] by every engine (one
+        per Ray rollout worker; S per engine, in one batch): the publish check
+        (:mod:`rlvr.trainer.publish_check`)."""
 
     def worker_stats(self) -> dict[str, float]:
         """Per-worker metrics of the last draws (empty in one process)."""

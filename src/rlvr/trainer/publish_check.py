@@ -107,21 +107,18 @@ def tolerance(
 
 
 def _differences(
-    rollouts: Any, learners: Any, probe: Probe, streams: range
+    rollouts: Any, learners: Any, probe: Probe, streams: slice
 ) -> tuple[list[tuple[str, torch.dtype, torch.Tensor]], torch.dtype]:
     """Each engine's name, dtype and the |log-prob difference| [N] from the learner's of each of
-    the N tokens it sampled on the probe's ``streams`` (indices into ``probe.keys``; engines
-    that sampled nothing left out), and the learner's dtype."""
+    the N tokens it sampled on the probe's ``streams`` (a slice of ``probe.keys``, sampled in
+    one call: one batch per engine; engines that sampled nothing left out), and the learner's
+    dtype."""
+    probes: list[EngineProbe] = rollouts.probe(probe.prompt, probe.sampling, probe.keys[streams])
+    scored, learner_dtype = learners.score(probe.prompt, [p.ids for p in probes])
     pooled: dict[str, tuple[torch.dtype, list[torch.Tensor]]] = {}
-    learner_dtype = torch.float32
-    for s in streams:
-        probes: list[EngineProbe] = rollouts.probe(
-            probe.prompt, probe.sampling, probe.keys[s : s + 1]
-        )
-        scored, learner_dtype = learners.score(probe.prompt, [p.ids for p in probes])
-        for engine, learner_logp in zip(probes, scored, strict=True):
-            diff = (torch.tensor(engine.logprobs) - torch.tensor(learner_logp)).abs()
-            pooled.setdefault(engine.engine, (engine.dtype, []))[1].append(diff.reshape(-1))
+    for engine, learner_logp in zip(probes, scored, strict=True):
+        diff = (torch.tensor(engine.logprobs) - torch.tensor(learner_logp)).abs()
+        pooled.setdefault(engine.engine, (engine.dtype, []))[1].append(diff.reshape(-1))
     out = [(name, dtype, torch.cat(diffs)) for name, (dtype, diffs) in pooled.items()]
     return [entry for entry in out if entry[2].numel()], learner_dtype
 
@@ -133,8 +130,7 @@ def rounding_floor(rollouts: Any, learners: Any, probe: Probe) -> float:
     ``MAX_ROUNDING`` or is not finite: that engine does not serve the model being trained from
     the start."""
     worst = 0.0
-    streams = range(len(probe.keys))
-    for engine, _, diffs in _differences(rollouts, learners, probe, streams)[0]:
+    for engine, _, diffs in _differences(rollouts, learners, probe, slice(None))[0]:
         diff = diffs.mean().item()
         if not diff <= MAX_ROUNDING:  # NaN too
             raise PublishMismatch(
@@ -163,13 +159,13 @@ def check_publish(
     :class:`PublishMismatch` names the first engine whose mean over all its tokens is over it.
     Returns ``rollout/publish_check_diff``: the largest first-stream mean difference."""
     worst = 0.0
-    differences, learner_dtype = _differences(rollouts, learners, probe, range(1))
+    differences, learner_dtype = _differences(rollouts, learners, probe, slice(0, 1))
     for engine, dtype, diffs in differences:
         diff = diffs.mean().item()
         worst = max(worst, diff)
         limit = tolerance(setting, dtype, learner_dtype, rounding)
         if diff == diff and diff > limit and len(probe.keys) > 1:  # rounding's spike, or off?
-            again = _differences(rollouts, learners, probe, range(1, len(probe.keys)))[0]
+            again = _differences(rollouts, learners, probe, slice(1, None))[0]
             diffs = torch.cat([diffs, *(d for name, _, d in again if name == engine)])
             diff = diffs.mean().item()
         if not diff <= limit:  # NaN too

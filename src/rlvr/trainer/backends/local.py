@@ -80,9 +80,12 @@ class LocalRollouts:
     def probe(
         self, prompt: list[int], sampling: SamplingParams, keys: torch.Tensor, where: str = ""
     ) -> list[EngineProbe]:
-        out = self.engine.generate([prompt], 1, sampling, keys)
+        out = self.engine.generate([prompt], len(keys), sampling, keys)
         name = f"{self.engine.name} engine{where}"
-        return [EngineProbe(name, self.engine.dtype, out.completion_ids[0], out.logprobs[0])]
+        return [
+            EngineProbe(name, self.engine.dtype, ids, logprobs)
+            for ids, logprobs in zip(out.completion_ids, out.logprobs, strict=True)
+        ]
 
     def records(
         self, problems: list[Problem], sampling: SamplingParams, seed: int, first: int = 0
