@@ -166,7 +166,7 @@ def test_a_guided_run_from_yaml_adapts_its_length_and_resumes_exactly(tmp_path):
 
 def test_guidance_is_refused_where_it_has_no_meaning(tmp_path):
     cases = [
-        ({"expert": {"traces": 1}}, "expert.traces both add rows"),
+        ({"expert": {"traces": 1}}, "own groups .not the data's or expert traces"),
         ({"preset": "online_dpo"}, "policy gradient, not objective 'dpo'"),
         ({"advantage": {"name": "remax"}}, "produced inputs"),
     ]

@@ -1306,20 +1306,29 @@ class Config(Section):
             algo, "algorithm.expert.traces makes groups of group_size + traces rows"
         )
 
+    def _one_step_stage(self, algo: Any, one_step: str, own: str) -> list[str]:
+        """The refusals shared by the stages that change one-step groups of the policy's own
+        samples, trained with a policy gradient (guidance, budgets, error_correction):
+        ``one_step`` and ``own`` say what the stage does to them."""
+        from rlvr import algorithms
+
+        problems = []
+        if self.env.name is not None or self.rollout.tree is not None:
+            problems.append(f"{one_step} (not agent episodes or tree rollouts)")
+        if algo.objective.samples != "policy" or algo.expert.traces:
+            problems.append(f"{own} (not the data's or expert traces)")
+        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
+            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        return problems
+
     def _check_guidance(self, algo: Any) -> None:
         """G2RPO-A's guided samples join one-step groups of the policy's samples as the first
         stage, scored and advantaged with them by a policy-gradient objective."""
         from rlvr import algorithms
 
-        problems = []
-        if self.env.name is not None or self.rollout.tree is not None:
-            problems.append("guides one-step completions (not agent episodes or tree rollouts)")
-        if algo.objective.samples != "policy":
-            problems.append("adds to the policy's own groups (objective.samples: policy)")
-        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
-            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
-        if algo.expert.traces:
-            problems.append("and algorithm.expert.traces both add rows to each group: use one")
+        problems = self._one_step_stage(
+            algo, "guides one-step completions", "adds rows to the policy's own groups"
+        )
         if algo.stages[0].name != "guidance":
             problems.append("must be the first stage (it adds rows to the draw's whole groups)")
         sized = [s.name for s in algo.stages if s.name in ("hints", "group_filter")]
@@ -1349,13 +1358,9 @@ class Config(Section):
                 "algorithm.advantage.name: hbpo reads each sample's budget subgroup: add "
                 "algorithm.stages: [{name: budgets}] (or use algorithm.preset: hbpo)"
             )
-        problems = []
-        if self.env.name is not None or self.rollout.tree is not None:
-            problems.append("splits one-step groups (not agent episodes or tree rollouts)")
-        if algo.objective.samples != "policy" or algo.expert.traces:
-            problems.append("plays the policy's own groups (not the data's or expert traces)")
-        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
-            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        problems = self._one_step_stage(
+            algo, "splits one-step groups", "plays the policy's own groups"
+        )
         sized = [n for n in names if n in ("hints", "group_filter", "guidance")]
         if sized:
             problems.append(f"plays the draw itself, which {', '.join(sized)} would replay")
@@ -1407,15 +1412,9 @@ class Config(Section):
     def _check_error_correction(self, algo: Any) -> None:
         """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy
         gradient."""
-        from rlvr import algorithms
-
-        problems = []
-        if self.env.name is not None or self.rollout.tree is not None:
-            problems.append("corrects one-step replies (not agent episodes or tree rollouts)")
-        if algo.objective.samples != "policy" or algo.expert.traces:
-            problems.append("corrects the policy's own samples (not the data's or expert traces)")
-        if algorithms.OBJECTIVES[algo.objective.name].kind != "policy_gradient":
-            problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
+        problems = self._one_step_stage(
+            algo, "corrects one-step replies", "corrects the policy's own samples"
+        )
         names = [s.name for s in algo.stages]
         shaped = [n for n in names[: names.index("error_correction")] if n in ("dra", "diver")]
         if shaped:
