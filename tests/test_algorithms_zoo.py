@@ -644,6 +644,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "grpo",
         "alol",
         "hbpo",
+        "sgrpo",
         "dr_grpo",
         "dapo",
         "gspo",

@@ -118,6 +118,11 @@ def test_the_choice_describes_itself():
     record = choice.record()
     assert record["rollout.dtype"] == "fp32" and record["train.autocast"] == "bf16"
     assert record["timings_s"]["train_fp32"] == 1.0
+    # a run that sets one side: that side is its setting, named as set
+    mixed = choice.applied("auto", "fp32")
+    assert (mixed.rollout, mixed.train) == (torch.float32, torch.float32)
+    assert mixed.describe().startswith("auto precision: rollout fp32, train fp32 (set) (measured")
+    assert mixed.record()["train.autocast"] == "fp32"
 
 
 def test_a_run_shows_and_records_its_choice(tmp_path, monkeypatch, capsys):

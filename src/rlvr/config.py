@@ -1291,6 +1291,8 @@ class Config(Section):
             self._check_error_correction(algo)
         if any(stage.name == "budgets" for stage in algo.stages) or algo.advantage.name == "hbpo":
             self._check_budgets(algo)
+        if any(stage.name == "early_exit" for stage in algo.stages):
+            self._check_early_exit(algo)
         if algo.expert.traces:
             self._check_expert(algo)
         return self
@@ -1408,6 +1410,30 @@ class Config(Section):
         if params.get("template", algorithms.HBPO_TEMPLATE) != stated:
             found.append("reward hbpo_budget's template differs from the budgets stage's")
         return found
+
+    def _check_early_exit(self, algo: Any) -> None:
+        """S-GRPO's serial groups: one path of each problem and group_size - 1 exits cut from
+        it, played by the stage as the draw, rewarded in serial order before any other stage
+        sees them."""
+        problems = self._one_step_stage(
+            algo, "cuts one-step reasoning paths", "plays the policy's own groups"
+        )
+        names = [s.name for s in algo.stages]
+        if names[0] != "early_exit":
+            problems.append("must be the first stage (its serial groups are the draw)")
+        other = [
+            n
+            for n in names
+            if n in ("hints", "group_filter", "guidance", "budgets", "error_correction", "replay")
+        ]
+        if other:
+            problems.append(
+                f"plays each group as one path and its exits, which {', '.join(other)} would change"
+            )
+        if self.rollout.group_size < 2:
+            problems.append("needs rollout.group_size >= 2: the path and at least one exit")
+        if problems:
+            raise ValueError(f"algorithm.stages early_exit: {'; '.join(problems)}")
 
     def _check_error_correction(self, algo: Any) -> None:
         """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy

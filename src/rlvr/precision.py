@@ -21,6 +21,7 @@ CUDA, bf16 where the device supports it (its tensor cores are made for it); else
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -119,6 +120,7 @@ class Choice:
             or ``"no bf16"`` (a device without bf16).
         timings: the probe's timings (None on CUDA and devices without bf16).
         cache_file: where the measurement is kept (None when not measured).
+        set: the sides a run set explicitly (:meth:`applied`): their dtypes are the settings.
     """
 
     rollout: torch.dtype
@@ -126,6 +128,19 @@ class Choice:
     source: str
     timings: Timings | None = None
     cache_file: str | None = None
+    set: tuple[Use, ...] = ()
+
+    def applied(self, rollout: str, train: str) -> Choice:
+        """The precisions of a run whose settings (``rollout.dtype``, ``train.autocast``) are
+        ``rollout`` and ``train``: ``auto`` where set so, the setting elsewhere."""
+        settings: dict[Use, str] = {"rollout": rollout, "train": train}
+        fixed = tuple(use for use, value in settings.items() if value != "auto")
+        dtypes = {
+            use: DTYPES[settings[use]] if use in fixed else self.dtype(use) for use in settings
+        }
+        return dataclasses.replace(
+            self, rollout=dtypes["rollout"], train=dtypes["train"], set=fixed
+        )
 
     def dtype(self, use: Use) -> torch.dtype:
         return self.rollout if use == "rollout" else self.train
@@ -133,9 +148,11 @@ class Choice:
     def describe(self) -> str:
         """One log line, e.g. ``auto precision: rollout fp32, train fp32 (measured: bf16 is
         0.62x as fast as fp32 for a decoder layer's forward+backward, 0.81x for decoding)``."""
-        head = (
-            f"auto precision: rollout {DTYPE_NAMES[self.rollout]}, train {DTYPE_NAMES[self.train]}"
-        )
+        named = {
+            use: DTYPE_NAMES[self.dtype(use)] + (" (set)" if use in self.set else "")
+            for use in ("rollout", "train")
+        }
+        head = f"auto precision: rollout {named['rollout']}, train {named['train']}"
         if self.timings is None:
             return f"{head} ({self.source})"
         t = self.timings

@@ -185,6 +185,7 @@ from rlvr.algorithms.schema import (
     StageEntry,
     ValuePart,
 )
+from rlvr.algorithms.sgrpo import EXIT_PHRASE, decaying_rewards
 from rlvr.algorithms.shaping import overlong_penalty
 from rlvr.algorithms.simple_po import simple_po_policy_loss
 from rlvr.algorithms.spo import spo
@@ -254,6 +255,7 @@ __all__ = [
     "AdvantageInputs",
     "AdvantageOutput",
     "GroupAccumulator",
+    "EXIT_PHRASE",
     "HBPO_BUDGETS",
     "HBPO_TEMPLATE",
     "Objective",
@@ -336,6 +338,7 @@ __all__ = [
     "mismatch_metrics",
     "entropy_scores",
     "hapo_policy_loss",
+    "decaying_rewards",
     "hbpo_advantages",
     "mpo_loss",
     "mpo_objective",

@@ -276,6 +276,19 @@ for _preset in (
         "reply, beta 4, L 4096); clip 0.2 / 0.28, dual clip 3, token mean, no KL.",
     ),
     Algorithm(
+        name="sgrpo",
+        advantage=AdvantagePart(name="dr_grpo"),
+        aggregation=AggregationPart(name="seq-mean-token-mean"),
+        stages=(StageEntry(name="early_exit"),),
+        citation="Dai et al. 2025, S-GRPO: Early Exit via Reinforcement Learning in Reasoning "
+        "Models, arXiv:2505.07686",
+        summary="Serial groups (the early_exit stage): one reasoning path per prompt and "
+        "group_size - 1 early exits cut from it at uniform token positions, each answering "
+        "after the exit phrase; in serial order a right answer scores 1 / 2^(N_right - 1), a "
+        "wrong one 0; advantage r - mean (no std), PPO clip 0.2, sequence mean of token "
+        "means, no KL.",
+    ),
+    Algorithm(
         name="ppo",
         advantage=AdvantagePart(name="gae", normalize="batch", params={"gamma": 1.0, "lam": 0.95}),
         aggregation=AggregationPart(name="token-mean"),

@@ -272,7 +272,8 @@ def build_learner(
     if cfg.logging.update_sparsity:
         learner.track_changes()
     if "auto" in (cfg.rollout.dtype, cfg.train.autocast):
-        learner.precision = precision.choose(device, policy.config).record()
+        choice = precision.choose(device, policy.config)
+        learner.precision = choice.applied(cfg.rollout.dtype, cfg.train.autocast).record()
     return learner
 
 

@@ -190,7 +190,7 @@ class Collector:
             if callable(play_draw):
                 if callable(allocate):
                     raise ValueError(
-                        "a stage that plays the draw itself (budgets) gives every problem "
+                        "a stage that plays the draw itself (budgets, early_exit) gives every problem "
                         "group_size samples: not with a curriculum's group sizes (knapsack)"
                     )
                 return [n] * len(problems), play_draw(self, problems, n, base)

@@ -17,7 +17,9 @@ before the selection in their listed order, the step's group accumulator (a grou
   length adapted to the reward;
 - ``error_correction`` (:mod:`.error_correction`): EDGE-GRPO's corrections of the wrong
   responses (a reflection the policy continues, the answer, or the reference solution);
-- ``budgets`` (:mod:`.budgets`): HBPO's budget subgroups, each reply starting with its budget.
+- ``budgets`` (:mod:`.budgets`): HBPO's budget subgroups, each reply starting with its budget;
+- ``early_exit`` (:mod:`.early_exit`): S-GRPO's serial groups (one path and its early exits)
+  and their decaying rewards.
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -42,6 +44,7 @@ from rlvr.trainer.stages import diver  # noqa: F401
 from rlvr.trainer.stages import guidance  # noqa: F401
 from rlvr.trainer.stages import error_correction  # noqa: F401
 from rlvr.trainer.stages import budgets  # noqa: F401
+from rlvr.trainer.stages import early_exit  # noqa: F401
 
 # isort: on
 
