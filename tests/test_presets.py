@@ -20,12 +20,13 @@ TRAINABLE = sorted(
     for name, preset in PRESETS.items()
     if preset.objective.samples == "policy"
     and "teacher_logp" not in ADVANTAGES[preset.advantage.name].requires
-    and not any(stage.name == "budgets" for stage in preset.stages)
+    and not any(stage.name in ("budgets", "early_exit") for stage in preset.stages)
 )
 """Presets that learn from their own samples and a reward alone (SFT and offline DPO learn from
 the data's completions, distillation from a teacher: tests/test_objectives.py; HBPO's replies
 start with a budget statement and its advantage is on its budget reward's scale:
-tests/test_hbpo.py)."""
+tests/test_hbpo.py; S-GRPO's exits start with the path's first tokens and the exit phrase, no
+one-token reply: tests/test_sgrpo.py)."""
 
 
 def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:

@@ -805,6 +805,19 @@ class EntropyConfig(Section):
     coef_max: float | None = Field(
         None, ge=0, description="adaptive entropy control: the largest coefficient"
     )
+    band: float | None = Field(
+        None,
+        ge=0,
+        description="SPINE's entropy band: weight of max(0, H_t - H_high) + max(0, H_low - H_t) "
+        "on the trained tokens, the bounds quantiles of each sample's trained-token entropies "
+        "(0: off)",
+    )
+    band_low: float | None = Field(
+        None, ge=0, le=1, description="entropy band: the lower bound's quantile (SPINE: 0.1)"
+    )
+    band_high: float | None = Field(
+        None, ge=0, le=1, description="entropy band: the upper bound's quantile (SPINE: 0.5)"
+    )
 
 
 class ValueConfig(Section):

@@ -188,6 +188,7 @@ from rlvr.algorithms.schema import (
 from rlvr.algorithms.sgrpo import EXIT_PHRASE, decaying_rewards
 from rlvr.algorithms.shaping import overlong_penalty
 from rlvr.algorithms.simple_po import simple_po_policy_loss
+from rlvr.algorithms.spine import entropy_band
 from rlvr.algorithms.spo import spo
 from rlvr.algorithms.tgdpo import tgdpo_loss
 from rlvr.algorithms.tree import (
@@ -339,6 +340,7 @@ __all__ = [
     "entropy_scores",
     "hapo_policy_loss",
     "decaying_rewards",
+    "entropy_band",
     "hbpo_advantages",
     "mpo_loss",
     "mpo_objective",

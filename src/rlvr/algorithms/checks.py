@@ -204,9 +204,9 @@ def _objective(a: Algorithm) -> list[str]:
                 f"kl.placement places the KL penalty of policy-gradient objectives; objective "
                 f"{o.name!r} has none"
             )
-        if a.entropy.coef or a.entropy.top_rho is not None or a.value.coef:
+        if a.entropy.coef or a.entropy.top_rho is not None or a.entropy.band or a.value.coef:
             found.append(
-                f"entropy.coef, entropy.top_rho and value heads apply to policy-gradient "
+                f"entropy.coef, entropy.top_rho, entropy.band and value heads apply to policy-gradient "
                 f"objectives, not {o.name!r}"
             )
     if o.samples == "data":
@@ -328,6 +328,11 @@ def _entropy(a: Algorithm) -> list[str]:
         )
     if (e.target is not None and e.target < 0) or e.coef_step <= 0 or e.coef_max < 0:
         found.append("entropy.target, coef_max must be >= 0 and coef_step > 0")
+    if e.band < 0 or not 0 <= e.band_low < e.band_high <= 1:
+        found.append(
+            f"entropy.band must be >= 0 and 0 <= band_low < band_high <= 1; got {e.band}, "
+            f"{e.band_low}, {e.band_high}"
+        )
     return found
 
 

@@ -154,6 +154,9 @@ class EntropyPart:
             many nats, its weight moved by coef_step per step up to coef_max; None: off.
         coef_step: the adaptive weight's change per step.
         coef_max: the adaptive weight's largest value.
+        band: SPINE's entropy-band penalty weight on the trained tokens (0: none).
+        band_low, band_high: the quantiles of a sample's trained-token entropies that bound its
+            band (SPINE's 10% and 50%).
     """
 
     coef: float = 0.0
@@ -161,6 +164,9 @@ class EntropyPart:
     target: float | None = None
     coef_step: float = 1e-4
     coef_max: float = 0.005
+    band: float = 0.0
+    band_low: float = 0.1
+    band_high: float = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)

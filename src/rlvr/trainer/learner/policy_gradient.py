@@ -163,6 +163,7 @@ class PolicyGradient(ObjectiveKind):
         skippable = (  # a zero advantage is then a zero loss and gradient
             not (learner.reference is not None and algo.kl.placement == "loss")
             and not algo.entropy.coef
+            and not algo.entropy.band
             and learner.entropy_control is None
             and learner.value_head is None
         )
@@ -328,7 +329,7 @@ class PolicyGradient(ObjectiveKind):
             learner.trained_model,
             sub,
             entropy=True,
-            entropy_grad=bool(algo.entropy.coef) or control is not None,
+            entropy_grad=bool(algo.entropy.coef or algo.entropy.band) or control is not None,
             value_head=learner.value_head,
         )
         old = logp.detach() if p.old_logp is None else p.old_logp[rows, :width]
@@ -394,10 +395,15 @@ class PolicyGradient(ObjectiveKind):
                 **algo.aggregation.params,
             )
 
-        # -J(theta) per token: (1)-(3) the corrected surrogate, (4) KL, (5) the entropy bonus;
-        # aggregated, plus (6) the critic's loss
+        # -J(theta) per token: (1)-(3) the corrected surrogate, (4) KL, (5) the entropy bonus
+        # and SPINE's entropy band; aggregated, plus (6) the critic's loss
         entropy_term = entropy if c_h else 0.0
         loss_tok = surrogate * w * keep + algo.kl.beta * kl - c_h * entropy_term
+        if algo.entropy.band:
+            e = algo.entropy
+            band = algorithms.entropy_band(entropy, mask, e.band_low, e.band_high)
+            loss_tok = loss_tok + e.band * band
+            averages.add("policy/entropy_band", algorithms.masked_mean(band.detach(), mask).item())
         critic = agg(value_loss) if isinstance(value_loss, torch.Tensor) else 0.0
         loss = agg(loss_tok) + algo.value.coef * critic
 
