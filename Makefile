@@ -92,6 +92,7 @@ bench: $(STAMP) bench/.venv-trl/.installed
 	$(BIN)/python bench/grpo_step.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/precision.py
+	$(BIN)/python bench/train_attention.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/episodes.py
 	$(BIN)/python bench/tree.py
