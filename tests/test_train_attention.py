@@ -9,6 +9,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from rlvr import train_attention
 from rlvr.models import load_model
+from rlvr.rollout import TorchEngine
 
 
 def _qkv(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -86,3 +87,10 @@ def test_bf16_autocast_training_runs_every_attention_in_fp32(monkeypatch):
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         model(ids)
     assert len(calls) == layers and all(c[3] for c in calls)  # autocast casts them to bf16
+    # an fp32 engine shares the policy and gives it its decode attention: training is the same
+    engine = TorchEngine(model, 0, dtype=torch.float32)
+    assert engine.model is model and model.config._attn_implementation == "rlvr_decode"
+    calls.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids).logits.float().sum().backward()
+    assert calls == [(torch.float32,) * 3 + (False,)] * layers

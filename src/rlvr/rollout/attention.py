@@ -5,7 +5,9 @@ two batched matmuls at the shapes of small models (measured: 2.2 ms vs 0.21 ms p
 64 sequences, 9 query / 3 key-value heads, 100 keys). :func:`decode_attention` computes
 grouped-query attention for ``q_len == 1`` with matmuls, query heads grouped onto their shared
 key/value head (no repeat of K/V), softmax in fp32; longer queries (prefill, training) go to
-transformers' SDPA path unchanged. Masks are SDPA's boolean masks (True = attend).
+the training forward's attention (:mod:`rlvr.train_attention`: transformers' SDPA, in fp32 on a
+CPU under bf16 autocast), so a policy the engine shares trains as a loaded model does. Masks are
+SDPA's boolean masks (True = attend).
 
 Registered with transformers as the attention implementation ``"rlvr_decode"``.
 :func:`shared_prefix_attention` is the lean decoder's (:mod:`rlvr.rollout.decoder`): queries of
@@ -16,8 +18,9 @@ from __future__ import annotations
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+from rlvr.train_attention import train_attention
 
 NAME = "rlvr_decode"
 
@@ -41,8 +44,8 @@ def decode_attention(
     softcap = kwargs.get("softcap")
     if softcap is not None and dropout == 0:
         return capped_attention(query, key, value, attention_mask, scaling, softcap), None
-    if lq != 1 or dropout > 0:
-        return sdpa_attention_forward(
+    if lq != 1 or dropout > 0:  # the training forward's (a policy the engine shares)
+        return train_attention(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     kv = key.shape[1]
