@@ -75,30 +75,30 @@ class EarlyExit:
                 variants.append(
                     dataclasses.replace(problem, id=f"{problem.id}#exit{cut}", response_prefix=text)
                 )
-        cut = collector.play(variants, 1, keys[:, :-1].reshape(-1))
-        cut = dataclasses.replace(
-            cut,
+        exited = collector.play(variants, 1, keys[:, :-1].reshape(-1))
+        exited = dataclasses.replace(
+            exited,
             problems=paths.problems,
             prompt_ids=paths.prompt_ids,
             columns={
-                **cut.columns,
+                **exited.columns,
                 "group_ids": torch.arange(len(problems)).repeat_interleave(exits),
             },
             group_columns=paths.group_columns,
         )
-        table = paths.add_rows(cut)  # rows: the P paths, then the exits of path i at P + i m
+        table = paths.add_rows(exited)  # rows: the P paths, then the exits of path i at P + i m
         first = len(problems)
         order = [
             row
             for i in range(first)
             for row in (*range(first + i * exits, first + (i + 1) * exits), i)
         ]
-        seconds = paths.info["seconds"] + cut.info["seconds"]
+        seconds = paths.info["seconds"] + exited.info["seconds"]
         tokens = sum(len(c) for c in table.completion_ids)
         info = {
             "seconds": seconds,
             "tokens_per_s": tokens / max(seconds, 1e-9),
-            "reward_seconds": paths.info["reward_seconds"] + cut.info["reward_seconds"],
+            "reward_seconds": paths.info["reward_seconds"] + exited.info["reward_seconds"],
         }
         return dataclasses.replace(table.select(order), info=info)
 
