@@ -37,7 +37,7 @@ def test_a_hung_call_is_cut_short_on_the_main_thread_and_on_others():
     start = time.monotonic()
     with pytest.raises(Deadline):
         call_with_deadline(swallowing, 0.3)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # stopped, not 2 x 30 s
     assert signal.getsignal(signal.SIGUSR2) == before  # the handler is put back
 
     def busy():  # pure Python, no system call to interrupt
@@ -88,7 +88,7 @@ def test_a_hanging_step_ends_only_its_episode_with_a_one_line_message(smol_tok):
         n=2,
         faults=faults,
     )
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30  # the time limit, not the 600-s hang
     ok, hung = episodes[:2], episodes[2:]
     assert all(e.fault is None and e.num_turns == 3 for e in ok)
     for e in hung:
@@ -188,7 +188,7 @@ def test_a_hung_environment_costs_a_group_about_two_time_limits_not_one_per_epis
             n=4,
             faults=Faults(timeout_s=0.5),
         )
-    assert time.monotonic() - start < 5.5  # 7 x 0.5 s; before: (9 + 12) x 0.5 s
+    assert time.monotonic() - start < 8.5  # 7 x 0.5 s; before: (9 + 12) x 0.5 s
     told = capfd.readouterr().err.splitlines()
     line = "warning: env Hung, problem 'p0', turn 1: step() did not answer within 0.5 s"
     assert sum(t.startswith(line) for t in told) == 4

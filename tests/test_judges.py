@@ -630,7 +630,7 @@ def test_a_timeout_after_a_retried_failure_states_the_tries_and_the_time_they_to
         "others failing otherwise (then a backoff): "
     ) in message, message
     took = float(message.split("(then a backoff): ")[1].split(" s in all")[0])
-    assert 0.8 <= took < 2.0, message
+    assert 0.8 <= took < 10.0, message
 
 
 def test_a_reward_time_limit_cutting_its_judge_short_names_the_endpoint(hanging_server):

@@ -96,7 +96,7 @@ def test_hanging_solution_times_out_with_partial_credit_kept():
     code = _completion("def add(a, b):\n    return a + b")
     start = time.monotonic()
     score = python_unit_tests(code, _problem(tests), limits={"wall_seconds": 1.5})
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 30  # the wall limit, not an endless loop
     assert score == pytest.approx(1 / 3)
     assert "test 1 did not finish: killed (wall_time)" in score.reason
 

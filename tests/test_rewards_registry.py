@@ -258,7 +258,7 @@ def test_thread_timeout_abandons_the_call():
         start = time.monotonic()
         out = reward(completions, _problems(4))
         elapsed = time.monotonic() - start
-    assert elapsed < 5
+    assert elapsed < 15  # the time limit, not 2 x 30 s
     assert out.components["test_sleepy"] == [0.0, 1.0, 1.0, 0.0]
     assert out.errors["test_sleepy"] == 2
     assert "timed out after 0.5s" in out.reasons["test_sleepy"][0]

@@ -123,13 +123,13 @@ def test_hanging_user_function_times_out(task, function):
         start = time.monotonic()
         with pytest.raises(RewardError) as info:
             reward(["ok", "please wait", "ok"], problems)
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 20  # the time limit, not the 60-s hang
     assert info.value.index == 1 and info.value.problem_id == problems[0].id
     assert "timed out after 0.5s" in str(info.value)
     with build_reward(task, function, on_error="zero", timeout_s=0.5) as reward:
         start = time.monotonic()
         out = reward(["wait", "ok"], problems[:2])
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 20
     assert out.total == [0.0, 1.0]
     assert out.metrics()["reward/errors"] == 1.0
 
@@ -267,7 +267,7 @@ def test_check_times_out(task):
         start = time.monotonic()
         with pytest.raises(RewardConfigError, match="timed out after 0.5s"):
             reward.check(task.train_problem(0), text="wait for it")
-        assert time.monotonic() - start < 2.0
+        assert time.monotonic() - start < 20  # the time limit, not the 60-s hang
 
 
 # --- importing user modules ----------------------------------------------------------------------

@@ -625,7 +625,7 @@ def test_cpu_time_of_all_processes_together_is_limited(layers):
     limits = _limits(cpu_seconds=1.0, wall_seconds=5.0)
     result = run_python(BUSY_CHILDREN, limits=limits)
     assert result.killed_reason == "cpu_time" and not result.ok
-    assert result.seconds < 3.5  # far from the wall limit: 1 s of CPU on 4 busy processes
+    assert result.seconds < 4.9  # before the wall limit: 1 s of CPU on 4 busy processes
     score = python_unit_tests(_completion(BUSY_CHILDREN + SUM_IO), SUM, limits=limits)
     assert score == 0.0 and score.reason == "0/1 tests passed; case 0: killed (cpu_time)"
 
