@@ -106,3 +106,40 @@ def test_pack_rows_first_fit_decreasing_per_prompt():
     rows = pack_rows([0, 0, 0, 1, 1, 1], [3, 5, 2, 4, 4, 1])
     assert rows == [(0, [1]), (0, [0, 2]), (1, [3, 5]), (1, [4])]
     assert pack_rows([], []) == []
+
+
+@pytest.mark.parametrize("forward", ["shared_prefix", "tree"])
+def test_the_training_backward_repeats_bit_for_bit(forward):
+    """The gathers that copy a row to many (a prompt's keys/values to each packed row, its last
+    state to each completion's first token, a trie node to its tokens) sum their gradients in a
+    fixed order: the backward of advanced indexing (index_put_ with accumulate) adds duplicates
+    from several threads in a varying order on a CPU, and two runs of the same seed drifted
+    apart from their first update (SmolLM2 on an Intel Xeon, 2026-11-29)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).train()
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 512, (40,), generator=g).tolist() for _ in range(2)]
+    stem = torch.randint(1, 512, (6,), generator=g).tolist()  # shared by the tree's leaves
+    lengths = torch.randint(1, 40, (16,), generator=g).tolist()
+    completions = [stem + torch.randint(1, 512, (n,), generator=g).tolist() for n in lengths]
+    batch = make_batch(prompts, completions, pad_id=0, prompt_index=[i // 8 for i in range(16)])
+    grads = []
+    for _ in range(8):
+        logp, _ = completion_logprobs(
+            model, batch, shared_prefix=forward == "shared_prefix", tree=forward == "tree"
+        )
+        (logp * torch.linspace(-1.0, 1.0, logp.numel()).reshape(logp.shape)).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        model.zero_grad(set_to_none=True)
+    for name in grads[0]:
+        assert all(torch.equal(grads[0][name], other[name]) for other in grads[1:]), name

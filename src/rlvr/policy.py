@@ -316,9 +316,9 @@ def completion_logprobs(
         logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy, entropy_grad)
     values = value_head(states) if value_head is not None else None
     if expand is not None:  # back from nodes to tokens (the backward sums over a node's tokens)
-        logp = logp[expand]
-        entropy = entropy[expand] if entropy is not None else None
-        values = values[expand] if values is not None else None
+        logp = logp.index_select(0, expand)
+        entropy = entropy.index_select(0, expand) if entropy is not None else None
+        values = values.index_select(0, expand) if values is not None else None
     logp = _unflatten(logp, mask)
     entropy = _unflatten(entropy, mask) if entropy is not None else None
     if values is None:
@@ -495,7 +495,7 @@ def _packed_forward(
     flat = torch.tensor(source, dtype=torch.long, device=device)
 
     def take(x: torch.Tensor | None) -> torch.Tensor | None:
-        return None if x is None else x.reshape(-1, x.shape[-1])[flat]
+        return None if x is None else x.reshape(-1, x.shape[-1]).index_select(0, flat)
 
     return take(logits), take(states)
 
@@ -614,7 +614,7 @@ def _tree_forward(
     expand = torch.tensor([n for path in nodes_of for n in path], dtype=torch.long, device=device)
 
     def take(x: torch.Tensor | None) -> torch.Tensor | None:
-        return None if x is None else x.reshape(-1, x.shape[-1])[flat]
+        return None if x is None else x.reshape(-1, x.shape[-1]).index_select(0, flat)
 
     return take(logits), take(states), expand
 
@@ -743,7 +743,10 @@ def _grouped_forward(
             )
         row_cache = Cache(
             layers=[
-                _PrefixLayer(c.keys[row_prompt], c.values[row_prompt]) for c in prompt_cache.layers
+                _PrefixLayer(
+                    c.keys.index_select(0, row_prompt), c.values.index_select(0, row_prompt)
+                )
+                for c in prompt_cache.layers
             ]
         )
         out = _run(
@@ -760,6 +763,8 @@ def _grouped_forward(
     def take(first: torch.Tensor | None, packed: torch.Tensor | None) -> torch.Tensor | None:
         if first is None or packed is None:
             return None
-        return torch.cat([first[:, -1], packed.reshape(-1, packed.shape[-1])])[index]
+        return torch.cat([first[:, -1], packed.reshape(-1, packed.shape[-1])]).index_select(
+            0, index
+        )
 
     return take(prefix[0], out[0]), take(prefix[1], out[1])
