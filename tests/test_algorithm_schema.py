@@ -199,7 +199,7 @@ def test_an_unknown_stage_or_setting_stops_the_run_naming_it(tmp_path):
     for stages, message in (
         (
             [{"name": "nope"}],
-            "unknown draw stage 'nope'; registered: budgets, diver, dra, early_exit, error_correction, group_filter, guidance, hints",
+            "unknown draw stage 'nope'; registered: budgets, diver, dra, early_exit, error_correction, group_filter, guidance, hints, prefix_rl",
         ),
         ([{"name": "hints", "fraction": [0.5]}], "unknown setting.*fraction; accepted: fractions"),
         ([{"name": "hints", "fractions": [0.5, 0.2]}], "increasing fractions"),

@@ -645,6 +645,8 @@ def test_every_preset_validates_and_is_documented() -> None:
         "alol",
         "hbpo",
         "sgrpo",
+        "noise_aware_grpo",
+        "rlsc",
         "dr_grpo",
         "dapo",
         "gspo",

@@ -44,7 +44,8 @@ def test_algorithms_lists_every_registered_part() -> None:
     flat = " ".join(parts.split())  # the 40-column listing wraps
     assert (
         "algorithm.stages" in flat
-        and "budgets, diver, dra, early_exit, error_correction, group_filter, guidance, hints, replay"
+        and "budgets, diver, dra, early_exit, error_correction, group_filter, guidance, hints, "
+        "prefix_rl, replay"
         in flat
     )
 

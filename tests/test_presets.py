@@ -21,12 +21,14 @@ TRAINABLE = sorted(
     if preset.objective.samples == "policy"
     and "teacher_logp" not in ADVANTAGES[preset.advantage.name].requires
     and not any(stage.name in ("budgets", "early_exit") for stage in preset.stages)
+    and preset.advantage.name != "rlsc"
 )
 """Presets that learn from their own samples and a reward alone (SFT and offline DPO learn from
 the data's completions, distillation from a teacher: tests/test_objectives.py; HBPO's replies
 start with a budget statement and its advantage is on its budget reward's scale:
 tests/test_hbpo.py; S-GRPO's exits start with the path's first tokens and the exit phrase, no
-one-token reply: tests/test_sgrpo.py)."""
+one-token reply: tests/test_sgrpo.py; RLSC reads no reward, it sharpens the policy's own
+distribution: tests/test_rlsc.py)."""
 
 
 def one_token_config(run_dir: Path, preset: str, steps: int) -> dict:

@@ -1306,6 +1306,8 @@ class Config(Section):
             self._check_budgets(algo)
         if any(stage.name == "early_exit" for stage in algo.stages):
             self._check_early_exit(algo)
+        if any(stage.name == "prefix_rl" for stage in algo.stages):
+            self._check_prefix_rl(algo)
         if algo.expert.traces:
             self._check_expert(algo)
         return self
@@ -1447,6 +1449,28 @@ class Config(Section):
             problems.append("needs rollout.group_size >= 2: the path and at least one exit")
         if problems:
             raise ValueError(f"algorithm.stages early_exit: {'; '.join(problems)}")
+
+    def _check_prefix_rl(self, algo: Any) -> None:
+        """PrefixRL's draw: each group played as its problem or a prefixed variant, the prefix
+        masked from the loss, before any other stage sees it."""
+        problems = self._one_step_stage(
+            algo, "prefixes one-step replies", "plays the policy's own groups"
+        )
+        names = [s.name for s in algo.stages]
+        if names[0] != "prefix_rl":
+            problems.append("must be the first stage (it plays the draw)")
+        other = [
+            n
+            for n in names
+            if n in ("hints", "guidance", "budgets", "early_exit", "error_correction", "replay")
+        ]
+        if other:
+            problems.append(
+                f"plays groups from prefixes of their trace, which {', '.join(other)} would "
+                "replay or rewrite without the prefix's mask"
+            )
+        if problems:
+            raise ValueError(f"algorithm.stages prefix_rl: {'; '.join(problems)}")
 
     def _check_error_correction(self, algo: Any) -> None:
         """EDGE-GRPO's corrections replace one-step policy samples, trained with a policy

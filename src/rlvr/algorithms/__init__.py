@@ -133,6 +133,7 @@ from rlvr.algorithms.lp_reg import lp_reg_policy_loss, min_p_proxy_logprobs
 from rlvr.algorithms.mapo import mapo_advantages
 from rlvr.algorithms.mpo import mpo_loss, mpo_objective
 from rlvr.algorithms.ngrpo import ngrpo, not_all_correct
+from rlvr.algorithms.noise_aware import noise_aware_advantages, noise_weights
 from rlvr.algorithms.noisy_verifier import backward_corrected, forward_weights
 from rlvr.algorithms.objectives import (
     OBJECTIVES,
@@ -155,6 +156,7 @@ from rlvr.algorithms.preference import (
     rebel_loss,
     tpo_loss,
 )
+from rlvr.algorithms.prefix_rl import cut_fractions, cut_points
 from rlvr.algorithms.presets import (
     PRESETS,
     Preset,
@@ -167,6 +169,7 @@ from rlvr.algorithms.presets import (
     validate,
 )
 from rlvr.algorithms.process import process_grpo, step_spans, transform_steps
+from rlvr.algorithms.rlsc import rlsc_advantages
 from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.schema import (
     AdvantagePart,
@@ -339,6 +342,8 @@ __all__ = [
     "mismatch_metrics",
     "entropy_scores",
     "hapo_policy_loss",
+    "cut_fractions",
+    "cut_points",
     "decaying_rewards",
     "entropy_band",
     "hbpo_advantages",
@@ -347,6 +352,9 @@ __all__ = [
     "off_policy_sequence_mask",
     "passk_advantages",
     "ngrpo",
+    "noise_aware_advantages",
+    "noise_weights",
+    "rlsc_advantages",
     "nll_loss",
     "not_all_correct",
     "normalize_batch",

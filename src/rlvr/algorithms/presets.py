@@ -23,7 +23,9 @@ from rlvr.algorithms import (  # noqa: F401
     mapo,
     mpo,
     ngrpo,
+    noise_aware,
     passk,
+    rlsc,
     sapo,
     tgdpo,
 )
@@ -128,6 +130,29 @@ for _preset in (
         "(never trained), so all-wrong groups are pushed down; decoupled clip 0.16 / 0.24, "
         "all-correct groups dropped and the batch refilled (at most 10 draws), token-level "
         "mean, entropy bonus 0.001, no KL penalty, as the authors' runs.",
+    ),
+    Algorithm(
+        name="noise_aware_grpo",
+        advantage=AdvantagePart(name="noise_aware"),
+        kl=KLPart(beta=0.0),
+        citation="Shen et al. 2025, Mitigating Think-Answer Mismatch in LLM Reasoning Through "
+        "Noise-Aware Advantage Reweighting, arXiv:2508.05928",
+        summary="GRPO advantages (unbiased std) of each group scaled by w*, the share of its "
+        "spread that a reward flipped with probability p (0.1) leaves as signal: 0 where the "
+        "success rate is within p of 0 or 1, 1 - 2p at one half; no KL penalty, as the "
+        "authors' runs (the paper's S-GRPO).",
+    ),
+    Algorithm(
+        name="rlsc",
+        advantage=AdvantagePart(name="rlsc"),
+        policy_loss=PolicyLossPart(name="none"),
+        aggregation=AggregationPart(name="seq-mean-token-sum"),
+        kl=KLPart(beta=0.0),
+        citation="Confidence Is All You Need: Few-Shot RL Fine-Tuning of Language Models, "
+        "2025, arXiv:2506.06395",
+        summary="Self-confidence without a reward: -(p_old(y|x) + alpha) log pi(y|x) over each "
+        "sampled completion, p_old its probability under the sampler, alpha 0.1 (the "
+        "paper's smoothed loss L2); REINFORCE on the sequence log-probability, no KL.",
     ),
     Algorithm(
         name="mapo",

@@ -190,8 +190,9 @@ class Collector:
             if callable(play_draw):
                 if callable(allocate):
                     raise ValueError(
-                        "a stage that plays the draw itself (budgets, early_exit) gives every problem "
-                        "group_size samples: not with a curriculum's group sizes (knapsack)"
+                        "a stage that plays the draw itself (budgets, early_exit, prefix_rl) gives "
+                        "every problem group_size samples: not with a curriculum's group sizes "
+                        "(knapsack)"
                     )
                 return [n] * len(problems), play_draw(self, problems, n, base)
         sizes = allocate(problems, n) if callable(allocate) else [n] * len(problems)

@@ -20,6 +20,8 @@ before the selection in their listed order, the step's group accumulator (a grou
 - ``budgets`` (:mod:`.budgets`): HBPO's budget subgroups, each reply starting with its budget;
 - ``early_exit`` (:mod:`.early_exit`): S-GRPO's serial groups (one path and its early exits)
   and their decaying rewards.
+- ``prefix_rl`` (:mod:`.prefix_rl`): PrefixRL's groups played from prefixes of their problem's
+  off-policy trace, the prefix context the loss does not train.
 
 A user's stage is one function and its settings dataclass, registered with
 :func:`register_stage` (in a plug-in).
@@ -45,6 +47,7 @@ from rlvr.trainer.stages import guidance  # noqa: F401
 from rlvr.trainer.stages import error_correction  # noqa: F401
 from rlvr.trainer.stages import budgets  # noqa: F401
 from rlvr.trainer.stages import early_exit  # noqa: F401
+from rlvr.trainer.stages import prefix_rl  # noqa: F401
 
 # isort: on
 
