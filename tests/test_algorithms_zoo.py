@@ -647,6 +647,7 @@ def test_every_preset_validates_and_is_documented() -> None:
         "sgrpo",
         "noise_aware_grpo",
         "rlsc",
+        "pvpo",
         "dr_grpo",
         "dapo",
         "gspo",

@@ -96,7 +96,7 @@ def test_algorithms_lists_presets(monkeypatch) -> None:
     names = re.findall(r"^│ (\w+)", presets, flags=re.M)
     from rlvr.algorithms import PRESETS
 
-    assert names == list(PRESETS) and len(names) == 44
+    assert names == list(PRESETS) and len(names) == 45
     assert "0.2/0.28" in result.clean  # dapo's clip-higher
     dpo = next(line for line in presets.splitlines() if line.startswith("│ dpo "))
     assert "dpo on the data" in dpo  # its objective, and where its completions come from

@@ -169,6 +169,7 @@ from rlvr.algorithms.presets import (
     validate,
 )
 from rlvr.algorithms.process import process_grpo, step_spans, transform_steps
+from rlvr.algorithms.pvpo import pvpo_advantages
 from rlvr.algorithms.rlsc import rlsc_advantages
 from rlvr.algorithms.sapo import sapo_policy_loss
 from rlvr.algorithms.schema import (
@@ -355,6 +356,7 @@ __all__ = [
     "noise_aware_advantages",
     "noise_weights",
     "rlsc_advantages",
+    "pvpo_advantages",
     "nll_loss",
     "not_all_correct",
     "normalize_batch",

@@ -25,6 +25,7 @@ from rlvr.algorithms import (  # noqa: F401
     ngrpo,
     noise_aware,
     passk,
+    pvpo,
     rlsc,
     sapo,
     tgdpo,
@@ -141,6 +142,15 @@ for _preset in (
         "spread that a reward flipped with probability p (0.1) leaves as signal: 0 where the "
         "success rate is within p of 0 or 1, 1 - 2p at one half; no KL penalty, as the "
         "authors' runs (the paper's S-GRPO).",
+    ),
+    Algorithm(
+        name="pvpo",
+        advantage=AdvantagePart(name="pvpo"),
+        citation="PVPO: Pre-Estimated Value-Based Policy Optimization for Agentic Reasoning, "
+        "2025, arXiv:2508.21104",
+        summary="A_i = r_i minus the mean reward of the frozen initial policy's G rollouts of "
+        "the prompt (the static value V_sta as the baseline, no std normalisation), in GRPO's "
+        "clipped surrogate with its KL penalty; V_sta estimated every draw, no pre-filtering.",
     ),
     Algorithm(
         name="rlsc",
