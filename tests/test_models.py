@@ -174,18 +174,17 @@ def test_smollm2_alias_takes_one_grpo_step(tmp_path):
             "train": {"steps": 1, "micro_batch_size": 8},
             "eval": {"before": False, "after": False},
             "logging": {"run_dir": str(tmp_path / "run"), "progress": False, "tensorboard": False},
-            "checkpoint": {"every": 0, "save_final": True},
+            # the checkpoint path is the tiny models' (tests/test_trainer.py): 1.6 GB here
+            "checkpoint": {"every": 0, "save_final": False},
         }
     )
-    before = load_model("smollm2-135m-instruct").model.embed_tokens.weight.clone()
     summary = train(cfg)
     assert summary["steps"] == 1
     row = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()][-1]
     assert 0.0 <= row["reward/mean"] <= 1.0 and row["response/length_mean"] > 0
     assert row["mismatch/abs_log_ratio"] < 0.5  # bf16 sampler vs fp32/bf16 trainer log-probs
-    trained = load_model(str(tmp_path / "run/checkpoints/step_000001"))
     assert row["policy/trained_samples_frac"] > 0 and row["policy/grad_norm"] > 0
-    assert not torch.equal(trained.model.embed_tokens.weight, before)
+    assert row["policy/params_changed_frac"] > 0.5  # the update reached the weights
 
 
 # the published sizes of the shapes (parameters, from each model card)
