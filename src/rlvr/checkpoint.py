@@ -67,6 +67,7 @@ class TrainerState:
     minibatches: int | None = None  # the learner's minibatches so far (None: older runs)
     replay: dict[str, Any] = field(default_factory=dict)  # the replay buffer's state_dict()
     stages: dict[str, Any] = field(default_factory=dict)  # each stage state's, by stage name
+    temperature: list[float] | None = None  # HAPO's adaptive temperature statistics in use
 
 
 def checkpoint_dir(run_dir: Path) -> Path:

@@ -442,6 +442,21 @@ class RolloutConfig(Section):
     prompts_per_step: int = Field(8, ge=1, description="prompts sampled per training step")
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
+    temperature_tau: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="HAPO's adaptive temperature sampling: each token drawn at temperature "
+        "T (1 + tau h), h in [-1, 1] its distribution's log-entropy scored against the previous "
+        "step's completion tokens (0.05 in the authors' runs; the torch engine); 0: off",
+    )
+    temperature_pivot: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="adaptive temperature sampling: the quantile of the previous step's "
+        "token log-entropies that scores 0 (HAPO's entropy pivot)",
+    )
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     min_p: float = Field(
@@ -1310,7 +1325,26 @@ class Config(Section):
             self._check_prefix_rl(algo)
         if algo.expert.traces:
             self._check_expert(algo)
+        if self.rollout.temperature_tau:
+            self._check_adaptive_temperature(algo)
         return self
+
+    def _check_adaptive_temperature(self, algo: Any) -> None:
+        """HAPO's adaptive temperatures: the torch engine's sampler, one-step samples whose
+        token entropies it records."""
+        problems = []
+        if self.rollout.engine != "torch":
+            problems.append(f"samples in the torch engine's sampler, not {self.rollout.engine}'s")
+        if self.env.name is not None or self.rollout.tree is not None:
+            problems.append("scores one-step completions (not agent episodes or tree rollouts)")
+        if algo.expert.traces or algo.objective.samples != "policy":
+            problems.append("adapts the policy's own samples (not the data's or expert traces)")
+        if any(stage.name == "error_correction" for stage in algo.stages):
+            problems.append(
+                "reads the entropies the engine recorded, which written corrections lack"
+            )
+        if problems:
+            raise ValueError(f"rollout.temperature_tau: {'; '.join(problems)}")
 
     def _check_expert(self, algo: Any) -> None:
         """Expert traces join one-step groups of the policy's samples."""

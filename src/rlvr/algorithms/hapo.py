@@ -41,8 +41,8 @@ The authors' code scales h <= 0 by 1 / min h, which is negative, so their h_hat 
 token: as released, eps_low never adapts and both entropy extremes are treated as high-entropy
 tokens. ``as_released: true`` reproduces that; the default is the asymmetric treatment the
 paper describes ("aggressive probability reduction for noisy low-entropy tokens while enabling
-exploration for high-entropy tokens"). HAPO's Adaptive Temperature Sampling (a per-token
-temperature in the engines) is not built.
+exploration for high-entropy tokens"). HAPO's Adaptive Temperature Sampling is the rollout's
+``temperature_tau`` (:class:`rlvr.rollout.base.AdaptiveTemperature`, the torch engine's sampler).
 """
 
 from __future__ import annotations

@@ -15,6 +15,29 @@ from rlvr.rollout.streams import random_keys
 
 
 @dataclass(frozen=True)
+class AdaptiveTemperature:
+    """HAPO's Adaptive Temperature Sampling (Liu et al. 2025, "From Uniform to Heterogeneous:
+    Tailoring Policy Optimization to Every Token's Nature", arXiv:2509.16591; the authors'
+    patched vLLM sampler, ``vllm/v1/sample/sampler.py``): each token is drawn at
+
+        T_t = T (1 + tau h_t),   h_t = (x_t - m) / top  where x_t > m,  (x_t - m) / |bottom| else,
+
+    clamped to [-1, 1], x_t = log max(H_t, 1e-8) the log-entropy of the token's distribution at
+    temperature 1, and ``pivot`` m, ``top`` = max (x - m) and ``bottom`` = min (x - m) the
+    statistics of the previous step's completion tokens (:func:`rlvr.rollout.sampling.
+    entropy_statistics`): a token whose distribution is flatter than most is sampled hotter,
+    a confident one cooler, as the paper describes it. The authors' tau is 0.05 (T_t within
+    T [0.95, 1.05]). Their code divides the negative side by min (x - m) itself, a negative
+    number, so there every token below the pivot is sampled hotter too (the sign HAPO's loss
+    has with ``as_released``); here it is the paper's asymmetric rule."""
+
+    tau: float
+    pivot: float
+    top: float
+    bottom: float
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to sample. ``temperature == 0`` means greedy decoding.
 
@@ -42,6 +65,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()
     token_stats: bool = False  # also record per-token entropy and self-certainty
+    adaptive: AdaptiveTemperature | None = None  # HAPO's per-token temperature (None: off)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

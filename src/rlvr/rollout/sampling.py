@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.base import AdaptiveTemperature, SamplingParams
 
 
 def filter_logits(
@@ -79,7 +79,9 @@ def sample_next(
     Returns:
         tokens [B] long, and logprobs [B]: log-prob of each token under the temperature-scaled
         distribution before top-k/top-p/min-p truncation (the policy the trainer optimises);
-        greedy decoding (temperature 0) reports log-probs at temperature 1. Rows are processed
+        greedy decoding (temperature 0) reports log-probs at temperature 1. With
+        ``params.adaptive`` each row is drawn at its own temperature
+        (:func:`adaptive_temperatures`), its log-prob that distribution's. Rows are processed
         in cache-sized chunks.
     """
     b = logits.shape[0]
@@ -95,12 +97,47 @@ def sample_next(
         if greedy:
             tok = chunk.argmax(-1)
         else:
-            chunk = chunk / params.temperature
+            temperature: float | torch.Tensor = params.temperature
+            if params.adaptive is not None:  # HAPO: each row's own temperature [rows, 1]
+                temperature = adaptive_temperatures(chunk, params.temperature, params.adaptive)
+                temperature = temperature[:, None]
+            chunk = chunk / temperature
             filtered = filter_logits(chunk, params.top_k, params.top_p, params.min_p)
             tok = _inverse_cdf_sample(filtered.softmax(-1), u[rows])
         tokens[rows] = tok
         logprobs[rows] = chunk.log_softmax(-1).gather(-1, tok[:, None])[:, 0]
     return tokens, logprobs
+
+
+def adaptive_temperatures(
+    logits: torch.Tensor, temperature: float, adaptive: AdaptiveTemperature
+) -> torch.Tensor:
+    """HAPO's per-token temperatures [B] of the next-token ``logits`` [B, V] (fp32):
+    T (1 + tau h), h the clamped score of the distribution's log-entropy at temperature 1
+    against the previous step's statistics (:class:`rlvr.rollout.base.AdaptiveTemperature`)."""
+    logp = logits.log_softmax(-1)
+    x = (-(logp.exp() * logp).sum(-1)).clamp_min(1e-8).log()
+    h = x - adaptive.pivot
+    score = torch.where(h > 0, h / max(adaptive.top, 1e-8), h / max(abs(adaptive.bottom), 1e-8))
+    return temperature * (1.0 + adaptive.tau * score.clamp(-1.0, 1.0))
+
+
+def entropy_statistics(
+    entropies: list[list[float]], tau: float, pivot: float = 0.8
+) -> AdaptiveTemperature | None:
+    """The statistics of a step's completion tokens that the next step's adaptive temperatures
+    score against: m, the ``pivot`` quantile (nearest rank, as the authors' code) of the tokens'
+    log-entropies x = log max(H, 1e-8), and the largest and smallest x - m; None without
+    tokens."""
+    values = [h for row in entropies for h in row]
+    if not values:
+        return None
+    x = torch.tensor(values, dtype=torch.float64).clamp_min(1e-8).log()
+    m = torch.quantile(x, pivot, interpolation="nearest")
+    h = x - m
+    top = float(h.max()) if bool((h > 0).any()) else 0.0
+    bottom = float(h.min()) if bool((h < 0).any()) else 0.0
+    return AdaptiveTemperature(tau, float(m), top, bottom)
 
 
 def token_stats(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

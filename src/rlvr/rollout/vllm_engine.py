@@ -295,6 +295,10 @@ class VLLMEngine:
         """Sample ``n`` completions per prompt; see :class:`rlvr.rollout.base.Rollout` (each
         request is seeded by its sample's key, below 2**63)."""
         check_vllm_temperature(sampling.temperature)
+        if sampling.adaptive is not None:
+            raise ValueError(
+                "vLLM samples at one temperature per request: not HAPO's per-token ones"
+            )
         start = time.perf_counter()
         total = len(prompts) * n
         seeds: list[int | None] = [None] * total  # greedy: no random stream is used
@@ -347,6 +351,10 @@ class VLLMEngine:
                 "torch"
             )
         check_vllm_temperature(sampling.temperature)
+        if sampling.adaptive is not None:
+            raise ValueError(
+                "vLLM samples at one temperature per request: not HAPO's per-token ones"
+            )
         start = time.perf_counter()
         settings = branching.settings()
         factor, depth = int(settings["branch_factor"]), int(settings["depth"])

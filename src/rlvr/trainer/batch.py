@@ -87,7 +87,9 @@ class Samples:
             a worked solution added to its group, ``algorithm.expert.traces``; not sampled),
             ``step_rewards`` (a process reward's ``[(token, value)]``: each reasoning step's
             reward on its last token), ``given_tokens`` (the leading completion tokens that were
-            given, not sampled: a guided sample's prefix, G2RPO-A).
+            given, not sampled: a guided sample's prefix, G2RPO-A), ``token_entropies`` (the
+            entropy at temperature 1 of each sampled token's distribution, when the engine
+            recorded it: HAPO's adaptive temperatures).
         group_columns: [P] per group, by name: ``demonstration_ids`` and ``demonstration_mask``
             (each problem's demonstration for an SFT term, ``sft_coef``).
         info: about the whole table: ``tokens_per_s``, ``seconds``, ``reward_seconds`` (the
@@ -117,6 +119,7 @@ class Samples:
     faults = Column[list[str | None] | None]()
     expert = Column[torch.Tensor | None]()
     given_tokens = Column[list[int] | None]()
+    token_entropies = Column[list[list[float]] | None]()
 
     REQUIRED = (
         "completion_ids",

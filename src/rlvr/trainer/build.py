@@ -136,7 +136,7 @@ def sampling_params(
         stop=tuple(cfg.rollout.stop),
         max_new_tokens=cfg.rollout.max_new_tokens,
         stop_token_ids=stop_token_ids(tokenizer),
-        token_stats=token_stats,
+        token_stats=token_stats or cfg.rollout.temperature_tau > 0,  # adaptive: the entropies
     )
     greedy = dataclasses.replace(
         sampling, temperature=0.0, max_new_tokens=cfg.eval.max_new_tokens or sampling.max_new_tokens

@@ -30,6 +30,7 @@ from rlvr.curriculum.base import PromptSampler
 from rlvr.data import Problem
 from rlvr.envs.agent import episode_metrics
 from rlvr.rollout import SamplingParams
+from rlvr.rollout.sampling import entropy_statistics
 from rlvr.rollout.streams import group_keys, stream_key
 from rlvr.trainer import signals
 from rlvr.trainer.batch import SIGNAL, Samples
@@ -275,7 +276,28 @@ class Collector:
             tokens_per_s=sum(p.tokens_per_s for p in parts) / len(parts),
             policy_version=min(p.policy_version for p in parts),
         )
+        metrics.update(self.adapt_temperature(batch))
         return batch, metrics
+
+    def adapt_temperature(self, batch: Samples) -> dict[str, float]:
+        """HAPO's adaptive temperatures (``rollout.temperature_tau`` > 0): the metrics of the
+        statistics this step sampled with, then the next step's from ``batch``'s completion
+        tokens' entropies (:func:`rlvr.rollout.sampling.entropy_statistics`)."""
+        tau = self.cfg.rollout.temperature_tau
+        if not tau:
+            return {}
+        used = self.sampling.adaptive  # None at the first step: the plain temperature
+        metrics = {
+            "sampling/temperature_pivot": used.pivot if used else 0.0,
+            "sampling/temperature_top": used.top if used else 0.0,
+            "sampling/temperature_bottom": used.bottom if used else 0.0,
+        }
+        stats = entropy_statistics(
+            batch.token_entropies or [], tau, self.cfg.rollout.temperature_pivot
+        )
+        if stats is not None:
+            self.sampling = dataclasses.replace(self.sampling, adaptive=stats)
+        return metrics
 
     def evaluate(self, problems: list[Problem]) -> dict[str, float]:
         """Held-out accuracy of the served policy: greedy, and sampled with the run's sampling

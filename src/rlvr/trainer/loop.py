@@ -18,6 +18,7 @@ evaluation and a checkpoint follow when due. The same loop drives every backend
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from collections.abc import Callable
@@ -315,6 +316,8 @@ class Loop:
         if self.collector.replay is not None:
             self.state.replay = self.collector.replay.state_dict()
         self.state.stages = {k: s.state_dict() for k, s in self.collector.stage_states.items()}
+        adaptive = self.collector.sampling.adaptive  # HAPO's: what the next draw samples with
+        self.state.temperature = None if adaptive is None else list(dataclasses.astuple(adaptive))
         keep = max(self.cfg.checkpoint.keep, 2)  # the one before the newest survives
         try:
             self.learners.save_checkpoint(

@@ -233,6 +233,8 @@ class OneStep:
         )
         if isinstance(rollout, TreeRollout):
             columns["tree_segments"] = rollout.token_segments
+        if rollout.token_entropy:  # each sampled token's (HAPO's adaptive temperatures)
+            columns["token_entropies"] = rollout.token_entropy
         expert = rows.get("expert")  # a given prefix's tokens start a guided problem's rows
         columns["given_tokens"] = [
             0 if expert is not None and expert[i] else len(given[g]) for i, g in enumerate(ids)

@@ -7,6 +7,7 @@ nothing behind."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import time
@@ -27,6 +28,7 @@ from rlvr.progress import ProgressDisplay
 from rlvr.registries import check_config
 from rlvr.rewards.protocol import RewardError
 from rlvr.rewards.registry import callable_name
+from rlvr.rollout.base import AdaptiveTemperature
 from rlvr.run_checks import check_run_start, check_writable
 from rlvr.rundir import (
     check_resume_changes,
@@ -227,6 +229,11 @@ def _run(
             parts.collector.replay.load_state_dict(state.replay)
         for name, stage_state in parts.collector.stage_states.items():
             stage_state.load_state_dict(state.stages.get(name, {}))
+        if state.temperature is not None:  # HAPO's adaptive temperatures, as when it stopped
+            adaptive = AdaptiveTemperature(*state.temperature)
+            parts.collector.sampling = dataclasses.replace(
+                parts.collector.sampling, adaptive=adaptive
+            )
         with parts.learners.published() as version:  # semi-online: the snapshot again
             parts.collector.publish(parts.learners.weights(), version)
     progress = ProgressDisplay(cfg.train.steps, state.step, cfg.logging.progress)
