@@ -247,6 +247,7 @@ def test_train_then_eval_end_to_end(tmp_path, cache) -> None:
         "minibatches": 2,  # one per step (Clip-Cov's stream counts them)
         "replay": {},  # no replay buffer (rollout.replay: 0)
         "stages": {},  # no draw stage with a state (G2RPO-A's guidance length)
+        "temperature": None,  # no adaptive temperatures (HAPO's, rollout.temperature_tau)
     }
 
     result = run("eval", str(run_dir), "--level", "1", "--n-prompts", "4", "--max-new-tokens", "8")
