@@ -109,6 +109,10 @@ def test_adaptive_temperatures_are_refused_where_they_cannot_run(tmp_path):
         ({"rollout": {"engine": "vllm"}}, "not vllm's"),
         ({"rollout": {"tree": {"branching": "fixed", "depth": 2}}}, "not agent episodes"),
         ({"algorithm": {"stages": [{"name": "error_correction"}]}}, "written corrections"),
+        (
+            {"algorithm": {"stages": [{"name": "replay"}], "correction": {"tis_cap": 2.0}}},
+            "replayed samples lack",
+        ),
         ({"algorithm": {"expert": {"traces": 1}}}, "not the data's or expert traces"),
     ):
         cfg = ats_config(tmp_path / "run", steps=1)

@@ -131,6 +131,8 @@ def test_prefix_rl_is_refused_where_it_has_no_meaning(tmp_path):
             "which error_correction would replay or rewrite",
         ),
         ({"preset": "online_dpo", "stages": [{"name": "prefix_rl"}]}, "not objective 'dpo'"),
+        ({"preset": "pvpo"}, "reference baseline would play without their prefix"),
+        ({"preset": "remax"}, "greedy or reference baseline"),
     ]
     for i, (change, message) in enumerate(cases):
         cfg = prefix_config(tmp_path / str(i))

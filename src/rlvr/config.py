@@ -1339,9 +1339,10 @@ class Config(Section):
             problems.append("scores one-step completions (not agent episodes or tree rollouts)")
         if algo.expert.traces or algo.objective.samples != "policy":
             problems.append("adapts the policy's own samples (not the data's or expert traces)")
-        if any(stage.name == "error_correction" for stage in algo.stages):
+        if any(stage.name in ("error_correction", "replay") for stage in algo.stages):
             problems.append(
-                "reads the entropies the engine recorded, which written corrections lack"
+                "reads the entropies the engine recorded, which written corrections and "
+                "replayed samples lack"
             )
         if problems:
             raise ValueError(f"rollout.temperature_tau: {'; '.join(problems)}")
@@ -1503,6 +1504,14 @@ class Config(Section):
                 f"plays groups from prefixes of their trace, which {', '.join(other)} would "
                 "replay or rewrite without the prefix's mask"
             )
+        from rlvr import algorithms
+
+        requires = algorithms.ADVANTAGES[algo.advantage.name].requires
+        if "greedy_rewards" in requires or algorithms.plays_reference(algo.advantage.name):
+            problems.append(
+                f"plays prefixed problems, which advantage {algo.advantage.name!r}'s greedy or "
+                "reference baseline would play without their prefix"
+            )
         if problems:
             raise ValueError(f"algorithm.stages prefix_rl: {'; '.join(problems)}")
 
@@ -1537,13 +1546,14 @@ class Config(Section):
                 f"needs algorithm.correction.tis_cap (e.g. 2), or a sampler-anchored policy loss "
                 f"({anchored}), whose ratio to the behaviour policy is the correction"
             )
-        if algo.objective.samples != "policy" or algo.advantage.name in (
-            "remax",
-            "reverse_kl",
-            "aapo",
+        if (
+            algo.objective.samples != "policy"
+            or algo.advantage.name in ("remax", "reverse_kl")
+            or algorithms.plays_reference(algo.advantage.name)
         ):
             problems.append(
-                "replays the policy's own samples (not with remax, aapo, distillation or data)"
+                "replays the policy's own samples (not with remax, an advantage read from the "
+                "reference's play: aapo, pvpo, alol; distillation or data)"
             )
         if self.env.name:
             problems.append("replays single-turn samples (not agent episodes)")

@@ -238,6 +238,15 @@ def _unflatten(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def take_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[index]`` along dim 0 (``index`` [K] long, repeats allowed) with a backward that sums
+    a repeated row's gradients in a fixed order on each device: on a CPU ``index_select``
+    (its backward ``index_add_`` adds in index order, where advanced indexing's ``index_put_``
+    accumulates from several threads in any order), on CUDA advanced indexing (whose
+    accumulation sorts the indices, where ``index_add_`` uses atomics)."""
+    return x.index_select(0, index) if x.device.type == "cpu" else x[index]
+
+
 class ValueHead(torch.nn.Module):
     """PPO's critic on the policy's last hidden state: V(s_t) = w . h_t + b (Ouyang et al. 2022,
     one scalar per position, zero-initialised so the first advantages are the returns)."""
@@ -316,9 +325,9 @@ def completion_logprobs(
         logp, entropy = _token_logprobs(logits, targets, temperature, with_entropy, entropy_grad)
     values = value_head(states) if value_head is not None else None
     if expand is not None:  # back from nodes to tokens (the backward sums over a node's tokens)
-        logp = logp.index_select(0, expand)
-        entropy = entropy.index_select(0, expand) if entropy is not None else None
-        values = values.index_select(0, expand) if values is not None else None
+        logp = take_rows(logp, expand)
+        entropy = take_rows(entropy, expand) if entropy is not None else None
+        values = take_rows(values, expand) if values is not None else None
     logp = _unflatten(logp, mask)
     entropy = _unflatten(entropy, mask) if entropy is not None else None
     if values is None:
@@ -495,7 +504,7 @@ def _packed_forward(
     flat = torch.tensor(source, dtype=torch.long, device=device)
 
     def take(x: torch.Tensor | None) -> torch.Tensor | None:
-        return None if x is None else x.reshape(-1, x.shape[-1]).index_select(0, flat)
+        return None if x is None else take_rows(x.reshape(-1, x.shape[-1]), flat)
 
     return take(logits), take(states)
 
@@ -614,7 +623,7 @@ def _tree_forward(
     expand = torch.tensor([n for path in nodes_of for n in path], dtype=torch.long, device=device)
 
     def take(x: torch.Tensor | None) -> torch.Tensor | None:
-        return None if x is None else x.reshape(-1, x.shape[-1]).index_select(0, flat)
+        return None if x is None else take_rows(x.reshape(-1, x.shape[-1]), flat)
 
     return take(logits), take(states), expand
 
@@ -743,9 +752,7 @@ def _grouped_forward(
             )
         row_cache = Cache(
             layers=[
-                _PrefixLayer(
-                    c.keys.index_select(0, row_prompt), c.values.index_select(0, row_prompt)
-                )
+                _PrefixLayer(take_rows(c.keys, row_prompt), take_rows(c.values, row_prompt))
                 for c in prompt_cache.layers
             ]
         )
@@ -763,8 +770,6 @@ def _grouped_forward(
     def take(first: torch.Tensor | None, packed: torch.Tensor | None) -> torch.Tensor | None:
         if first is None or packed is None:
             return None
-        return torch.cat([first[:, -1], packed.reshape(-1, packed.shape[-1])]).index_select(
-            0, index
-        )
+        return take_rows(torch.cat([first[:, -1], packed.reshape(-1, packed.shape[-1])]), index)
 
     return take(prefix[0], out[0]), take(prefix[1], out[1])

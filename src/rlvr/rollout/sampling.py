@@ -133,7 +133,8 @@ def entropy_statistics(
     if not values:
         return None
     x = torch.tensor(values, dtype=torch.float64).clamp_min(1e-8).log()
-    m = torch.quantile(x, pivot, interpolation="nearest")
+    # torch.quantile's "nearest" rank, without its 2^24-element limit
+    m = x.sort().values[round(pivot * (len(values) - 1))]
     h = x - m
     top = float(h.max()) if bool((h > 0).any()) else 0.0
     bottom = float(h.min()) if bool((h < 0).any()) else 0.0

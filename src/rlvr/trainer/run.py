@@ -229,8 +229,9 @@ def _run(
             parts.collector.replay.load_state_dict(state.replay)
         for name, stage_state in parts.collector.stage_states.items():
             stage_state.load_state_dict(state.stages.get(name, {}))
-        if state.temperature is not None:  # HAPO's adaptive temperatures, as when it stopped
-            adaptive = AdaptiveTemperature(*state.temperature)
+        tau = cfg.rollout.temperature_tau
+        if state.temperature is not None and tau:  # HAPO's adaptive temperatures, as it stopped
+            adaptive = dataclasses.replace(AdaptiveTemperature(*state.temperature), tau=tau)
             parts.collector.sampling = dataclasses.replace(
                 parts.collector.sampling, adaptive=adaptive
             )

@@ -26,6 +26,7 @@ collector keeps the rows the filters keep.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -124,10 +125,14 @@ def reference_rewards(draw: Draw) -> torch.Tensor:
     reference plays each group too (sample j of problem i from the stream (base, 10^6 + i, j)),
     scored like the policy's, not counted in the step's reward metrics."""
     if len(set(draw.sizes)) != 1:
-        raise ValueError("advantage aapo pairs groups of one size (not a knapsack curriculum)")
+        raise ValueError(
+            "the reference's paired groups (advantages aapo, pvpo) are of one size (not a "
+            "knapsack curriculum)"
+        )
     collector = draw.collector
     keys = group_keys(draw.base, len(draw.problems), draw.n, first_prompt=10**6)
-    played = collector.rollouts.run_reference(draw.problems, draw.n, collector.sampling, keys)
+    sampling = dataclasses.replace(collector.sampling, adaptive=None)  # not the policy's
+    played = collector.rollouts.run_reference(draw.problems, draw.n, sampling, keys)
     return collector.rewards(played, record=False)
 
 

@@ -60,7 +60,7 @@ class LocalRollouts:
     ) -> Samples:
         if self.reference is None:
             raise RuntimeError(
-                "this run keeps no reference engine (advantages aapo and alol keep one)"
+                "this run keeps no reference engine (advantages aapo, pvpo and alol keep one)"
             )
         # the reference samples even where the run trains on the data's completions
         player = self.player.sampled if isinstance(self.player, Given) else self.player

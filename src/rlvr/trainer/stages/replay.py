@@ -152,6 +152,7 @@ def repo(state: DrawState, settings: Replay) -> None:
         "group_ids": group_ids,
         "breakdown": breakdown,
         "rewards": torch.tensor(rewards, dtype=batch.rewards.dtype),
+        "token_entropies": [[] for _ in extra],  # not recorded for a stored sample
         **{SIGNAL + name: values[first] for name, values in table.signals.items()},
     }
     columns = {k: v for k, v in columns.items() if k in batch.columns}  # the batch's own
