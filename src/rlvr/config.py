@@ -1373,6 +1373,21 @@ class Config(Section):
             problems.append(f"trains with a policy gradient, not objective {algo.objective.name!r}")
         return problems
 
+    def _draw_playing_stage(
+        self, algo: Any, name: str, one_step: str, excluded: tuple[str, ...], change: str
+    ) -> list[str]:
+        """The refusals shared by the stages that play the draw themselves (early_exit,
+        prefix_rl): :meth:`_one_step_stage`'s, first in the list, and none of the ``excluded``
+        stages, which would ``change`` (a format naming them) its groups."""
+        problems = self._one_step_stage(algo, one_step, "plays the policy's own groups")
+        names = [s.name for s in algo.stages]
+        if names[0] != name:
+            problems.append("must be the first stage (it plays the draw)")
+        other = [n for n in names if n in excluded]
+        if other:
+            problems.append(change.format(", ".join(other)))
+        return problems
+
     def _check_guidance(self, algo: Any) -> None:
         """G2RPO-A's guided samples join one-step groups of the policy's samples as the first
         stage, scored and advantaged with them by a policy-gradient objective."""
@@ -1465,21 +1480,13 @@ class Config(Section):
         """S-GRPO's serial groups: one path of each problem and group_size - 1 exits cut from
         it, played by the stage as the draw, rewarded in serial order before any other stage
         sees them."""
-        problems = self._one_step_stage(
-            algo, "cuts one-step reasoning paths", "plays the policy's own groups"
+        problems = self._draw_playing_stage(
+            algo,
+            "early_exit",
+            "cuts one-step reasoning paths",
+            ("hints", "group_filter", "guidance", "budgets", "error_correction", "replay"),
+            "plays each group as one path and its exits, which {} would change",
         )
-        names = [s.name for s in algo.stages]
-        if names[0] != "early_exit":
-            problems.append("must be the first stage (its serial groups are the draw)")
-        other = [
-            n
-            for n in names
-            if n in ("hints", "group_filter", "guidance", "budgets", "error_correction", "replay")
-        ]
-        if other:
-            problems.append(
-                f"plays each group as one path and its exits, which {', '.join(other)} would change"
-            )
         if self.rollout.group_size < 2:
             problems.append("needs rollout.group_size >= 2: the path and at least one exit")
         if problems:
@@ -1488,23 +1495,16 @@ class Config(Section):
     def _check_prefix_rl(self, algo: Any) -> None:
         """PrefixRL's draw: each group played as its problem or a prefixed variant, the prefix
         masked from the loss, before any other stage sees it."""
-        problems = self._one_step_stage(
-            algo, "prefixes one-step replies", "plays the policy's own groups"
-        )
-        names = [s.name for s in algo.stages]
-        if names[0] != "prefix_rl":
-            problems.append("must be the first stage (it plays the draw)")
-        other = [
-            n
-            for n in names
-            if n in ("hints", "guidance", "budgets", "early_exit", "error_correction", "replay")
-        ]
-        if other:
-            problems.append(
-                f"plays groups from prefixes of their trace, which {', '.join(other)} would "
-                "replay or rewrite without the prefix's mask"
-            )
         from rlvr import algorithms
+
+        problems = self._draw_playing_stage(
+            algo,
+            "prefix_rl",
+            "prefixes one-step replies",
+            ("hints", "guidance", "budgets", "early_exit", "error_correction", "replay"),
+            "plays groups from prefixes of their trace, which {} would replay or rewrite "
+            "without the prefix's mask",
+        )
 
         requires = algorithms.ADVANTAGES[algo.advantage.name].requires
         if "greedy_rewards" in requires or algorithms.plays_reference(algo.advantage.name):

@@ -14,6 +14,7 @@ one is not hinted. The prefix is counted in characters, as in both papers' code.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from rlvr.data.base import Problem
 
@@ -26,6 +27,16 @@ def solution_prefix(solution: str, fraction: float) -> str:
     if not 0 < fraction < 1:
         raise ValueError(f"a hint is a fraction of the solution in (0, 1), got {fraction}")
     return solution[: round(len(solution) * fraction)]
+
+
+def token_prefix(tokenizer: Any, ids: list[int]) -> str:
+    """The text of the tokens ``ids`` (a solution's first ones), ended before a character the
+    cut split (decoded as U+FFFD)."""
+    prefix = tokenizer.decode(ids)
+    while ids and prefix.endswith("\ufffd"):
+        ids = ids[:-1]
+        prefix = tokenizer.decode(ids)
+    return prefix
 
 
 def reference_solution(problem: Problem) -> str | None:

@@ -133,10 +133,7 @@ def guided(problem: Problem, length: int, tokenizer: Any) -> Problem | None:
     if solution is None:
         return None
     ids = tokenizer(solution, add_special_tokens=False).input_ids[:length]
-    prefix = tokenizer.decode(ids)
-    while ids and prefix.endswith("\ufffd"):  # a cut inside a character: end before it
-        ids = ids[:-1]
-        prefix = tokenizer.decode(ids)
+    prefix = hints.token_prefix(tokenizer, ids)
     return dataclasses.replace(problem, id=f"{problem.id}#guided{length}", response_prefix=prefix)
 
 

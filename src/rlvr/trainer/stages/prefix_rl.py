@@ -78,11 +78,7 @@ class PrefixRL:
         (h,) = algorithms.cut_points(len(ids), [fraction])
         if h == 0:
             return None
-        ids = ids[:h]
-        prefix = tokenizer.decode(ids)
-        while ids and prefix.endswith("\ufffd"):  # a cut inside a character: end before it
-            ids = ids[:-1]
-            prefix = tokenizer.decode(ids)
+        prefix = hints.token_prefix(tokenizer, ids[:h])
         return dataclasses.replace(problem, response_prefix=prefix) if prefix else None
 
     def play_draw(
